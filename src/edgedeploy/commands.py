@@ -1,0 +1,155 @@
+"""The typer application. Each command parses options, calls the Python API and renders."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import EdgeDeployError, UsageError
+
+app = typer.Typer(
+    name="edgedeploy",
+    help="Take a Keras model to an Arm Ethos-U NPU: optimize, convert, compile with Vela, report, export.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+targets_app = typer.Typer(help="List and inspect Ethos-U targets.", no_args_is_help=True)
+app.add_typer(targets_app, name="targets")
+
+def _console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "200"))
+    return Console(stderr=stderr, width=width)
+
+
+out_console = _console()
+err_console = _console(stderr=True)
+log = logging.getLogger("edgedeploy")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"edgedeploy {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output on stderr (-vv for debug)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors on stderr."),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version."),
+) -> None:
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("edgedeploy: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+@contextlib.contextmanager
+def guard() -> Iterator[None]:
+    """Turn library errors into one line on stderr and the error's exit code."""
+    try:
+        yield
+    except EdgeDeployError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
+        raise typer.Exit(130) from None
+
+
+def _table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for key, header in columns:
+        table.add_column(header, justify="left" if key in ("variant", "target", "name", "kind") else "right")
+    for row in rows:
+        table.add_row(*(row[key] for key, _ in columns))
+    return table
+
+
+# --------------------------------------------------------------------------- compile
+
+
+@app.command("compile")
+def compile_cmd(
+    models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), or an edgedeploy.toml project file."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
+    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
+    optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel Vela workers (default: one per CPU)."),
+    allow_cpu_ops: bool = typer.Option(
+        False, "--allow-cpu-ops", help="Accept operators Vela leaves on the CPU (other than I/O quantize)."
+    ),
+) -> None:
+    """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
+    from . import cli
+    from .compile import CompileOptions, compile_tflite
+    from .manifest import Manifest
+    from .render import COMPILE_COLUMNS, compile_json, compile_rows, dumps
+
+    with guard():
+        options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops)
+        if len(models) == 1 and models[0].suffix == ".toml":
+            from .project import run_project
+
+            outcome = run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options)
+        else:
+            for m in models:
+                if m.suffix == ".toml":
+                    raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
+            outcome = compile_tflite(models, target, out, options, pool=cli._PREWARMED)
+        cached_ids = outcome.cached_ids
+        manifest = Manifest.load(outcome.run_dir)
+        if json_out:
+            typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
+        else:
+            out_console.print(_table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", COMPILE_COLUMNS,
+                                     compile_rows(outcome.records, cached_ids)))
+            for r in outcome.records:
+                for w in r.warnings:
+                    err_console.print(f"[yellow]warning:[/] {r.variant} on {r.target}: {w}", highlight=False)
+            err_console.print(f"manifest: {manifest.path}", highlight=False)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@targets_app.command("list")
+def targets_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the built-in targets."""
+    from .render import dumps, target_rows
+    from .targets import list_targets
+
+    with guard():
+        targets = list_targets()
+        if json_out:
+            typer.echo(dumps([t.to_dict() for t in targets]))
+            return
+        cols = (("name", "Name"), ("kind", "Kind"), ("npu", "NPU"), ("system", "Vela system config"),
+                ("memory_mode", "Memory mode"), ("clock", "NPU clock"), ("sram", "Board SRAM"), ("fvp", "FVP"))
+        out_console.print(_table("Built-in targets", cols, target_rows(targets)))
+
+
+@targets_app.command("show")
+def targets_show(name: str = typer.Argument(..., help="Target name or TOML file.")) -> None:
+    """Show one target, resolved (with the vela.ini it uses and its sha256)."""
+    from .render import dumps
+    from .targets import get_target
+
+    with guard():
+        typer.echo(dumps(get_target(name).to_dict()))

@@ -1,0 +1,257 @@
+"""The compile stage: int8 TFLite -> Vela, for each (variant, target) pair.
+
+Facts only: this module runs Vela and records what it reports. Judging the
+results (fits, Pareto front, recommendation) is the reporter's job.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import CpuFallbackError, EdgeDeployError, ToolFailedError, UsageError
+from .fsutil import new_staging_dir, promote, sha256_file
+from .manifest import Metric, StageRecord, ToolInfo, now_iso
+from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
+from .targets import Target, get_target
+from .tflite_model import BOUNDARY_OPS, check_int8_model
+from . import vela as vela_backend
+from .vela_pool import VelaPool, default_jobs
+
+log = logging.getLogger("edgedeploy")
+
+INT8_MODEL = "model_int8.tflite"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    optimise: str = "Performance"
+    jobs: int | None = None
+    allow_cpu_ops: bool = False
+    extra_vela_args: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if self.optimise not in vela_backend.OPTIMISE_CHOICES:
+            raise UsageError(
+                f"--optimise is '{self.optimise}'", f"use one of {', '.join(vela_backend.OPTIMISE_CHOICES)}"
+            )
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError(f"--jobs is {self.jobs}", "use a positive number of worker processes")
+
+
+@dataclass
+class CompileOutcome:
+    run_dir: Path
+    records: list[StageRecord] = field(default_factory=list)
+    cached_ids: set[str] = field(default_factory=set)
+
+    @property
+    def compiled(self) -> int:
+        return len(self.records) - len(self.cached_ids)
+
+
+def resolve_targets(names: Sequence[str]) -> list[Target]:
+    if not names:
+        raise UsageError("no target given", "pass --target NAME (see `edgedeploy targets list`)")
+    targets, seen = [], set()
+    for name in names:
+        t = get_target(name)
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        targets.append(t)
+    return targets
+
+
+def variant_names(models: Sequence[Path]) -> list[str]:
+    names: list[str] = []
+    for m in models:
+        base = m.stem.removesuffix("_int8") or m.stem
+        name, i = base, 2
+        while name in names:
+            name, i = f"{base}_{i}", i + 1
+        names.append(name)
+    return names
+
+
+def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:
+    """Copy a user's (already checked) int8 model into the run, as the variant's int8 model."""
+    spec = StageSpec("import", variant, params={"source": str(model.resolve())})
+
+    def run(out: Path) -> StageResult:
+        dest = out / INT8_MODEL
+        shutil.copyfile(model, dest)
+        return StageResult(outputs={"int8_model": dest}, metrics={"tflite_bytes": Metric(dest.stat().st_size, "B", "measured")})
+
+    return run_stage(ctx, spec, {"model": model}, run)
+
+
+def compile_spec(variant: str, target: Target, options: CompileOptions, parent: str | None) -> StageSpec:
+    return StageSpec(
+        "compile",
+        variant,
+        target.name,
+        parent=parent,
+        params={
+            "optimise": options.optimise,
+            "extra_vela_args": list(options.extra_vela_args),
+            "target_fingerprint": target.fingerprint(),
+        },
+        tool_versions={"ethos-u-vela": vela_backend.vela_version()},
+    )
+
+
+def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path) -> StageResult:
+    stdout = log_path.read_text(encoding="utf-8", errors="replace")
+    found = vela_backend.find_vela_outputs(staged, model.stem)
+    missing = {"vela_model", "summary_csv"} - set(found)
+    if missing:
+        raise ToolFailedError(
+            f"Vela wrote no {' or '.join(sorted(missing))} for {model} on {target.name}",
+            f"read {log_path.name} in the compile output folder",
+        )
+    summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
+    layers = (
+        vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
+        if "per_layer_csv" in found
+        else []
+    )
+    cpu_ops = vela_backend.parse_cpu_operators(stdout)
+    counts = vela_backend.parse_operator_counts(stdout)
+    metrics = vela_backend.summary_metrics(summary, target, layers)
+    metrics["cpu_operators"] = Metric(len(cpu_ops), "count", "estimated")
+    metrics["npu_operators"] = (
+        Metric(counts["npu"], "count", "estimated")
+        if "npu" in counts
+        else Metric.missing("count", "estimated", "Vela printed no operator count")
+    )
+    warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
+    outputs = dict(found)
+    outputs["log"] = log_path
+    return StageResult(
+        outputs=outputs,
+        metrics=metrics,
+        details={"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]},
+        warnings=warnings,
+        tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *args]),
+    )
+
+
+def compile_variants(
+    ctx: RunContext,
+    variants: Sequence[tuple[str, Path, str | None]],
+    targets: Sequence[Target],
+    options: CompileOptions,
+    pool: VelaPool | None = None,
+) -> CompileOutcome:
+    """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers."""
+    options.check()
+    outcome = CompileOutcome(ctx.run_dir)
+    for t in targets:
+        ctx.manifest.targets[t.name] = t.to_dict()
+    pending = []
+    for variant, model, parent in variants:
+        for target in targets:
+            spec = compile_spec(variant, target, options, parent)
+            key = spec.cache_key({"model": model})
+            rec = cached_record(ctx, spec, key)
+            if rec is not None:
+                outcome.records.append(rec)
+                outcome.cached_ids.add(rec.id)
+            else:
+                pending.append((spec, key, model, target))
+    if pending:
+        own_pool = pool is None
+        pool = pool or VelaPool(options.jobs or default_jobs(len(pending)))
+        try:
+            submitted = []
+            for spec, key, model, target in pending:
+                staged = new_staging_dir(ctx.stage_dir(spec.id))
+                args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.extra_vela_args)
+                log_path = staged / "vela.log"
+                submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
+                                  pool.submit(args, log_path)))
+            first_error: EdgeDeployError | None = None
+            for spec, key, model, target, staged, args, log_path, started, t0, future in submitted:
+                try:
+                    job = future.result()
+                    if job.returncode != 0:
+                        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+                        raise ToolFailedError(
+                            f"Vela failed on {model} for {target.name} (exit {job.returncode}): {tail}",
+                            "check that the model is a valid full-int8 TFLite model Vela supports",
+                        )
+                    result = _parse_compile(staged, model, target, args, log_path)
+                    final = ctx.stage_dir(spec.id)
+                    promote(staged, final)
+                    rec = commit_stage(ctx, spec, key, {"model": model}, result, staged, started, job.seconds)
+                    outcome.records.append(rec)
+                except EdgeDeployError as exc:
+                    shutil.rmtree(staged, ignore_errors=True)
+                    record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
+                    first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
+        finally:
+            if own_pool:
+                pool.close()
+    ctx.manifest.tools["ethos-u-vela"] = vela_backend.vela_version()
+    ctx.manifest.save()
+    if not options.allow_cpu_ops:
+        _check_cpu_fallback(outcome.records)
+    return outcome
+
+
+def _check_cpu_fallback(records: Iterable[StageRecord]) -> None:
+    bad = []
+    for rec in records:
+        for op in rec.details.get("cpu_operators", []):
+            if op["op"].upper() not in BOUNDARY_OPS:
+                bad.append((rec, op))
+    if bad:
+        rec, op = bad[0]
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        model = rec.inputs[0].path if rec.inputs else rec.variant
+        raise CpuFallbackError(
+            f"{model}: operator {op['op']} '{op['name']}' falls back to the CPU on {rec.target}{more} "
+            f"({op['reason']})",
+            "change the layer to one the NPU supports (see `vela --supported-ops-report`), "
+            "or pass --allow-cpu-ops to accept CPU execution",
+        )
+
+
+def compile_tflite(
+    models: Sequence[Path],
+    target_names: Sequence[str],
+    out: Path,
+    options: CompileOptions = CompileOptions(),
+    pool: VelaPool | None = None,
+) -> CompileOutcome:
+    """``edgedeploy compile MODEL.tflite ...``: check inputs, import the models, compile them."""
+    options.check()
+    if not models:
+        raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
+    models = [Path(m) for m in models]
+    targets = resolve_targets(target_names)
+    ctx = RunContext.open(out)
+    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    own_pool = pool is None
+    pool = pool or VelaPool(options.jobs or default_jobs(len(models) * len(targets)))
+    try:
+        for m in models:
+            # A model this run folder imported before was checked then. Otherwise it is checked in a
+            # worker, which has the flatbuffer reader's dependencies loaded already.
+            if not (m.is_file() and sha256_file(m) in imported):
+                pool.call(check_int8_model, str(m)).result()
+        variants = []
+        for name, model in zip(variant_names(models), models):
+            rec = import_tflite(ctx, name, model)
+            variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
+        return compile_variants(ctx, variants, targets, options, pool)
+    finally:
+        if own_pool:
+            pool.close(now=True)

@@ -1,0 +1,217 @@
+"""The run manifest: one JSON file per run folder, saved after every stage.
+
+Every stage records a :class:`StageRecord` (what ran, with which tool and
+arguments, on which inputs, what it wrote, what it measured). ``report`` and
+``export`` read only this file and the artifacts it names.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from . import __version__
+from .errors import InvalidInputError
+from .fsutil import atomic_write_json, sha256_file
+
+SCHEMA = "edgedeploy.manifest"
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+Mode = Literal["estimated", "simulated", "measured", "computed"]
+
+
+@dataclass
+class Metric:
+    """A value with a unit and how it was obtained; ``value`` is None when unavailable."""
+
+    value: float | int | str | None
+    unit: str
+    mode: Mode
+    unavailable: str | None = None
+
+    @classmethod
+    def missing(cls, unit: str, mode: Mode, reason: str) -> "Metric":
+        return cls(None, unit, mode, reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "unit": self.unit, "mode": self.mode}
+        if self.value is None:
+            out["unavailable"] = self.unavailable or "not measured"
+        return out
+
+
+@dataclass
+class Artifact:
+    role: str
+    path: str  # relative to the run folder when inside it, else absolute
+    sha256: str
+    bytes: int
+
+    @classmethod
+    def of(cls, role: str, path: Path, run_dir: Path) -> "Artifact":
+        path = Path(path).resolve()
+        try:
+            shown = str(path.relative_to(run_dir.resolve()))
+        except ValueError:
+            shown = str(path)
+        return cls(role, shown, sha256_file(path), path.stat().st_size)
+
+
+@dataclass
+class ToolInfo:
+    name: str
+    version: str
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StageRecord:
+    id: str
+    stage: str
+    status: Literal["ok", "failed", "cached"]
+    variant: str | None = None
+    target: str | None = None
+    parent: str | None = None
+    tool: ToolInfo | None = None
+    inputs: list[Artifact] = field(default_factory=list)
+    outputs: list[Artifact] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    cache_key: str | None = None
+    started: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["metrics"] = {k: m.to_dict() for k, m in self.metrics.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StageRecord":
+        data = dict(data)
+        tool = data.pop("tool", None)
+        inputs = [Artifact(**a) for a in data.pop("inputs", [])]
+        outputs = [Artifact(**a) for a in data.pop("outputs", [])]
+        metrics = {
+            k: Metric(m.get("value"), m.get("unit", ""), m.get("mode", "computed"), m.get("unavailable"))
+            for k, m in data.pop("metrics", {}).items()
+        }
+        return cls(
+            tool=ToolInfo(**tool) if tool else None, inputs=inputs, outputs=outputs, metrics=metrics, **data
+        )
+
+    def metric(self, name: str) -> float | int | str | None:
+        m = self.metrics.get(name)
+        return None if m is None else m.value
+
+    def output(self, role: str) -> Artifact | None:
+        return next((a for a in self.outputs if a.role == role), None)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Manifest:
+    """The manifest of one run folder. Only the main process writes it."""
+
+    def __init__(self, run_dir: Path, data: dict[str, Any] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        data = data or {}
+        self.created: str = data.get("created") or now_iso()
+        self.tools: dict[str, str] = dict(data.get("tools", {}))
+        self.targets: dict[str, Any] = dict(data.get("targets", {}))
+        self.info: dict[str, Any] = dict(data.get("info", {}))
+        self.records: dict[str, StageRecord] = {
+            r["id"]: StageRecord.from_dict(r) for r in data.get("stages", [])
+        }
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / MANIFEST_NAME
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "Manifest":
+        path = Path(run_dir) / MANIFEST_NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise InvalidInputError(
+                f"{run_dir} has no {MANIFEST_NAME}", "point at a folder written by `edgedeploy compile` or `optimize`"
+            ) from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{path} is not valid JSON ({exc})", "re-run the command that wrote it") from exc
+        if data.get("schema") != SCHEMA:
+            raise InvalidInputError(f"{path} is not an edgedeploy manifest", "point at a run folder")
+        if data.get("schema_version", 0) > SCHEMA_VERSION:
+            raise InvalidInputError(
+                f"{path} has schema version {data.get('schema_version')}, newer than this edgedeploy "
+                f"understands ({SCHEMA_VERSION})",
+                "upgrade edgedeploy",
+            )
+        return cls(path.parent, data)
+
+    @classmethod
+    def open(cls, run_dir: Path) -> "Manifest":
+        """Load the manifest of ``run_dir`` if there is one, else start an empty one."""
+        if (Path(run_dir) / MANIFEST_NAME).exists():
+            return cls.load(run_dir)
+        return cls(run_dir)
+
+    def record(self, rec: StageRecord) -> None:
+        self.records[rec.id] = rec
+        self.save()
+
+    def find(self, stage: str | None = None, variant: str | None = None, target: str | None = None) -> list[StageRecord]:
+        return [
+            r
+            for r in self.records.values()
+            if (stage is None or r.stage == stage)
+            and (variant is None or r.variant == variant)
+            and (target is None or r.target == target)
+        ]
+
+    def variants(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for r in self.records.values():
+            if r.variant:
+                seen.setdefault(r.variant)
+        return list(seen)
+
+    def resolve(self, artifact: Artifact) -> Path:
+        path = Path(artifact.path)
+        return path if path.is_absolute() else self.run_dir / path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "edgedeploy_version": __version__,
+            "created": self.created,
+            "updated": now_iso(),
+            "host": {"python": platform.python_version(), "platform": platform.platform()},
+            "tools": self.tools,
+            "targets": self.targets,
+            "info": self.info,
+            "stages": [r.to_dict() for r in self.records.values()],
+        }
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.to_dict())
+
+
+def artifacts_intact(manifest: Manifest, artifacts: Iterable[Artifact]) -> bool:
+    """True when every artifact still exists with the recorded hash."""
+    for a in artifacts:
+        path = manifest.resolve(a)
+        if not path.is_file() or path.stat().st_size != a.bytes or sha256_file(path) != a.sha256:
+            return False
+    return True

@@ -1,0 +1,169 @@
+"""The stage interface shared by optimize, convert, compile, export and fvp.
+
+A stage is a function ``run(ctx, inputs, cfg) -> StageResult`` that writes only
+inside the folder it is given. :func:`run_stage` gives it a fresh staging
+folder, renames that into place when the stage succeeds, records a
+:class:`~edgedeploy.manifest.StageRecord` and saves the manifest. A stage
+whose inputs, parameters and tool versions are unchanged is not run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .errors import EdgeDeployError
+from .fsutil import sha256_file, sha256_json, staging_dir
+from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
+
+log = logging.getLogger("edgedeploy")
+
+
+@dataclass
+class RunContext:
+    """Where a run writes, and its manifest."""
+
+    run_dir: Path
+    manifest: Manifest
+
+    @classmethod
+    def open(cls, run_dir: Path) -> "RunContext":
+        run_dir = Path(run_dir)
+        return cls(run_dir, Manifest.open(run_dir))
+
+    def stage_dir(self, stage_id: str) -> Path:
+        return self.run_dir / stage_id
+
+
+@dataclass
+class StageResult:
+    """What a stage produced: output files (inside its folder), facts and notes."""
+
+    outputs: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    tool: ToolInfo | None = None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Identity of one stage run: which stage, on what, with which settings."""
+
+    stage: str
+    variant: str | None
+    target: str | None = None
+    parent: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    tool_versions: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return "/".join(p for p in (self.stage, self.variant, self.target) if p)
+
+    def cache_key(self, inputs: Mapping[str, Path]) -> str:
+        return sha256_json(
+            {
+                "stage": self.stage,
+                "params": dict(self.params),
+                "tools": dict(self.tool_versions),
+                "inputs": {role: sha256_file(p) for role, p in sorted(inputs.items())},
+            }
+        )
+
+
+def cached_record(ctx: RunContext, spec: StageSpec, key: str) -> StageRecord | None:
+    """The saved record of ``spec`` if it was made from the same inputs and its outputs are intact."""
+    rec = ctx.manifest.records.get(spec.id)
+    if rec is None or rec.status == "failed" or rec.cache_key != key:
+        return None
+    if not artifacts_intact(ctx.manifest, rec.outputs):
+        return None
+    return rec
+
+
+def commit_stage(
+    ctx: RunContext,
+    spec: StageSpec,
+    key: str,
+    inputs: Mapping[str, Path],
+    result: StageResult,
+    staged: Path,
+    started: str,
+    seconds: float,
+) -> StageRecord:
+    """Record a finished stage whose outputs are still in ``staged`` (already renamed into place)."""
+    final = ctx.stage_dir(spec.id)
+    outputs = [
+        Artifact.of(role, final / Path(p).resolve().relative_to(staged.resolve()), ctx.run_dir)
+        for role, p in result.outputs.items()
+    ]
+    rec = StageRecord(
+        id=spec.id,
+        stage=spec.stage,
+        status="ok",
+        variant=spec.variant,
+        target=spec.target,
+        parent=spec.parent,
+        tool=result.tool,
+        inputs=[Artifact.of(role, p, ctx.run_dir) for role, p in inputs.items()],
+        outputs=outputs,
+        params=dict(spec.params),
+        metrics=result.metrics,
+        details=result.details,
+        warnings=result.warnings,
+        cache_key=key,
+        started=started,
+        seconds=round(seconds, 3),
+    )
+    ctx.manifest.record(rec)
+    return rec
+
+
+def record_failure(ctx: RunContext, spec: StageSpec, key: str, error: EdgeDeployError, started: str, seconds: float) -> None:
+    ctx.manifest.record(
+        StageRecord(
+            id=spec.id,
+            stage=spec.stage,
+            status="failed",
+            variant=spec.variant,
+            target=spec.target,
+            parent=spec.parent,
+            params=dict(spec.params),
+            error=error.one_line(),
+            cache_key=key,
+            started=started,
+            seconds=round(seconds, 3),
+        )
+    )
+
+
+def run_stage(
+    ctx: RunContext,
+    spec: StageSpec,
+    inputs: Mapping[str, Path],
+    fn: Callable[[Path], StageResult],
+    *,
+    reuse: bool = True,
+) -> StageRecord:
+    """Run ``fn(out_dir)`` unless an identical earlier run is recorded; record the result."""
+    key = spec.cache_key(inputs)
+    if reuse:
+        rec = cached_record(ctx, spec, key)
+        if rec is not None:
+            log.info("stage %s: unchanged, reusing the previous result", spec.id)
+            return rec
+    started, t0 = now_iso(), time.perf_counter()
+    log.info("stage %s: running", spec.id)
+    final = ctx.stage_dir(spec.id)
+    try:
+        with staging_dir(final) as staged:
+            result = fn(staged)
+            staged_path = staged
+        return commit_stage(ctx, spec, key, inputs, result, staged_path, started, time.perf_counter() - t0)
+    except EdgeDeployError as exc:
+        record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
+        raise

@@ -1,0 +1,267 @@
+"""Read a ``.tflite`` flatbuffer without TensorFlow.
+
+Used to reject bad inputs before any tool runs (not a file, not TFLite,
+truncated, float where int8 is needed) and to read the input/output tensors
+and quantization parameters that firmware needs.
+
+Reading uses the ``flatbuffers`` runtime with the TFLite schema's field slots
+(``schema.fbs``); it is fast enough to run before every compile. Operator
+names come from the ``tflite`` package's generated enum, loaded only when a
+name is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import InvalidInputError
+
+# TensorType enum of schema.fbs.
+DTYPES = (
+    "float32", "float16", "int32", "uint8", "int64", "string", "bool", "int16", "complex64", "int8",
+    "float64", "complex128", "uint64", "resource", "variant", "uint32", "uint16", "int4", "bfloat16",
+)  # fmt: skip
+FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16"}
+OP_QUANTIZE, OP_DEQUANTIZE, OP_CUSTOM = 114, 6, 32
+# Operators that convert between float and integer at a model's edges.
+BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
+
+
+@lru_cache(maxsize=1)
+def _op_names() -> dict[int, str]:
+    import tflite  # the generated schema; imported only to name operators
+
+    return {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "int8", "float32", ...
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    quantized_dimension: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "scale": list(self.scale),
+            "zero_point": list(self.zero_point),
+        }
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    index: int
+    code: int
+    custom_code: str
+    input_types: tuple[str, ...]
+    output_types: tuple[str, ...]
+    output_name: str
+
+    @property
+    def op(self) -> str:
+        """"CONV_2D", "CUSTOM:ethos-u", ..."""
+        if self.code == OP_CUSTOM:
+            return f"CUSTOM:{self.custom_code}"
+        return _op_names().get(self.code, str(self.code))
+
+    @property
+    def is_boundary(self) -> bool:
+        return self.code in (OP_QUANTIZE, OP_DEQUANTIZE)
+
+    @property
+    def computes_in_float(self) -> bool:
+        first_input = self.input_types[:1]
+        return not self.is_boundary and any(t in FLOAT_DTYPES for t in first_input + self.output_types)
+
+
+@dataclass(frozen=True)
+class TfliteModel:
+    path: Path
+    size: int
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    operators: tuple[OperatorInfo, ...]
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for o in self.operators:
+            counts[o.op] = counts.get(o.op, 0) + 1
+        return counts
+
+    def float_compute_ops(self) -> list[OperatorInfo]:
+        """Operators other than the edge QUANTIZE/DEQUANTIZE that compute in float."""
+        return [o for o in self.operators if o.computes_in_float]
+
+    def is_integer(self) -> bool:
+        return bool(self.operators) and not self.float_compute_ops()
+
+    def has_ethos_u_op(self) -> bool:
+        return any(o.code == OP_CUSTOM and o.custom_code == "ethos-u" for o in self.operators)
+
+
+class _Table:
+    """A flatbuffer table read by field slot (``schema.fbs`` field order)."""
+
+    def __init__(self, buf: bytearray, pos: int) -> None:
+        from flatbuffers.table import Table
+
+        self.t = Table(buf, pos)
+
+    def _off(self, slot: int) -> int:
+        return self.t.Offset(4 + 2 * slot)
+
+    def scalar(self, slot: int, flags, default=0):
+        o = self._off(slot)
+        return self.t.Get(flags, o + self.t.Pos) if o else default
+
+    def string(self, slot: int) -> str:
+        o = self._off(slot)
+        return self.t.String(o + self.t.Pos).decode("utf-8", "replace") if o else ""
+
+    def table(self, slot: int) -> "_Table | None":
+        o = self._off(slot)
+        return _Table(self.t.Bytes, self.t.Indirect(o + self.t.Pos)) if o else None
+
+    def length(self, slot: int) -> int:
+        o = self._off(slot)
+        return self.t.VectorLen(o) if o else 0
+
+    def tables(self, slot: int) -> list["_Table"]:
+        o = self._off(slot)
+        if not o:
+            return []
+        start = self.t.Vector(o)
+        return [_Table(self.t.Bytes, self.t.Indirect(start + 4 * i)) for i in range(self.t.VectorLen(o))]
+
+    def scalars(self, slot: int, flags) -> list:
+        o = self._off(slot)
+        if not o:
+            return []
+        start, width = self.t.Vector(o), flags.bytewidth
+        return [self.t.Get(flags, start + width * i) for i in range(self.t.VectorLen(o))]
+
+
+def read_tflite(path: Path | str) -> TfliteModel:
+    """Parse ``path`` or raise :class:`InvalidInputError` saying what is wrong with it."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"{path} does not exist", "check the path to the .tflite model")
+    if not path.is_file():
+        raise InvalidInputError(f"{path} is not a file", "pass a .tflite model file")
+    data = bytearray(path.read_bytes())
+    if len(data) < 16 or data[4:8] != b"TFL3":
+        what = "empty" if not data else "not a TFLite flatbuffer (no TFL3 identifier)"
+        raise InvalidInputError(f"{path} is {what}", "pass a .tflite file written by the TFLite converter")
+    try:
+        return _parse(path, data)
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # out-of-range reads on truncated data
+        raise InvalidInputError(
+            f"{path} is truncated or corrupt ({type(exc).__name__})", "re-export the model or copy it again"
+        ) from exc
+
+
+def _parse(path: Path, data: bytearray) -> TfliteModel:
+    from flatbuffers import encode, packer
+    from flatbuffers import number_types as N
+
+    size = len(data)
+
+    def check(pos: int, what: str) -> None:
+        if not 0 <= pos < size:
+            raise InvalidInputError(f"{path} is truncated or corrupt ({what} points past the end)", "copy the file again")
+
+    root = encode.Get(packer.uoffset, data, 0)
+    check(root, "root table")
+    model = _Table(data, root)
+    # Model: version 0, operator_codes 1, subgraphs 2, description 3, buffers 4
+    for i, buf in enumerate(model.tables(4)):
+        # Buffer: data 0, offset 1, size 2
+        offset, length = buf.scalar(1, N.Uint64Flags), buf.scalar(2, N.Uint64Flags)
+        if offset > 1 and offset + length > size:
+            raise InvalidInputError(f"{path} is truncated (buffer {i} runs past the end)", "copy the file again")
+        n = buf.length(0)
+        if n:
+            check(buf.t.Vector(buf._off(0)) + n - 1, f"buffer {i}")
+    codes = []
+    for oc in model.tables(1):
+        # OperatorCode: deprecated_builtin_code 0 (int8), custom_code 1, version 2, builtin_code 3 (int32)
+        codes.append((max(oc.scalar(0, N.Int8Flags), oc.scalar(3, N.Int32Flags)), oc.string(1)))
+    subgraphs = model.tables(2)
+    if not subgraphs:
+        raise InvalidInputError(f"{path} has no subgraph", "re-export the model")
+    sg = subgraphs[0]
+    # SubGraph: tensors 0, inputs 1, outputs 2, operators 3, name 4
+    tensors = sg.tables(0)
+
+    def dtype(i: int) -> str:
+        code = tensors[i].scalar(1, N.Int8Flags)
+        return DTYPES[code] if 0 <= code < len(DTYPES) else f"type{code}"
+
+    def tensor(i: int) -> TensorInfo:
+        t = tensors[i]
+        # Tensor: shape 0, type 1, buffer 2, name 3, quantization 4
+        q = t.table(4)
+        scale: tuple[float, ...] = ()
+        zp: tuple[int, ...] = ()
+        qdim = 0
+        if q is not None:
+            # QuantizationParameters: min 0, max 1, scale 2, zero_point 3, details_type 4, details 5, quantized_dimension 6
+            scale = tuple(float(s) for s in q.scalars(2, N.Float32Flags))
+            zp = tuple(int(z) for z in q.scalars(3, N.Int64Flags)) or (0,) * len(scale)
+            qdim = q.scalar(6, N.Int32Flags)
+        return TensorInfo(t.string(3), tuple(int(d) for d in t.scalars(0, N.Int32Flags)), dtype(i), scale, zp, qdim)
+
+    operators = []
+    for index, op in enumerate(sg.tables(3)):
+        # Operator: opcode_index 0 (uint32), inputs 1, outputs 2
+        code_index = op.scalar(0, N.Uint32Flags)
+        if code_index >= len(codes):
+            raise InvalidInputError(f"{path} is corrupt (operator {index} has no operator code)", "copy the file again")
+        ins = [j for j in op.scalars(1, N.Int32Flags) if j >= 0]
+        outs = [j for j in op.scalars(2, N.Int32Flags) if j >= 0]
+        code, custom = codes[code_index]
+        operators.append(
+            OperatorInfo(
+                index,
+                code,
+                custom,
+                tuple(dtype(j) for j in ins),
+                tuple(dtype(j) for j in outs),
+                tensors[outs[0]].string(3) if outs else "",
+            )
+        )
+    inputs = tuple(tensor(int(j)) for j in sg.scalars(1, N.Int32Flags))
+    outputs = tuple(tensor(int(j)) for j in sg.scalars(2, N.Int32Flags))
+    return TfliteModel(path, size, inputs, outputs, tuple(operators))
+
+
+def require_integer_model(model: TfliteModel) -> None:
+    """Raise when the model computes in float: Vela would put those operators on the CPU."""
+    if model.has_ethos_u_op():
+        raise InvalidInputError(
+            f"{model.path} is already compiled by Vela (it holds an ethos-u custom operator)",
+            "pass the int8 .tflite from before Vela",
+        )
+    floats = model.float_compute_ops()
+    if floats:
+        kinds = sorted({o.op for o in floats})
+        raise InvalidInputError(
+            f"{model.path} is a float model ({len(floats)} of {len(model.operators)} operators compute in float: "
+            f"{', '.join(kinds[:5])}); Vela would place them all on the CPU",
+            "convert it to full int8 first: `edgedeploy optimize MODEL.h5 --data DATA.npz --leaves ptq`",
+        )
+
+
+def check_int8_model(path: str) -> None:
+    """Read ``path`` and require an integer model; runs in a worker process as well as here."""
+    require_integer_model(read_tflite(path))

@@ -1,0 +1,224 @@
+"""Vela backend: argument lists and parsers of Vela's output.
+
+Vela itself runs in the worker processes of :mod:`edgedeploy.vela_pool`,
+never in the main process. The argument builders and parsers here are pure
+functions, tested on recorded Vela output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from .errors import ToolMissingError
+from .manifest import Metric
+from .targets import Target
+
+OPTIMISE_CHOICES = ("Performance", "Size")
+KIB = 1024
+
+
+@lru_cache(maxsize=None)
+def vela_version() -> str:
+    try:
+        return version("ethos-u-vela")
+    except PackageNotFoundError as exc:
+        raise ToolMissingError("Vela (ethos-u-vela) is not installed", "pip install ethos-u-vela==5.2.0") from exc
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def build_vela_args(
+    model: Path,
+    target: Target,
+    output_dir: Path,
+    optimise: str = "Performance",
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """Vela's command-line arguments (without the program name) for one compile."""
+    return [
+        str(model),
+        "--accelerator-config",
+        target.accelerator_config,
+        "--config",
+        str(target.vela_ini_path()),
+        "--system-config",
+        target.vela.system_config,
+        "--memory-mode",
+        target.vela.memory_mode,
+        "--optimise",
+        optimise,
+        "--output-dir",
+        str(output_dir),
+        "--verbose-performance",
+        "--show-cpu-operations",
+        *extra,
+    ]
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def parse_summary_csv(text: str) -> dict[str, Any]:
+    """The single data row of Vela's ``*_summary_*.csv``: numbers as floats (NaN -> None), text kept."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if len(rows) != 1:
+        raise ValueError(f"expected one data row in Vela's summary CSV, found {len(rows)}")
+    out: dict[str, Any] = {}
+    for key, raw in rows[0].items():
+        if key is None:
+            continue
+        num = _number(raw)
+        out[key.strip()] = num if num is not None or raw.strip().lower() in ("nan", "inf") else raw.strip()
+    return out
+
+
+def parse_per_layer_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of Vela's ``*_per-layer.csv`` (``--verbose-performance``), numbers converted."""
+    layers = []
+    for row in csv.DictReader(io.StringIO(text)):
+        layer: dict[str, Any] = {}
+        for key, raw in row.items():
+            if key is None:
+                continue
+            num = _number(raw)
+            layer[key.strip()] = num if num is not None else raw.strip()
+        layers.append(layer)
+    return layers
+
+
+_WARNING_RE = re.compile(r"^Warning \(supported operators\) operator: (?P<op>[A-Z0-9_]+), ofm: '(?P<name>.*)'$")
+_CPU_RE = re.compile(r"^\s*CPU: (?P<op>\S+) = (?P<name>.*?)(?: \(outputs \[[^\]]*\]\))?$")
+
+
+@dataclass(frozen=True)
+class CpuOperator:
+    op: str
+    name: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"op": self.op, "name": self.name, "reason": self.reason}
+
+
+def parse_cpu_operators(stdout: str) -> list[CpuOperator]:
+    """Operators Vela placed on the CPU, with Vela's reason for each.
+
+    Reasons come from Vela's "Warning (supported operators)" blocks (the
+    TFLite operator type); the "CPU: ..." lines of the network summary list
+    what actually stayed on the CPU.
+    """
+    lines = stdout.splitlines()
+    reasons: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(lines):
+        m = _WARNING_RE.match(lines[i].strip())
+        if m:
+            text: list[str] = []
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not _WARNING_RE.match(lines[j].strip()):
+                if not lines[j].startswith("#"):
+                    text.append(lines[j].strip().removeprefix("Reason: "))
+                j += 1
+            reasons[m.group("name")] = (m.group("op"), " ".join(text))
+            i = j
+        else:
+            i += 1
+    found: list[CpuOperator] = []
+    for line in lines:
+        m = _CPU_RE.match(line)
+        if m:
+            name = m.group("name")
+            op, reason = reasons.get(name, (m.group("op"), "Vela gave no reason"))
+            found.append(CpuOperator(op, name, reason or "Vela gave no reason"))
+    if not found:  # summary lines absent (older Vela): fall back to the warnings alone
+        found = [CpuOperator(op, name, reason) for name, (op, reason) in reasons.items()]
+    return found
+
+
+_COUNT_RE = re.compile(r"^(CPU|NPU) operators = (\d+)")
+
+
+def parse_operator_counts(stdout: str) -> dict[str, int]:
+    counts = {}
+    for line in stdout.splitlines():
+        m = _COUNT_RE.match(line.strip())
+        if m:
+            counts[m.group(1).lower()] = int(m.group(2))
+    return counts
+
+
+def summary_metrics(summary: dict[str, Any], target: Target, layers: list[dict[str, Any]]) -> dict[str, Metric]:
+    """Metrics with units from Vela's summary, converted where they are parsed (KiB -> bytes)."""
+
+    def est(value: Any, unit: str) -> Metric:
+        if value is None:
+            return Metric.missing(unit, "estimated", "Vela reported no value (nan)")
+        return Metric(value, unit, "estimated")
+
+    def kib(key: str) -> Metric:
+        v = summary.get(key)
+        return est(None if v is None else int(round(v * KIB)), "B")
+
+    def integer(key: str, unit: str) -> Metric:
+        v = summary.get(key)
+        return est(None if v is None else int(v), unit)
+
+    m: dict[str, Metric] = {
+        "sram_bytes": kib("sram_memory_used"),
+        "dram_bytes": kib("dram_memory_used"),
+        "on_chip_flash_bytes": kib("on_chip_flash_memory_used"),
+        "off_chip_flash_bytes": kib("off_chip_flash_memory_used"),
+        "original_weights_bytes": integer("total_original_weights", "B"),
+        "encoded_weights_bytes": integer("total_npu_encoded_weights", "B"),
+        "npu_cycles": integer("cycles_npu", "cycles"),
+        "total_cycles": integer("cycles_total", "cycles"),
+        "macs": integer("nn_macs", "MAC"),
+        "vela_core_clock_hz": integer("core_clock", "Hz"),
+        "vela_inference_time_s": est(summary.get("inference_time"), "s"),
+        "vela_inferences_per_second": est(summary.get("inferences_per_second"), "1/s"),
+    }
+    flash = sum(summary.get(k) or 0 for k in ("on_chip_flash_memory_used", "off_chip_flash_memory_used"))
+    m["flash_bytes"] = Metric(int(round(flash * KIB)), "B", "estimated")
+    cycles = summary.get("cycles_total")
+    macs = summary.get("nn_macs")
+    if cycles:
+        latency = cycles / target.npu_hz
+        m["latency_ms"] = Metric(latency * 1e3, "ms", "estimated")
+        m["inferences_per_second"] = Metric(1.0 / latency, "1/s", "estimated")
+        if macs is not None:
+            m["mac_utilization"] = Metric(100.0 * macs / (cycles * target.macs_per_cycle), "%", "estimated")
+        else:
+            m["mac_utilization"] = Metric.missing("%", "estimated", "Vela reported no MAC count")
+    else:
+        for key, unit in (("latency_ms", "ms"), ("inferences_per_second", "1/s"), ("mac_utilization", "%")):
+            m[key] = Metric.missing(unit, "estimated", "Vela reported no cycle count")
+    m["layers"] = Metric(len(layers), "count", "estimated")
+    return m
+
+
+def find_vela_outputs(out_dir: Path, model_stem: str) -> dict[str, Path]:
+    found = {
+        "vela_model": out_dir / f"{model_stem}_vela.tflite",
+        "per_layer_csv": out_dir / f"{model_stem}_per-layer.csv",
+    }
+    summaries = sorted(out_dir.glob(f"{model_stem}_summary_*.csv"))
+    if summaries:
+        found["summary_csv"] = summaries[0]
+    return {k: v for k, v in found.items() if v.is_file()}
