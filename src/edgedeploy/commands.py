@@ -153,3 +153,20 @@ def targets_show(name: str = typer.Argument(..., help="Target name or TOML file.
 
     with guard():
         typer.echo(dumps(get_target(name).to_dict()))
+
+
+def _register_command_modules() -> None:
+    """Attach the commands that live in their own modules (each has ``register(app)``)."""
+    import importlib
+
+    for name in ("cli_optimize", "cli_report", "cli_export", "cli_fvp"):
+        try:
+            module = importlib.import_module(f"edgedeploy.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"edgedeploy.{name}":
+                continue
+            raise
+        module.register(app)
+
+
+_register_command_modules()

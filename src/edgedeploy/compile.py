@@ -181,9 +181,12 @@ def compile_variants(
                     job = future.result()
                     if job.returncode != 0:
                         tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+                        shown = _source_of(ctx, spec.parent) or model
                         raise ToolFailedError(
-                            f"Vela failed on {model} for {target.name} (exit {job.returncode}): {tail}",
-                            "check that the model is a valid full-int8 TFLite model Vela supports",
+                            f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
+                            f"check the target's Vela settings ({target.vela_ini_path()}: "
+                            f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
+                            "full-int8 TFLite model",
                         )
                     result = _parse_compile(staged, model, target, args, log_path)
                     final = ctx.stage_dir(spec.id)
@@ -192,6 +195,7 @@ def compile_variants(
                     outcome.records.append(rec)
                 except EdgeDeployError as exc:
                     shutil.rmtree(staged, ignore_errors=True)
+                    _remove_empty_parents(staged.parent, ctx.run_dir)
                     record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
                     first_error = first_error or exc
             if first_error is not None:
@@ -202,11 +206,24 @@ def compile_variants(
     ctx.manifest.tools["ethos-u-vela"] = vela_backend.vela_version()
     ctx.manifest.save()
     if not options.allow_cpu_ops:
-        _check_cpu_fallback(outcome.records)
+        _check_cpu_fallback(ctx, outcome.records)
     return outcome
 
 
-def _check_cpu_fallback(records: Iterable[StageRecord]) -> None:
+def _source_of(ctx: RunContext, parent: str | None) -> str | None:
+    rec = ctx.manifest.records.get(parent) if parent else None
+    return rec.params.get("source") if rec is not None else None
+
+
+def _remove_empty_parents(folder: Path, stop: Path) -> None:
+    """Remove folders left empty by a failed stage, up to (not including) the run folder."""
+    folder, stop = folder.resolve(), stop.resolve()
+    while folder != stop and stop in folder.parents and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def _check_cpu_fallback(ctx: RunContext, records: Iterable[StageRecord]) -> None:
     bad = []
     for rec in records:
         for op in rec.details.get("cpu_operators", []):
@@ -215,7 +232,7 @@ def _check_cpu_fallback(records: Iterable[StageRecord]) -> None:
     if bad:
         rec, op = bad[0]
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
-        model = rec.inputs[0].path if rec.inputs else rec.variant
+        model = _source_of(ctx, rec.parent) or (rec.inputs[0].path if rec.inputs else rec.variant)
         raise CpuFallbackError(
             f"{model}: operator {op['op']} '{op['name']}' falls back to the CPU on {rec.target}{more} "
             f"({op['reason']})",

@@ -1,0 +1,71 @@
+"""The one module that imports TensorFlow, tf_keras and TFMOT.
+
+TFMOT works only with Keras 2 (``tf_keras``); ``TF_USE_LEGACY_KERAS=1`` must be
+set before TensorFlow is first imported, or ``tf.keras`` stays Keras 3 and
+TFMOT rejects the model. Everything else gets TensorFlow from here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from types import SimpleNamespace
+
+from .errors import InvalidInputError, ToolMissingError
+
+EXPECTED = {"tensorflow": "2.21.0", "tf-keras": "2.21.0", "tensorflow-model-optimization": "0.8.1"}
+
+
+@lru_cache(maxsize=1)
+def load() -> SimpleNamespace:
+    """Import TF, tf_keras and TFMOT once, configured for Keras 2, and check their versions."""
+    if "tensorflow" in sys.modules and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        import tensorflow as tf_already
+
+        if not tf_already.keras.__version__.startswith("2."):
+            raise InvalidInputError(
+                "TensorFlow was imported before edgedeploy with Keras 3 as tf.keras",
+                "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
+            )
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+        import tf_keras
+        import tensorflow_model_optimization as tfmot
+    except ImportError as exc:
+        raise ToolMissingError(
+            f"TensorFlow stack is not installed ({exc.name})",
+            "pip install tensorflow==2.21.0 tf-keras==2.21.0 tensorflow-model-optimization==0.8.1",
+        ) from exc
+    tf.get_logger().setLevel("ERROR")
+    return SimpleNamespace(tf=tf, keras=tf_keras, tfmot=tfmot, versions=versions())
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in EXPECTED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and TensorFlow, and ask TF for deterministic kernels."""
+    import random
+
+    import numpy as np
+
+    env = load()
+    random.seed(seed)
+    np.random.seed(seed)
+    env.tf.random.set_seed(seed)
+    env.keras.utils.set_random_seed(seed)
+    try:
+        env.tf.config.experimental.enable_op_determinism()
+    except Exception:  # not available on every build; results are then seeded but not bit-exact
+        pass

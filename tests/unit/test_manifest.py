@@ -1,0 +1,82 @@
+"""Manifest round trip, stage caching and all-or-nothing outputs (no TF, no Vela)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgedeploy.errors import InvalidInputError, ToolFailedError
+from edgedeploy.manifest import Manifest, Metric
+from edgedeploy.stages import RunContext, StageResult, StageSpec, run_stage
+
+
+def _stage(calls, fail=False):
+    def fn(out):
+        calls.append(out)
+        (out / "a.txt").write_text("hello")
+        if fail:
+            raise ToolFailedError("boom", "fix it")
+        return StageResult(outputs={"text": out / "a.txt"}, metrics={"n": Metric(5, "count", "computed")})
+
+    return fn
+
+
+def test_stage_runs_records_and_is_reused(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("x")
+    ctx = RunContext.open(tmp_path / "run")
+    calls = []
+    spec = StageSpec("demo", "v1", params={"k": 1})
+    rec = run_stage(ctx, spec, {"src": src}, _stage(calls))
+    assert rec.status == "ok" and rec.output("text").path == "demo/v1/a.txt"
+    assert (tmp_path / "run" / "demo" / "v1" / "a.txt").read_text() == "hello"
+    data = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert data["schema"] == "edgedeploy.manifest" and data["stages"][0]["metrics"]["n"] == {
+        "value": 5, "unit": "count", "mode": "computed"}
+
+    # same inputs and params: reused, not run again (also from a fresh load of the manifest)
+    ctx2 = RunContext.open(tmp_path / "run")
+    run_stage(ctx2, spec, {"src": src}, _stage(calls))
+    assert len(calls) == 1
+    # changed params or inputs: run again
+    run_stage(ctx2, StageSpec("demo", "v1", params={"k": 2}), {"src": src}, _stage(calls))
+    assert len(calls) == 2
+    src.write_text("y")
+    run_stage(ctx2, StageSpec("demo", "v1", params={"k": 2}), {"src": src}, _stage(calls))
+    assert len(calls) == 3
+    # a damaged output is not reused
+    (tmp_path / "run" / "demo" / "v1" / "a.txt").write_text("tampered")
+    run_stage(ctx2, StageSpec("demo", "v1", params={"k": 2}), {"src": src}, _stage(calls))
+    assert len(calls) == 4
+
+
+def test_failed_stage_leaves_no_output_and_keeps_earlier_result(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("x")
+    ctx = RunContext.open(tmp_path / "run")
+    run_stage(ctx, StageSpec("demo", "v1"), {"src": src}, _stage([]))
+    src.write_text("changed")
+    with pytest.raises(ToolFailedError):
+        run_stage(ctx, StageSpec("demo", "v1"), {"src": src}, _stage([], fail=True))
+    assert (tmp_path / "run" / "demo" / "v1" / "a.txt").read_text() == "hello"  # the old complete result
+    leftovers = [p.name for p in (tmp_path / "run" / "demo").iterdir() if p.name != "v1"]
+    assert leftovers == []
+    rec = Manifest.load(tmp_path / "run").records["demo/v1"]
+    assert rec.status == "failed" and "boom" in rec.error
+
+
+def test_missing_metric_is_unavailable_with_reason():
+    d = Metric.missing("B", "estimated", "Vela reported no value").to_dict()
+    assert d == {"value": None, "unit": "B", "mode": "estimated", "unavailable": "Vela reported no value"}
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(InvalidInputError, match="has no manifest.json"):
+        Manifest.load(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(InvalidInputError, match="not valid JSON"):
+        Manifest.load(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"schema": "other"}')
+    with pytest.raises(InvalidInputError, match="not an edgedeploy manifest"):
+        Manifest.load(tmp_path)

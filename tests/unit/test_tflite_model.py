@@ -1,0 +1,77 @@
+"""The flatbuffer reader: real models read correctly; bad files give one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgedeploy.errors import InvalidInputError
+from edgedeploy.tflite_model import check_int8_model, read_tflite, require_integer_model
+
+pytestmark = pytest.mark.requires_data
+
+
+def test_reads_mlperf_dscnn(dscnn_int8):
+    m = read_tflite(dscnn_int8)
+    assert m.size == dscnn_int8.stat().st_size
+    (inp,) = m.inputs
+    assert inp.shape == (1, 49, 10, 1) and inp.dtype == "int8"
+    assert inp.scale == pytest.approx((0.5847029089927673,)) and inp.zero_point == (83,)
+    assert m.outputs[0].dtype == "int8" and m.outputs[0].shape == (1, 12)
+    assert m.op_counts == {"CONV_2D": 5, "DEPTHWISE_CONV_2D": 4, "AVERAGE_POOL_2D": 1, "RESHAPE": 1,
+                           "FULLY_CONNECTED": 1, "SOFTMAX": 1}
+    assert m.is_integer()
+    require_integer_model(m)
+
+
+def test_float_io_with_int8_inside_is_accepted(shared_data):
+    m = read_tflite(shared_data / "kws" / "ds_cnn_s_arm_int8.tflite")
+    assert m.inputs[0].dtype == "float32"
+    assert m.op_counts["QUANTIZE"] == 1 and m.op_counts["DEQUANTIZE"] == 1
+    assert m.is_integer()
+
+
+def _copy(src, dst, data: bytes | None = None):
+    dst.write_bytes(src.read_bytes() if data is None else data)
+    return dst
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        read_tflite(tmp_path / "nope.tflite")
+
+
+def test_empty_file(tmp_path):
+    with pytest.raises(InvalidInputError, match="is empty"):
+        read_tflite(_copy(None, tmp_path / "e.tflite", b""))
+
+
+def test_not_a_tflite_file(tmp_path, shared_data):
+    path = _copy(shared_data / "kws" / "dscnn_mlperf_float.h5", tmp_path / "model.tflite")
+    with pytest.raises(InvalidInputError) as err:
+        read_tflite(path)
+    assert "not a TFLite flatbuffer" in err.value.one_line() and str(path) in err.value.one_line()
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, 0.99])
+def test_truncated_file(tmp_path, dscnn_int8, keep):
+    data = dscnn_int8.read_bytes()
+    path = _copy(None, tmp_path / "cut.tflite", data[: int(len(data) * keep)])
+    with pytest.raises(InvalidInputError, match="truncated|corrupt"):
+        read_tflite(path)
+
+
+def test_vela_output_is_refused_as_compile_input(tmp_path, shared_data):
+    # A Vela-compiled model holds one ethos-u custom operator.
+    from edgedeploy.tflite_model import OP_CUSTOM
+
+    m = read_tflite(shared_data / "kws" / "dscnn_mlperf_int8.tflite")
+    assert not m.has_ethos_u_op() and OP_CUSTOM == 32
+
+
+def test_check_int8_model_raises_picklable_error(tmp_path):
+    import pickle
+
+    with pytest.raises(InvalidInputError) as err:
+        check_int8_model(str(tmp_path / "missing.tflite"))
+    again = pickle.loads(pickle.dumps(err.value))
+    assert again.one_line() == err.value.one_line() and again.hint
