@@ -6,6 +6,7 @@ alone turns errors into one-line messages and exit codes.
 
 from __future__ import annotations
 
+import os
 import sys
 
 _PREWARMED = None
@@ -18,12 +19,19 @@ def _prewarm_vela_pool(argv: list[str]) -> None:
         return
     if not any(a.endswith(".tflite") for a in argv[2:]):
         return  # project files run TensorFlow first; workers are started later
-    jobs = None
+    jobs, out = None, "edgedeploy-out"
     for i, a in enumerate(argv):
-        if a in ("--jobs", "-j") and i + 1 < len(argv) and argv[i + 1].isdigit():
-            jobs = int(argv[i + 1])
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in ("--jobs", "-j") and value.isdigit():
+            jobs = int(value)
         elif a.startswith("--jobs=") and a[7:].isdigit():
             jobs = int(a[7:])
+        elif a in ("--out", "-o"):
+            out = value
+        elif a.startswith("--out="):
+            out = a[6:]
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return  # a re-run: most results are likely reused, so workers start only if something needs compiling
     n_targets = sum(1 for a in argv if a in ("--target", "-t") or a.startswith("--target="))
     n_models = sum(1 for a in argv[2:] if a.endswith(".tflite"))
     from .vela_pool import VelaPool, default_jobs

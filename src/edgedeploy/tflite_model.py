@@ -257,7 +257,7 @@ def require_integer_model(model: TfliteModel) -> None:
         kinds = sorted({o.op for o in floats})
         raise InvalidInputError(
             f"{model.path} is a float model ({len(floats)} of {len(model.operators)} operators compute in float: "
-            f"{', '.join(kinds[:5])}); Vela would place them all on the CPU",
+            f"{', '.join(kinds[:5])}); Vela would leave {'it' if len(floats) == 1 else 'them'} on the CPU",
             "convert it to full int8 first: `edgedeploy optimize MODEL.h5 --data DATA.npz --leaves ptq`",
         )
 
@@ -265,3 +265,78 @@ def require_integer_model(model: TfliteModel) -> None:
 def check_int8_model(path: str) -> None:
     """Read ``path`` and require an integer model; runs in a worker process as well as here."""
     require_integer_model(read_tflite(path))
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    """A constant weight tensor (rank >= 2, stored in the file) and the operator that reads it."""
+
+    name: str
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    quantized_dimension: int
+    scale: tuple[float, ...]
+    data: bytes
+
+    def values(self):
+        """The stored values as a NumPy array of ``shape`` (integers stay integers)."""
+        import numpy as np
+
+        kinds = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32,
+                 "float16": np.float16}
+        if self.dtype not in kinds:
+            raise InvalidInputError(f"weight tensor '{self.name}' has type {self.dtype}", "expected an int8 model")
+        return np.frombuffer(self.data, dtype=kinds[self.dtype]).reshape(self.shape)
+
+
+def read_weight_tensors(path: Path | str) -> list[WeightTensor]:
+    """Constant tensors of rank >= 2 that operators read (filters and fully-connected weights), in operator order."""
+    from flatbuffers import encode, packer
+    from flatbuffers import number_types as N
+
+    path = Path(path)
+    read_tflite(path)  # the same checks and one-line errors as for any model
+    data = bytearray(path.read_bytes())
+    model = _Table(data, encode.Get(packer.uoffset, data, 0))
+    buffers = model.tables(4)
+    codes = [(max(oc.scalar(0, N.Int8Flags), oc.scalar(3, N.Int32Flags)), oc.string(1)) for oc in model.tables(1)]
+    sg = model.tables(2)[0]
+    tensors = sg.tables(0)
+    found: list[WeightTensor] = []
+    seen: set[int] = set()
+    for op in sg.tables(3):
+        code, custom = codes[op.scalar(0, N.Uint32Flags)]
+        op_name = f"CUSTOM:{custom}" if code == OP_CUSTOM else _op_names().get(code, str(code))
+        for j in op.scalars(1, N.Int32Flags):
+            if j < 0 or j in seen:
+                continue
+            t = tensors[j]
+            shape = tuple(int(d) for d in t.scalars(0, N.Int32Flags))
+            b = t.scalar(2, N.Uint32Flags)
+            if len(shape) < 2 or not 0 < b < len(buffers):
+                continue
+            buf = buffers[b]
+            offset, size = buf.scalar(1, N.Uint64Flags), buf.scalar(2, N.Uint64Flags)
+            if offset > 1:
+                raw = bytes(data[offset : offset + size])
+            elif buf.length(0):
+                start = buf.t.Vector(buf._off(0))
+                raw = bytes(data[start : start + buf.length(0)])
+            else:
+                continue  # not a constant
+            code_t = t.scalar(1, N.Int8Flags)
+            q = t.table(4)
+            seen.add(j)
+            found.append(
+                WeightTensor(
+                    name=t.string(3),
+                    op=op_name,
+                    shape=shape,
+                    dtype=DTYPES[code_t] if 0 <= code_t < len(DTYPES) else f"type{code_t}",
+                    quantized_dimension=q.scalar(6, N.Int32Flags) if q is not None else 0,
+                    scale=tuple(float(s) for s in q.scalars(2, N.Float32Flags)) if q is not None else (),
+                    data=raw,
+                )
+            )
+    return found

@@ -16,3 +16,31 @@ def float_tflite(shared_data, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("float") / "dscnn_float.tflite"
     path.write_bytes(converter.convert())
     return path
+
+
+@pytest.fixture(scope="session")
+def reverse_tflite(tmp_path_factory) -> Path:
+    """A small full-int8 model with a REVERSE_V2 that Ethos-U55 cannot run (Ethos-U85 can).
+
+    Calibrated on seeded random inputs: the test is about operator placement, not accuracy.
+    """
+    import numpy as np
+
+    from edgedeploy import tfenv
+
+    env = tfenv.load()
+    tf, keras = env.tf, env.keras
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 4), batch_size=1)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    x = keras.layers.Lambda(lambda t: tf.reverse(t, axis=[1]))(x)
+    out = keras.layers.Dense(4)(keras.layers.Flatten()(x))
+    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    converter.representative_dataset = lambda: ([rng.normal(size=(1, 8, 8, 4)).astype("float32")] for _ in range(16))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    path = tmp_path_factory.mktemp("reverse") / "reverse_int8.tflite"
+    path.write_bytes(converter.convert())
+    return path

@@ -200,3 +200,16 @@ def test_bad_optimise_value(shared_data, tmp_path):
 def test_no_arguments_shows_help_and_fails():
     proc = run_cli()
     assert proc.returncode != 0 and "compile" in (proc.stdout + proc.stderr)
+
+
+def test_cpu_fallback_is_an_error_unless_allowed(reverse_tflite, tmp_path):
+    proc = run_cli("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a")
+    _assert_clean_failure(proc, 7, str(reverse_tflite), "REVERSE_V2", "falls back to the CPU on ethos-u55-128",
+                          "--allow-cpu-ops")
+    proc = run_cli("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a", "--allow-cpu-ops", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (res,) = json.loads(proc.stdout)["results"]
+    assert res["metrics"]["cpu_operators"]["value"] == 1
+    assert res["cpu_operators"][0]["op"] == "REVERSE_V2" and res["cpu_operators"][0]["reason"]
+    # Ethos-U85 runs REVERSE_V2 on the NPU
+    assert run_cli("compile", reverse_tflite, "-t", "ethos-u85-128", "-o", tmp_path / "b").returncode == 0

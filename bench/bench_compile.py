@@ -1,0 +1,76 @@
+"""Wall time of `edgedeploy compile` against bare `vela` on real models.
+
+Prints three figures:
+  1. one model on one target: edgedeploy / bare vela (median of N runs each)
+  2. 3 models x 4 targets with --jobs 2: edgedeploy / sum of 12 sequential bare vela runs
+  3. an unchanged re-run of (2): seconds
+
+Run: python bench/bench_compile.py [--repeat N] [--data ../shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ["kws/dscnn_mlperf_int8.tflite", "ic/resnet8_mlperf_int8.tflite", "kws/ds_cnn_s_arm_int8.tflite"]
+TARGETS = ["ethos-u55-128", "ethos-u55-64", "ethos-u65-256", "ethos-u85-256"]
+BIN = Path(sys.executable).parent
+
+
+def timed(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def bare_vela(model: Path, target: str, out: Path) -> list[str]:
+    sys.path.insert(0, str(REPO / "src"))
+    from edgedeploy.targets import get_target
+
+    t = get_target(target)
+    return [str(BIN / "vela"), str(model), "--accelerator-config", t.accelerator_config, "--config",
+            str(t.vela_ini_path()), "--system-config", t.vela.system_config, "--memory-mode", t.vela.memory_mode,
+            "--output-dir", str(out), "--verbose-performance", "--show-cpu-operations"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    args = ap.parse_args()
+    edgedeploy = str(BIN / "edgedeploy")
+    work = Path(tempfile.mkdtemp(prefix="edgedeploy-bench-"))
+    models = [args.data / m for m in MODELS]
+    try:
+        # warm the file cache once
+        timed(bare_vela(models[0], TARGETS[0], work / "warm"))
+        ours, bare = [], []
+        for i in range(args.repeat):
+            ours.append(timed([edgedeploy, "compile", str(models[0]), "-t", TARGETS[0], "-o", str(work / f"one{i}"), "--json"]))
+            bare.append(timed(bare_vela(models[0], TARGETS[0], work / f"bare{i}")))
+        o, b = statistics.median(ours), statistics.median(bare)
+        print(f"1 model x 1 target   edgedeploy {o:.3f} s  bare vela {b:.3f} s  ratio {o / b:.2f}  (goal <= 1.05)")
+
+        seq = sum(timed(bare_vela(m, t, work / f"seq-{m.stem}-{t}")) for m in models for t in TARGETS)
+        cmd = [edgedeploy, "compile", *map(str, models), "--jobs", "2", "--allow-cpu-ops", "-o", str(work / "sweep"), "--json"]
+        for t in TARGETS:
+            cmd += ["-t", t]
+        sweep = timed(cmd)
+        print(f"3 models x 4 targets edgedeploy --jobs 2 {sweep:.3f} s  sum of 12 bare vela runs {seq:.3f} s  "
+              f"ratio {sweep / seq:.2f}  (goal <= 0.30)")
+        rerun = statistics.median(timed(cmd) for _ in range(args.repeat))
+        print(f"unchanged re-run     {rerun:.3f} s  (goal < 1 s)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
