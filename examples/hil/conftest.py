@@ -1,0 +1,36 @@
+"""Connects the HIL tests in this folder to a device.
+
+Here the "device" is the TensorFlow Lite Micro interpreter on the host, running
+the bundle's int8 model (the reference the golden vectors came from), so the
+tests run anywhere. On hardware, return your own transport instead, e.g. over
+a serial port whose firmware reads one input and answers with the outputs:
+
+    import serial
+    from edgedeploy.testing import stream_transport
+
+    @pytest.fixture(scope="session")
+    def device(golden_bundle):
+        port = serial.Serial("/dev/ttyACM0", 115200, timeout=10)
+        yield stream_transport(port, golden_bundle)
+        port.close()
+
+or through files with semihosting on an FVP:
+
+    from edgedeploy.testing import command_transport
+
+    @pytest.fixture(scope="session")
+    def device(tmp_path_factory):
+        work = tmp_path_factory.mktemp("fvp")
+        return command_transport(
+            ["FVP_Corstone_SSE-300_Ethos-U55", "-a", "hil.elf", "-C", "mps3_board.uart0.out_file=-"],
+            input_file=work / "input.bin", output_file=work / "output.bin", cwd=work)
+"""
+
+import pytest
+
+from edgedeploy.testing import host_reference_transport
+
+
+@pytest.fixture(scope="session")
+def device(golden_bundle):
+    return host_reference_transport(golden_bundle)
