@@ -7,8 +7,11 @@ TFMOT rejects the model. Everything else gets TensorFlow from here.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+import warnings
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
@@ -30,11 +33,14 @@ def load() -> SimpleNamespace:
                 "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
             )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
     try:
-        import tensorflow as tf
-        import tf_keras
-        import tensorflow_model_optimization as tfmot
+        with _quiet_native_stderr():
+            import tensorflow as tf
+            import tf_keras
+            import tensorflow_model_optimization as tfmot
     except ImportError as exc:
         raise ToolMissingError(
             f"TensorFlow stack is not installed ({exc.name})",
@@ -42,6 +48,27 @@ def load() -> SimpleNamespace:
         ) from exc
     tf.get_logger().setLevel("ERROR")
     return SimpleNamespace(tf=tf, keras=tf_keras, tfmot=tfmot, versions=versions())
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hide the C++ start-up chatter TensorFlow writes straight to fd 2 (absl, CUDA probing) while importing.
+
+    Python exceptions still propagate; ``-vv`` (debug logging) or ``EDGEDEPLOY_TF_LOGS=1`` shows everything.
+    """
+    if os.environ.get("EDGEDEPLOY_TF_LOGS") == "1" or logging.getLogger("edgedeploy").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def versions() -> dict[str, str]:

@@ -1,0 +1,103 @@
+"""`edgedeploy optimize`: the deployment tree on a Keras model and real data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("optimize")(optimize_cmd)
+
+
+def optimize_cmd(
+    model: Path = typer.Argument(..., help="Keras 2 model (.h5 or .keras, loaded with tf_keras)."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test."),
+    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),
+    leaves: Optional[str] = typer.Option(None, "--leaves", help="Comma-separated leaves, e.g. ptq,pcqat (default: all)."),
+    sparsity: Optional[float] = typer.Option(None, "--sparsity", help="Target sparsity of pruned layers (default 0.5)."),
+    clusters: Optional[int] = typer.Option(None, "--clusters", help="Clusters per weight tensor (default 16)."),
+    per_channel_clusters: Optional[bool] = typer.Option(None, "--per-channel-clusters/--per-tensor-clusters",
+                                                        help="Cluster Conv2D kernels per output channel."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Fine-tuning epochs per stage (default 4)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Training batch size (default 64)."),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", help="Adam learning rate (default 1e-4)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
+    float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
+    trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
+    json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+) -> None:
+    """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
+    from .commands import guard, out_console
+    from .render import dumps
+
+    with guard():
+        from .optimize import optimize
+        from .recipe import load_recipe
+
+        overrides = {
+            "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
+            "sparsity": sparsity, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
+            "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
+            "float_io": float_io,
+        }
+        r = load_recipe(recipe, overrides)
+        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)
+        doc = leaves_json(outcome)
+        if json_out:
+            typer.echo(dumps(doc))
+        else:
+            out_console.print(leaves_table(doc))
+            from .commands import err_console
+
+            for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
+                for w in rec.warnings:
+                    err_console.print(f"[yellow]warning:[/] {rec.id}: {w}", highlight=False)
+            err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}", highlight=False)
+
+
+def leaves_json(outcome) -> dict:
+    from . import __version__
+
+    base = outcome.leaves.get("ptq")
+    base_gzip = base.metric("gzip_bytes") if base else None
+    base_acc = base.metric("int8_accuracy") if base else None
+    leaves = []
+    for leaf, rec in outcome.leaves.items():
+        m = {k: v.to_dict() for k, v in rec.metrics.items()}
+        gz, acc = rec.metric("gzip_bytes"), rec.metric("int8_accuracy")
+        kept = [r for r in rec.details.get("preservation", []) if r["status"] not in ("ok",)]
+        leaves.append({
+            "leaf": leaf,
+            "node": rec.details.get("node"),
+            "metrics": m,
+            "delta_int8_accuracy_vs_ptq": None if base_acc is None or acc is None else round(acc - base_acc, 3),
+            "gzip_compression_vs_ptq_pct": None if not base_gzip or gz is None else round(100 * (1 - gz / base_gzip), 2),
+            "int8_model": rec.output("int8_model").path,
+            "preservation_notes": kept,
+            "warnings": rec.warnings,
+        })
+    return {"schema": "edgedeploy.optimize", "schema_version": 1, "edgedeploy_version": __version__,
+            "run_dir": str(outcome.run_dir), "leaves": leaves}
+
+
+def leaves_table(doc: dict):
+    from rich.table import Table
+
+    from .render import fmt_bytes, fmt_num
+
+    t = Table(title="Deployment tree leaves (accuracy on the evaluation split)", title_justify="left")
+    for h in ("Leaf", "Float acc (%)", "Int8 acc (%)", "Δ vs ptq (pt)", "TFLite", "gzip", "gzip vs ptq (%)", "Notes"):
+        t.add_column(h, justify="left" if h in ("Leaf", "Notes") else "right")
+    for leaf in doc["leaves"]:
+        m = leaf["metrics"]
+        notes = {f"{r['layer']}: {r['status']}" for r in leaf["preservation_notes"] if r["status"] != "not optimized"}
+        depthwise = any(r["status"] == "not optimized" for r in leaf["preservation_notes"])
+        text = "; ".join(sorted(notes)[:3]) + ("; depthwise kept dense (TFMOT)" if depthwise else "")
+        t.add_row(leaf["leaf"], fmt_num(m["float_accuracy"]["value"], 2), fmt_num(m["int8_accuracy"]["value"], 2),
+                  fmt_num(leaf["delta_int8_accuracy_vs_ptq"], 2), fmt_bytes(m["tflite_bytes"]["value"]),
+                  fmt_bytes(m["gzip_bytes"]["value"]), fmt_num(leaf["gzip_compression_vs_ptq_pct"], 1), text.strip("; "))
+    return t

@@ -1,0 +1,146 @@
+"""Full-int8 TFLite conversion, calibrated on real samples, and accuracy on the host."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ToolFailedError
+
+log = logging.getLogger("edgedeploy")
+
+
+def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False) -> bytes:
+    """Convert ``model`` to full-int8 TFLite with a fixed batch size of 1.
+
+    PTQ models are calibrated on ``calibration_x`` (real samples from the fine-tune split); QAT models carry
+    their own ranges, and ``calibration_x`` is None for them.
+    """
+    from . import tfenv
+
+    tf = tfenv.load().tf
+    shape = [1, *model.input_shape[1:]]
+    fn = tf.function(lambda t: model(t, training=False))
+    concrete = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32))
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if calibration_x is not None:
+        samples = calibration_x.astype(np.float32)
+
+        def representative():
+            for i in range(len(samples)):
+                yield [samples[i : i + 1]]
+
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if not float_io:
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
+    try:
+        result = converter.convert()
+    except Exception as exc:  # the converter raises assorted errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolFailedError(f"int8 conversion failed: {first}",
+                              "a layer may have no int8 kernel in TFLite; check the model's operators") from exc
+    _require_full_int8(result)
+    return result
+
+
+def _require_full_int8(data: bytes) -> None:
+    import tempfile
+
+    from .tflite_model import read_tflite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "converted.tflite"
+        path.write_bytes(data)
+        floats = read_tflite(path).float_compute_ops()
+    if floats:
+        raise ToolFailedError(
+            f"int8 conversion left {len(floats)} operators in float ({', '.join(sorted({o.op for o in floats}))})",
+            "these layers have no int8 kernel in TFLite; replace them or quantize them with QAT",
+        )
+
+
+def gzip_size(data: bytes) -> int:
+    return len(gzip.compress(data, compresslevel=9, mtime=0))
+
+
+def keras_accuracy(model, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> float:
+    probs = model.predict(x, batch_size=batch_size, verbose=0)
+    return float(np.mean(np.argmax(probs, axis=-1) == y)) * 100.0
+
+
+def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.ndarray:
+    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs.
+
+    The interpreter is resized to a batch when that gives the same answers as batch 1 on the first
+    samples; otherwise it runs one sample at a time.
+    """
+    from . import tfenv
+
+    tf = tfenv.load().tf
+
+    def interpreter():
+        it = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
+        it.allocate_tensors()
+        return it
+
+    it = interpreter()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    xq = quantize_input(x, inp)
+
+    def one(it_, xs):
+        res = []
+        for i in range(len(xs)):
+            it_.set_tensor(inp["index"], xs[i : i + 1])
+            it_.invoke()
+            res.append(it_.get_tensor(out["index"]).copy())
+        return np.concatenate(res)
+
+    probe = xq[: min(8, len(xq))]
+    reference = one(it, probe)
+    batched = None
+    try:
+        bt = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
+        bt.resize_tensor_input(inp["index"], [len(probe), *inp["shape"][1:]], strict=False)
+        bt.allocate_tensors()
+        bt.set_tensor(inp["index"], probe)
+        bt.invoke()
+        if np.array_equal(bt.get_tensor(out["index"]), reference):
+            batched = bt
+    except Exception:  # a fixed-shape operator (e.g. RESHAPE to [1, N]) rules batching out
+        batched = None
+    if batched is None:
+        return one(it, xq)
+    results = []
+    for start in range(0, len(xq), batch):
+        chunk = xq[start : start + batch]
+        batched.resize_tensor_input(inp["index"], [len(chunk), *inp["shape"][1:]], strict=False)
+        batched.allocate_tensors()
+        batched.set_tensor(inp["index"], chunk)
+        batched.invoke()
+        results.append(batched.get_tensor(out["index"]).copy())
+    return np.concatenate(results)
+
+
+def quantize_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    dtype = detail["dtype"]
+    if dtype == np.float32:
+        return x.astype(np.float32)
+    scale, zero = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale + zero), info.min, info.max).astype(dtype)
+
+
+def tflite_accuracy(model_bytes: bytes, x: np.ndarray, y: np.ndarray) -> float:
+    outputs = tflite_predict(model_bytes, x)
+    return float(np.mean(np.argmax(outputs.reshape(len(x), -1), axis=-1) == y)) * 100.0
+
+
+def write_model(path: Path, data: bytes) -> None:
+    path.write_bytes(data)

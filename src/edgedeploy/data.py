@@ -1,0 +1,135 @@
+"""Real data for fine-tuning, calibration and evaluation, from an ``.npz`` file.
+
+Two layouts are understood:
+- ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
+- ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidInputError
+from .fsutil import sha256_file
+
+FIT, EVAL = 0, 1
+
+
+@dataclass
+class Dataset:
+    path: Path
+    layout: str
+    x_fit: np.ndarray
+    y_fit: np.ndarray
+    x_eval: np.ndarray
+    y_eval: np.ndarray
+    labels: list[str] | None
+    sha256: str
+    reshaped_from: tuple[int, ...] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path.resolve()),
+            "sha256": self.sha256,
+            "layout": self.layout,
+            "fit_split": "split == 0" if self.layout == "x/y/split" else "x_train",
+            "eval_split": "split == 1" if self.layout == "x/y/split" else "x_test",
+            "n_fit": int(len(self.x_fit)),
+            "n_eval": int(len(self.x_eval)),
+            "labels": self.labels,
+            "input_shape": list(self.x_fit.shape[1:]),
+            "reshaped_from": list(self.reshaped_from) if self.reshaped_from else None,
+        }
+
+
+def _fail(path: Path, what: str, hint: str) -> InvalidInputError:
+    return InvalidInputError(f"{path}: {what}", hint)
+
+
+def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int) -> Dataset:
+    """Load and check ``path`` against a model's input shape (without batch) and class count."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
+    try:
+        npz = np.load(path, allow_pickle=False)
+        arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
+    keys = set(arrays)
+    hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
+    if {"x", "y", "split"} <= keys:
+        split = arrays["split"]
+        if split.shape != (len(arrays["x"]),) or len(arrays["y"]) != len(arrays["x"]):
+            raise _fail(path, "x, y and split have different lengths", "give one split value and one label per sample")
+        unknown = sorted(set(np.unique(split).tolist()) - {FIT, EVAL})
+        if unknown:
+            raise _fail(path, f"split has values {unknown}; allowed values: 0 (fine-tune), 1 (evaluate)", hint_layout)
+        x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
+        x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
+        layout = "x/y/split"
+    elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
+        x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
+        layout = "train/test"
+        if len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval):
+            raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
+    else:
+        raise _fail(path, f"has arrays {sorted(keys)}, not a layout edgedeploy reads", hint_layout)
+    if len(x_fit) == 0:
+        raise _fail(path, "the fine-tune split is empty", "put samples with split == 0 (or x_train) in the file")
+    if len(x_eval) == 0:
+        raise _fail(path, "the evaluation split is empty", "put samples with split == 1 (or x_test) in the file")
+
+    reshaped_from = None
+    sample_shape = tuple(x_fit.shape[1:])
+    if sample_shape != tuple(input_shape):
+        squeeze = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
+        if squeeze(sample_shape) == squeeze(tuple(input_shape)):
+            reshaped_from = sample_shape
+            x_fit = x_fit.reshape((len(x_fit), *input_shape))
+            x_eval = x_eval.reshape((len(x_eval), *input_shape))
+        else:
+            raise _fail(
+                path,
+                f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
+                "give data shaped like the model input (without the batch axis)",
+            )
+    y_fit = _labels(path, y_fit, num_classes, "fine-tune")
+    y_eval = _labels(path, y_eval, num_classes, "evaluation")
+    names = None
+    for key in ("labels", "classes"):
+        if key in arrays and arrays[key].ndim == 1:
+            names = [str(v) for v in arrays[key].tolist()]
+            if len(names) != num_classes:
+                raise _fail(path, f"'{key}' names {len(names)} classes but the model has {num_classes} outputs",
+                            "use the data set that matches the model")
+            break
+    return Dataset(
+        path=path,
+        layout=layout,
+        x_fit=np.ascontiguousarray(x_fit, dtype=np.float32),
+        y_fit=y_fit,
+        x_eval=np.ascontiguousarray(x_eval, dtype=np.float32),
+        y_eval=y_eval,
+        labels=names,
+        sha256=sha256_file(path),
+        reshaped_from=reshaped_from,
+    )
+
+
+def _labels(path: Path, y: np.ndarray, num_classes: int, which: str) -> np.ndarray:
+    if y.ndim == 2 and y.shape[1] == num_classes:  # one-hot
+        y = y.argmax(axis=1)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise _fail(path, f"{which} labels must be integer class indices (or one-hot rows), got {y.dtype} {list(y.shape)}",
+                    "store class indices 0..C-1")
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= num_classes:
+        raise _fail(path, f"{which} labels range from {lo} to {hi} but the model has {num_classes} classes (0..{num_classes - 1})",
+                    "use the data set that matches the model, or fix the labels")
+    return y.astype(np.int64)

@@ -1,0 +1,211 @@
+"""Loading, checking and inspecting Keras 2 (tf_keras) models for the optimization stages."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import InvalidInputError
+from .preserve import WeightStats, stats
+
+KERNEL_LAYERS = ("Conv2D", "DepthwiseConv2D", "Dense")
+
+
+@dataclass(frozen=True)
+class ModelFileInfo:
+    path: Path
+    keras_version: str | None
+    lambda_layers: tuple[str, ...]
+    training_config: dict[str, Any] | None
+
+
+def _walk(config: Any) -> Iterator[dict]:
+    if isinstance(config, dict):
+        if "class_name" in config:
+            yield config
+        for v in config.values():
+            yield from _walk(v)
+    elif isinstance(config, list):
+        for v in config:
+            yield from _walk(v)
+
+
+def inspect_model_file(path: Path) -> ModelFileInfo:
+    """Read a model file's config without building it (no code from the file runs)."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"model {path} does not exist", "check the path to the .h5 or .keras model")
+    if path.suffix == ".h5":
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                attrs = dict(f.attrs)
+        except OSError as exc:
+            raise InvalidInputError(f"{path} is not a readable HDF5 Keras model ({exc})", "save the model with model.save('x.h5')") from exc
+        raw = attrs.get("model_config")
+        if raw is None:
+            raise InvalidInputError(f"{path} holds weights only, not a model", "save the whole model with model.save('x.h5')")
+        config = json.loads(raw if isinstance(raw, str) else raw.decode())
+        version = attrs.get("keras_version")
+        version = version.decode() if isinstance(version, bytes) else version
+        tc = attrs.get("training_config")
+        training = json.loads(tc if isinstance(tc, str) else tc.decode()) if tc is not None else None
+    elif path.suffix == ".keras":
+        try:
+            with zipfile.ZipFile(path) as z:
+                config = json.loads(z.read("config.json"))
+                meta = json.loads(z.read("metadata.json")) if "metadata.json" in z.namelist() else {}
+        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as exc:
+            raise InvalidInputError(f"{path} is not a readable .keras model ({exc})", "re-save the model") from exc
+        version = meta.get("keras_version")
+        training = config.get("compile_config")
+    else:
+        raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved with tf_keras (Keras 2)")
+    if version and str(version).startswith("3"):
+        raise InvalidInputError(
+            f"{path} was saved by Keras {version}; TFMOT can only wrap Keras 2 (tf_keras) models",
+            "re-create the model with tf_keras (import tf_keras as keras) and save it as .h5",
+        )
+    lambdas = tuple(c.get("config", {}).get("name", "?") for c in _walk(config) if c.get("class_name") == "Lambda")
+    return ModelFileInfo(path, version, lambdas, training)
+
+
+def load_model(path: Path, trust_lambda: bool = False):
+    """Load a Keras 2 model; refuse ``Lambda`` layers (they run code stored in the file) unless trusted."""
+    from . import tfenv
+
+    info = inspect_model_file(path)
+    if info.lambda_layers and not trust_lambda:
+        raise InvalidInputError(
+            f"{path} has Lambda layers ({', '.join(info.lambda_layers[:3])}) whose code would run on loading",
+            "pass --trust-lambda if you trust this file",
+        )
+    keras = tfenv.load().keras
+    try:
+        model = keras.models.load_model(path, compile=False, safe_mode=not trust_lambda) if path.suffix == ".keras" \
+            else keras.models.load_model(path, compile=False)
+    except Exception as exc:  # Keras raises many kinds of errors on bad files
+        raise InvalidInputError(f"{path} does not load with tf_keras ({type(exc).__name__}: {exc})".splitlines()[0],
+                                "check the file was saved by tf_keras 2.x") from exc
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise InvalidInputError(f"{path} has {len(model.inputs)} inputs and {len(model.outputs)} outputs",
+                                "the deployment tree needs a single-input, single-output classifier")
+    return model, info
+
+
+def clone(model):
+    """A fresh copy with the same weights: TFMOT wrappers change the layers they wrap."""
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def inner(layer):
+    """The layer inside TFMOT wrappers (or the layer itself)."""
+    while hasattr(layer, "layer") and hasattr(layer.layer, "weights"):
+        layer = layer.layer
+    return layer
+
+
+def base_name(name: str) -> str:
+    for prefix in ("quant_", "prune_low_magnitude_", "cluster_"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def kernel_of(layer):
+    """The kernel weights of a (possibly wrapped) Conv2D/DepthwiseConv2D/Dense layer, read by name."""
+    for w in layer.weights:
+        short = w.name.split("/")[-1]
+        if short in ("kernel:0", "depthwise_kernel:0"):
+            return w.numpy()
+    return None
+
+
+def keras_weight_stats(model) -> list[WeightStats]:
+    found = []
+    for layer in model.layers:
+        kind = inner(layer).__class__.__name__
+        if kind not in KERNEL_LAYERS:
+            continue
+        k = kernel_of(layer)
+        if k is None:
+            continue
+        # output channels: last axis of Conv2D/Dense kernels; the input-channel axis of depthwise kernels
+        axis = 2 if kind == "DepthwiseConv2D" else k.ndim - 1
+        found.append(stats(base_name(layer.name), kind, k, axis))
+    return found
+
+
+def separate_relu_layers(model) -> list[str]:
+    """Conv/Dense layers whose only consumer is a separate ReLU layer (QAT then skips their quantizers)."""
+    out = []
+    for layer in model.layers:
+        if inner(layer).__class__.__name__ not in KERNEL_LAYERS:
+            continue
+        consumers = [n.outbound_layer for n in layer._outbound_nodes]
+        if len(consumers) == 1 and _is_plain_relu(consumers[0]) and _linear(layer):
+            out.append(base_name(layer.name))
+    return out
+
+
+def _linear(layer) -> bool:
+    act = getattr(inner(layer), "activation", None)
+    return act is None or getattr(act, "__name__", "") == "linear"
+
+
+def _is_plain_relu(layer) -> bool:
+    name = layer.__class__.__name__
+    if name == "ReLU":
+        cfg = layer.get_config()
+        return cfg.get("max_value") is None and not cfg.get("negative_slope") and not cfg.get("threshold")
+    if name == "Activation":
+        return layer.get_config().get("activation") == "relu"
+    return False
+
+
+def fuse_separate_relu(model):
+    """Fold a separate ReLU into the Conv/Dense before it (same function, QAT-friendly). Returns (model, fused)."""
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    targets = set(separate_relu_layers(model))
+    if not targets or model.__class__.__name__ != "Functional":
+        return model, []
+    config = model.get_config()
+    layers = {l["name"]: l for l in config["layers"]}
+    rename: dict[str, str] = {}
+    fused = []
+    for layer in model.layers:
+        if layer.name not in targets:
+            continue
+        relu = layer._outbound_nodes[0].outbound_layer
+        layers[layer.name]["config"]["activation"] = "relu"
+        rename[relu.name] = layer.name
+        fused.append(layer.name)
+    config["layers"] = [l for l in config["layers"] if l["name"] not in rename]
+
+    def fix(obj):
+        if isinstance(obj, list):
+            if len(obj) >= 3 and isinstance(obj[0], str) and obj[0] in rename and isinstance(obj[1], int):
+                return [rename[obj[0]], *obj[1:]]
+            return [fix(v) for v in obj]
+        if isinstance(obj, dict):
+            return {k: fix(v) for k, v in obj.items()}
+        return obj
+
+    for l in config["layers"]:
+        l["inbound_nodes"] = fix(l["inbound_nodes"])
+    config["output_layers"] = fix(config["output_layers"])
+    config["input_layers"] = fix(config["input_layers"])
+    new = keras.Model.from_config(config)
+    new.set_weights(model.get_weights())
+    return new, fused

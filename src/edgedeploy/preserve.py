@@ -1,0 +1,137 @@
+"""Preservation checks: did sparsity and clusters survive each stage, in Keras and in the int8 TFLite?
+
+Pure NumPy over weight arrays: per layer, the fraction of zero weights, the number of distinct values per
+tensor and the largest number of distinct values in one output channel. Each node of the deployment tree
+promises what its techniques give (pruned nodes their sparsity, clustered nodes their clusters); a layer
+that loses it fails the stage, except where a known TFMOT limit applies, which is reported as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import PreservationError
+
+PRUNED_NODES = {"pruned", "pruned_clustered", "pqat", "pcqat"}
+CLUSTERED_NODES = {"clustered", "pruned_clustered", "cqat", "pcqat"}
+QAT_CLUSTER_NODES = {"cqat", "pcqat"}
+DEPTHWISE_NOTE = "TFMOT 0.8.1 does not prune or cluster DepthwiseConv2D kernels"
+
+
+@dataclass(frozen=True)
+class WeightStats:
+    layer: str
+    kind: str  # Conv2D, DepthwiseConv2D, Dense, ...
+    shape: tuple[int, ...]
+    sparsity: float
+    unique: int
+    max_unique_per_channel: int
+    channels: int
+    scales: int = 0  # quantization scales in an int8 tensor (1 = per tensor); 0 for float weights
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "kind": self.kind,
+            "shape": list(self.shape),
+            "sparsity": round(self.sparsity, 4),
+            "unique": self.unique,
+            "max_unique_per_channel": self.max_unique_per_channel,
+            "channels": self.channels,
+            "scales": self.scales,
+        }
+
+
+def stats(layer: str, kind: str, values: np.ndarray, channel_axis: int, scales: int = 0) -> WeightStats:
+    values = np.asarray(values)
+    moved = np.moveaxis(values, channel_axis, 0).reshape(values.shape[channel_axis], -1)
+    per_channel = max(len(np.unique(row)) for row in moved) if moved.size else 0
+    return WeightStats(
+        layer=layer,
+        kind=kind,
+        shape=tuple(values.shape),
+        sparsity=float(np.mean(values == 0)) if values.size else 0.0,
+        unique=int(len(np.unique(values))),
+        max_unique_per_channel=int(per_channel),
+        channels=int(values.shape[channel_axis]),
+        scales=scales,
+    )
+
+
+@dataclass
+class Verdict:
+    rows: list[dict[str, Any]]
+    warnings: list[str]
+    failures: list[str]
+
+
+def check(
+    node: str,
+    where: str,
+    found: Iterable[WeightStats],
+    *,
+    sparsity: float,
+    clusters: int,
+    tolerance: float,
+    skipped: Iterable[str] = (),
+    per_channel_clusters: bool = False,
+    relu_followed: Iterable[str] = (),
+) -> Verdict:
+    """Judge the weights of ``node`` (``where`` is "keras" or "int8") against what the node promises."""
+    skipped = set(skipped)
+    relu_followed = set(relu_followed)
+    wants_sparsity = node in PRUNED_NODES
+    wants_clusters = node in CLUSTERED_NODES
+    # With sparsity preserved, zero is kept as a value of its own beside the clusters.
+    limit = clusters + (1 if node in PRUNED_NODES and wants_clusters else 0)
+    rows, warnings, failures = [], [], []
+    for s in found:
+        row = {**s.to_dict(), "where": where, "status": "ok", "note": ""}
+        eligible = s.kind in ("Conv2D", "Dense") and s.layer not in skipped
+        if s.kind == "DepthwiseConv2D" and (wants_sparsity or wants_clusters):
+            row.update(status="not optimized", note=DEPTHWISE_NOTE)
+        elif s.layer in skipped and (wants_sparsity or wants_clusters):
+            row.update(status="skipped", note="listed in skip_layers")
+        elif eligible:
+            problems = []
+            if wants_sparsity and s.sparsity < sparsity - tolerance:
+                problems.append(f"sparsity {s.sparsity:.3f} < target {sparsity:.2f} - {tolerance:.2f}")
+            if wants_clusters:
+                per_tensor_ok = s.unique <= limit
+                per_channel_ok = s.max_unique_per_channel <= limit
+                if per_channel_clusters or s.scales > 1:
+                    # per-channel clusters, or int8 per-channel scales: judge each output channel
+                    if not per_channel_ok:
+                        problems.append(f"{s.max_unique_per_channel} distinct values in one channel > {limit}")
+                    elif not per_tensor_ok:
+                        row["note"] = (f"{s.unique} distinct values per tensor, at most {s.max_unique_per_channel} "
+                                       "per channel (per-channel scales)")
+                elif not per_tensor_ok:
+                    if node in QAT_CLUSTER_NODES and per_channel_ok and where == "keras":
+                        row.update(status="warning", note=f"TFMOT switched this layer to per-channel clusters: "
+                                   f"{s.unique} values per tensor, at most {s.max_unique_per_channel} per channel")
+                        warnings.append(f"{node}: layer {s.layer}: {row['note']} (a known CQAT/PCQAT behaviour; "
+                                        "Vela's palette then holds more values and encoded weights grow)")
+                    else:
+                        problems.append(f"{s.unique} distinct values > {limit} clusters")
+            if problems:
+                hint = ""
+                if s.layer in relu_followed:
+                    hint = " (a separate ReLU layer follows it, so QAT gives it a no-op quantize config)"
+                row.update(status="failed", note="; ".join(problems) + hint)
+                failures.append(f"{node} ({where}): layer {s.layer}: {row['note']}")
+        rows.append(row)
+    return Verdict(rows, warnings, failures)
+
+
+def raise_failures(verdict: Verdict, node: str) -> None:
+    if verdict.failures:
+        first = verdict.failures[0]
+        more = f" (and {len(verdict.failures) - 1} more)" if len(verdict.failures) > 1 else ""
+        raise PreservationError(
+            f"stage {node} lost what its parent had: {first}{more}",
+            "train longer or with a lower learning rate, or list the layer in skip_layers",
+        )
