@@ -118,12 +118,14 @@ def compile_cmd(
         if json_out:
             typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
         else:
-            out_console.print(_table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", COMPILE_COLUMNS,
-                                     compile_rows(outcome.records, cached_ids)))
+            rows = compile_rows(manifest, outcome.records, cached_ids)
+            columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+            out_console.print(_table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:
                     err_console.print(f"[yellow]warning:[/] {r.variant} on {r.target}: {w}", highlight=False)
-            err_console.print(f"manifest: {manifest.path}", highlight=False)
+            err_console.print(f"manifest: {manifest.path}; compare the variants with "
+                              f"`edgedeploy report {manifest.run_dir}`", highlight=False)
 
 
 # --------------------------------------------------------------------------- targets

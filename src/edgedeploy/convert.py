@@ -41,7 +41,8 @@ def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False
         converter.inference_input_type = tf.int8
         converter.inference_output_type = tf.int8
     try:
-        result = converter.convert()
+        with tfenv.quiet_native_stderr():  # the converter prints its settings to fd 2
+            result = converter.convert()
     except Exception as exc:  # the converter raises assorted errors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ToolFailedError(f"int8 conversion failed: {first}",

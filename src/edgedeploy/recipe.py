@@ -192,7 +192,8 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise UsageError(f"{source}: `{key}` is {value!r}; it must be a {kind.__name__}", "fix the recipe")
+                what = {int: "an integer", float: "a number", bool: "true or false", list: "a list"}[kind]
+                raise UsageError(f"{source}: `{key}` is {value!r}; it must be {what}", "fix the recipe")
             kwargs[key] = tuple(value) if kind is list else value
     pruning = data.get("pruning", {})
     if "schedule" in pruning:

@@ -67,6 +67,7 @@ def dumps(obj: Any) -> str:
 COMPILE_COLUMNS = (
     ("variant", "Variant"),
     ("target", "Target"),
+    ("accuracy", "Int8 acc (%)"),
     ("sram", "SRAM"),
     ("flash", "Flash"),
     ("dram", "DRAM"),
@@ -80,14 +81,17 @@ COMPILE_COLUMNS = (
 )
 
 
-def compile_rows(records: Iterable[StageRecord], cached_ids: set[str]) -> list[dict[str, str]]:
+def compile_rows(manifest: Manifest, records: Iterable[StageRecord], cached_ids: set[str]) -> list[dict[str, str]]:
+    """Table rows; the int8 accuracy comes from the variant's convert stage when there is one."""
     rows = []
     for r in records:
         m = r.metric
+        parent = manifest.records.get(r.parent) if r.parent else None
         rows.append(
             {
                 "variant": (r.variant or "") + (" (cached)" if r.id in cached_ids else ""),
                 "target": r.target or "",
+                "accuracy": fmt_num(parent.metric("int8_accuracy") if parent else None, 2),
                 "sram": fmt_bytes(m("sram_bytes")),
                 "flash": fmt_bytes(m("flash_bytes")),
                 "dram": fmt_bytes(m("dram_bytes")),

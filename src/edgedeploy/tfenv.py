@@ -36,8 +36,9 @@ def load() -> SimpleNamespace:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
+    warnings.filterwarnings("ignore", message=".*saving your model as an HDF5 file.*")
     try:
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             import tensorflow as tf
             import tf_keras
             import tensorflow_model_optimization as tfmot
@@ -51,7 +52,7 @@ def load() -> SimpleNamespace:
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr():
+def quiet_native_stderr():
     """Hide the C++ start-up chatter TensorFlow writes straight to fd 2 (absl, CUDA probing) while importing.
 
     Python exceptions still propagate; ``-vv`` (debug logging) or ``EDGEDEPLOY_TF_LOGS=1`` shows everything.

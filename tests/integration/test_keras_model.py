@@ -1,0 +1,49 @@
+"""Keras model helpers on real tf_keras models: the separate-ReLU fix and kernel statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgedeploy.keras_model import fuse_separate_relu, keras_weight_stats, separate_relu_layers
+
+
+@pytest.fixture(scope="module")
+def keras():
+    from edgedeploy import tfenv
+
+    return tfenv.load().keras
+
+
+def test_separate_relu_is_folded_into_the_layer(keras):
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, name="c1")(inp)
+    x = keras.layers.ReLU(name="r1")(x)
+    x = keras.layers.Conv2D(4, 3, name="c2")(x)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="r2")(x)  # after BN: QAT handles Conv->BN->ReLU, nothing to fold
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(5, name="d")(x)
+    out = keras.layers.Activation("relu", name="a")(x)
+    model = keras.Model(inp, out)
+    assert separate_relu_layers(model) == ["c1", "d"]
+    fused, names = fuse_separate_relu(model)
+    assert names == ["c1", "d"]
+    assert [l.name for l in fused.layers if l.name in ("r1", "a")] == []
+    assert fused.get_layer("c1").activation.__name__ == "relu"
+    x = np.random.default_rng(0).normal(size=(4, 8, 8, 3)).astype("float32")
+    np.testing.assert_allclose(fused.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
+    assert separate_relu_layers(fused) == []
+
+
+@pytest.mark.requires_data
+def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
+    model = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
+    found = {s.layer: s for s in keras_weight_stats(model)}
+    assert sorted({s.kind for s in found.values()}) == ["Conv2D", "Dense", "DepthwiseConv2D"]
+    assert len(found) == 10
+    assert found["conv2d"].shape == (10, 4, 1, 64) and found["conv2d"].channels == 64
+    assert found["depthwise_conv2d"].channels == 64 and found["dense"].channels == 12
+    assert all(s.sparsity < 0.05 for s in found.values())  # a dense, unpruned model
+    assert separate_relu_layers(model) == []  # Conv -> BN -> Activation everywhere

@@ -1,0 +1,194 @@
+"""The deployment tree on the real MLPerf DS-CNN with real Speech Commands features (few epochs).
+
+Sparsity and cluster counts are checked here independently of edgedeploy's own preservation table: on the
+int8 kernels read straight from each leaf's .tflite, and on the Keras kernels of the saved node models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgedeploy.recipe import LEAVES, load_recipe
+from edgedeploy.tflite_model import read_tflite, read_weight_tensors
+
+pytestmark = pytest.mark.requires_data
+
+SPARSITY, CLUSTERS = 0.5, 16
+
+
+@pytest.fixture(scope="session")
+def kws_data(shared_data, tmp_path_factory) -> Path:
+    """The real fine-tune split cut to 1,536 clips (to keep training short) and the whole evaluation split."""
+    d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
+    fit = np.where(d["split"] == 0)[0][:1536]
+    ev = np.where(d["split"] == 1)[0]
+    idx = np.concatenate([fit, ev])
+    path = tmp_path_factory.mktemp("kws") / "kws.npz"
+    np.savez(path, x=d["x"][idx], y=d["y"][idx], split=d["split"][idx], labels=d["labels"])
+    return path
+
+
+@pytest.fixture(scope="session")
+def kws_tree(shared_data, kws_data, tmp_path_factory):
+    from edgedeploy.optimize import optimize
+
+    out = tmp_path_factory.mktemp("tree")
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
+    return optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", kws_data, out, recipe)
+
+
+PRUNED_LEAVES = ["pruned", "pqat", "pruned_clustered", "pcqat"]
+CLUSTERED_LEAVES = ["clustered", "pruned_clustered"]
+
+
+def _int8_kernels(outcome, leaf):
+    path = outcome.run_dir / outcome.leaves[leaf].output("int8_model").path
+    return {t.name: (t.op, t.values(), t.quantized_dimension) for t in read_weight_tensors(path)}
+
+
+def test_every_leaf_is_a_full_int8_model(kws_tree):
+    assert sorted(kws_tree.leaves) == sorted(LEAVES)
+    for leaf, rec in kws_tree.leaves.items():
+        model = read_tflite(kws_tree.run_dir / rec.output("int8_model").path)
+        assert model.is_integer(), leaf
+        assert model.inputs[0].dtype == "int8" and model.outputs[0].dtype == "int8", leaf
+        assert model.inputs[0].shape[0] == 1, "fixed batch size 1"
+        assert rec.metric("gzip_bytes") < rec.metric("tflite_bytes")
+        assert rec.details["calibration"] is None or "fine-tune split" in rec.details["calibration"]
+
+
+@pytest.mark.parametrize("leaf", PRUNED_LEAVES)
+def test_pruned_leaves_keep_sparsity_in_int8(kws_tree, leaf):
+    kernels = _int8_kernels(kws_tree, leaf)
+    checked = 0
+    for name, (op, values, _) in kernels.items():
+        if op in ("CONV_2D", "FULLY_CONNECTED"):
+            assert np.mean(values == 0) >= SPARSITY - 0.02, (leaf, name, np.mean(values == 0))
+            checked += 1
+    assert checked == 6  # 5 Conv2D + 1 Dense in the DS-CNN
+
+
+@pytest.mark.parametrize("leaf", CLUSTERED_LEAVES)
+def test_clustered_leaves_have_at_most_16_values_per_kernel(kws_tree, leaf):
+    from edgedeploy import tfenv
+
+    keras = tfenv.load().keras
+    node = kws_tree.nodes[leaf]
+    model = keras.models.load_model(kws_tree.run_dir / node.outputs[0].path, compile=False)
+    counted = 0
+    for layer in model.layers:
+        if type(layer).__name__ in ("Conv2D", "Dense"):
+            kernel = layer.get_weights()[0]
+            assert len(np.unique(kernel)) <= CLUSTERS + (1 if "pruned" in leaf else 0), (leaf, layer.name)
+            counted += 1
+    assert counted == 6
+    # int8: per-channel scales may spread the values of a tensor, but each output channel keeps <= 16
+    for name, (op, values, qdim) in _int8_kernels(kws_tree, leaf).items():
+        if op in ("CONV_2D", "FULLY_CONNECTED"):
+            per_channel = [len(np.unique(c)) for c in np.moveaxis(values, qdim, 0)]
+            assert max(per_channel) <= CLUSTERS + 1, (leaf, name)
+
+
+def test_ptq_is_within_1_5_points_of_float(kws_tree):
+    rec = kws_tree.leaves["ptq"]
+    assert rec.metric("float_accuracy") > 85  # the published model: 92.2% on the full test set
+    assert abs(rec.metric("int8_accuracy") - rec.metric("float_accuracy")) <= 1.5
+
+
+def test_manifest_holds_the_tree(kws_tree):
+    data = json.loads((kws_tree.run_dir / "manifest.json").read_text())
+    stages = {s["id"]: s for s in data["stages"]}
+    assert stages["convert/pcqat"]["parent"] == "optimize/pcqat"
+    assert stages["optimize/pcqat"]["parent"] == "optimize/pruned_clustered"
+    assert stages["optimize/pruned_clustered"]["parent"] == "optimize/pruned"
+    info = data["info"]["optimize"]
+    assert info["data"]["n_eval"] == 1824 and info["loss"]["source"].startswith("inferred")
+    rows = stages["optimize/pruned"]["details"]["preservation"]
+    dw = [r for r in rows if r["kind"] == "DepthwiseConv2D"]
+    assert dw and all(r["status"] == "not optimized" and "TFMOT" in r["note"] for r in dw)
+    for leaf in LEAVES:
+        m = stages[f"convert/{leaf}"]["metrics"]
+        assert m["int8_accuracy"]["unit"] == "%" and m["int8_accuracy"]["mode"] == "measured"
+
+
+def test_rerun_reuses_every_stage(kws_tree, shared_data, kws_data):
+    from edgedeploy.optimize import optimize
+
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
+    before = {k: v.started for k, v in kws_tree.leaves.items()}
+    again = optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", kws_data, kws_tree.run_dir, recipe)
+    assert {k: v.started for k, v in again.leaves.items()} == before
+
+
+def test_compile_consumes_optimize_output(kws_tree):
+    from edgedeploy.compile import CompileOptions, compile_variants, resolve_targets
+    from edgedeploy.stages import RunContext
+
+    ctx = RunContext.open(kws_tree.run_dir)
+    variants = [(leaf, ctx.manifest.resolve(r.output("int8_model")), r.id) for leaf, r in kws_tree.leaves.items()]
+    out = compile_variants(ctx, variants, resolve_targets(["ethos-u55-128"]), CompileOptions())
+    enc = {r.variant: r.metric("encoded_weights_bytes") for r in out.records}
+    assert enc["pruned_clustered"] < enc["ptq"] and enc["pruned"] < enc["ptq"]
+
+
+# --------------------------------------------------------------------------- bad input (no training)
+
+
+def _optimize_cli(*args):
+    return subprocess.run([sys.executable, "-m", "edgedeploy", "optimize", *map(str, args)], capture_output=True,
+                          text=True, env={**os.environ, "NO_COLOR": "1"})
+
+
+def _one_line_error(proc, code, *needles):
+    assert proc.returncode == code, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_model_that_does_not_load(tmp_path, kws_data):
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not hdf5 at all")
+    _one_line_error(_optimize_cli(bad, "--data", kws_data, "-o", tmp_path / "o"), 3, "bad.h5", "not a readable HDF5")
+    assert not (tmp_path / "o").exists()
+
+
+def test_data_that_does_not_fit_the_model(tmp_path, shared_data):
+    _one_line_error(_optimize_cli(shared_data / "kws" / "dscnn_mlperf_float.h5", "--data",
+                                  shared_data / "ic" / "cifar10_jpeg_subset.npz", "-o", tmp_path / "o"),
+                    3, "cifar10_jpeg_subset.npz", "[32, 32, 3]", "[49, 10, 1]")
+    assert not (tmp_path / "o").exists()
+
+
+def test_keras3_model_is_refused(tmp_path, kws_data):
+    path = tmp_path / "k3.keras"
+    code = ("import keras; m = keras.Sequential([keras.Input((49, 10, 1)), keras.layers.Flatten(), "
+            f"keras.layers.Dense(12)]); m.save({str(path)!r})")
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
+    _one_line_error(_optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o"), 3, "saved by Keras 3",
+                    "tf_keras")
+
+
+def test_lambda_layers_need_trust(tmp_path, kws_data):
+    from edgedeploy import tfenv
+
+    keras = tfenv.load().keras
+    inp = keras.Input((49, 10, 1))
+    x = keras.layers.Lambda(lambda t: t * 0.5, name="halve")(inp)
+    out = keras.layers.Dense(12, activation="softmax")(keras.layers.Flatten()(x))
+    path = tmp_path / "lam.h5"
+    keras.Model(inp, out).save(path)
+    _one_line_error(_optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o"), 3, "Lambda layers (halve)",
+                    "--trust-lambda")
+    ok = _optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o", "--trust-lambda", "--leaves", "ptq", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"

@@ -1,0 +1,103 @@
+"""Data files and recipes are checked before any training starts (numpy only, no TensorFlow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgedeploy.data import load_dataset
+from edgedeploy.errors import InvalidInputError, UsageError
+from edgedeploy.recipe import LEAVES, load_recipe, nodes_for
+
+
+def _npz(tmp_path, **arrays):
+    path = tmp_path / "d.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def test_split_layout(tmp_path):
+    x = np.arange(5 * 4, dtype=np.float32).reshape(5, 4, 1)
+    path = _npz(tmp_path, x=x, y=np.array([0, 1, 2, 0, 1]), split=np.array([0, 0, 1, 1, 0]),
+                labels=np.array(["a", "b", "c"]))
+    d = load_dataset(path, (4, 1), 3)
+    assert d.layout == "x/y/split" and len(d.x_fit) == 3 and len(d.x_eval) == 2
+    assert d.y_eval.tolist() == [2, 0] and d.labels == ["a", "b", "c"]
+    assert d.describe()["eval_split"] == "split == 1"
+
+
+def test_train_test_layout_with_uint8_images_and_one_hot_labels(tmp_path):
+    path = _npz(tmp_path, x_train=np.zeros((4, 2, 2, 3), np.uint8), y_train=np.eye(3)[[0, 1, 2, 0]],
+                x_test=np.ones((2, 2, 2, 3), np.uint8), y_test=np.array([[1], [2]]).ravel())
+    d = load_dataset(path, (2, 2, 3), 3)
+    assert d.x_fit.dtype == np.float32 and d.y_fit.tolist() == [0, 1, 2, 0]
+
+
+def test_squeezable_shape_is_reshaped(tmp_path):
+    path = _npz(tmp_path, x=np.zeros((2, 49, 10), np.float32), y=np.array([0, 1]), split=np.array([0, 1]))
+    d = load_dataset(path, (49, 10, 1), 2)
+    assert d.x_fit.shape == (1, 49, 10, 1) and d.reshaped_from == (49, 10)
+
+
+@pytest.mark.parametrize(
+    "arrays,shape,classes,message",
+    [
+        (dict(x=np.zeros((2, 3)), y=np.array([0, 1]), split=np.array([0, 1])), (4,), 2,
+         "samples have shape [3] but the model's input is [4]"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0, 7]), split=np.array([0, 1])), (4,), 3,
+         "evaluation labels range from 7 to 7 but the model has 3 classes"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([0, 0])), (4,), 2, "the evaluation split is empty"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([1, 1])), (4,), 2, "the fine-tune split is empty"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([0, 2])), (4,), 2, "split has values [2]"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0.5, 1.0]), split=np.array([0, 1])), (4,), 2, "must be integer class indices"),
+        (dict(images=np.zeros((2, 4))), (4,), 2, "not a layout edgedeploy reads"),
+        (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([0, 1]), labels=np.array(["a"])), (4,), 2,
+         "'labels' names 1 classes but the model has 2 outputs"),
+    ],
+)
+def test_bad_data(tmp_path, arrays, shape, classes, message):
+    path = _npz(tmp_path, **arrays)
+    with pytest.raises(InvalidInputError) as err:
+        load_dataset(path, shape, classes)
+    assert message in err.value.one_line() and str(path) in err.value.one_line()
+
+
+def test_not_an_npz(tmp_path):
+    path = tmp_path / "d.npz"
+    path.write_text("hello")
+    with pytest.raises(InvalidInputError, match="not a readable .npz"):
+        load_dataset(path, (4,), 2)
+
+
+def test_recipe_file_and_overrides(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('leaves = ["ptq", "pcqat"]\nsparsity = 0.6\nepochs = 3\n[pruning]\nschedule = "polynomial"\n'
+                    '[stages.qat]\nepochs = 1\nlearning_rate = 1e-5\n')
+    r = load_recipe(path, {"clusters": 8, "sparsity": None})
+    assert r.leaves == ("ptq", "pcqat") and r.sparsity == 0.6 and r.clusters == 8
+    assert r.stage("prune").epochs == 3 and r.stage("qat").epochs == 1 and r.stage("qat").learning_rate == 1e-5
+    assert r.pruning_schedule == "polynomial"
+    # pcqat needs the whole prune -> cluster chain; shared parents come once, parents first
+    assert nodes_for(list(r.leaves)) == ["baseline", "pruned", "pruned_clustered", "pcqat"]
+    assert nodes_for(list(LEAVES)).index("pruned") < nodes_for(list(LEAVES)).index("pqat")
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ('leaves = ["ptq", "pqcat"]', "`leaves` has 'pqcat'; allowed values: ptq, qat"),
+        ("sparsity = 1.5", "`sparsity` is 1.5"),
+        ("clusters = 1", "`clusters` is 1"),
+        ('[pruning]\nschedule = "cubic"', "`pruning.schedule` is 'cubic'; allowed values: constant, polynomial"),
+        ('[clustering]\ncentroid_init = "kmeans"', "allowed values: kmeans++, linear, density, random"),
+        ("[stages.distill]\nepochs = 1", "`stages.distill` is not a stage"),
+        ("epoch = 3", "unknown key `epoch`"),
+        ('epochs = "three"', "`epochs` is 'three'; it must be an integer"),
+    ],
+)
+def test_bad_recipe_names_file_and_key(tmp_path, body, message):
+    path = tmp_path / "r.toml"
+    path.write_text(body + "\n")
+    with pytest.raises(UsageError) as err:
+        load_recipe(path)
+    assert message in err.value.one_line() and str(path) in err.value.one_line()
