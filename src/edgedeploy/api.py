@@ -1,9 +1,18 @@
-"""The Python API behind the CLI. Nothing here imports TensorFlow at import time."""
+"""The Python API behind the CLI. Nothing here imports TensorFlow at import time.
+
+    from edgedeploy import api
+    run = api.compile_tflite([Path("model_int8.tflite")], ["ethos-u55-128"], Path("out"))
+    tree = api.optimize(Path("model.h5"), Path("data.npz"), Path("out"), api.load_recipe(overrides={"epochs": 2}))
+    report = api.build_report(Path("out"))
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .compile import CompileOptions, CompileOutcome, compile_tflite, compile_variants
 from .manifest import Manifest, Metric, StageRecord
+from .recipe import Recipe, load_recipe
 from .targets import Target, get_target, list_targets
 from .tflite_model import read_tflite
 
@@ -12,11 +21,45 @@ __all__ = [
     "CompileOutcome",
     "Manifest",
     "Metric",
+    "Recipe",
     "StageRecord",
     "Target",
+    "build_report",
     "compile_tflite",
     "compile_variants",
+    "export_bundle",
     "get_target",
     "list_targets",
+    "load_recipe",
+    "optimize",
     "read_tflite",
+    "run_project",
 ]
+
+
+def optimize(*args: Any, **kwargs: Any):
+    """The deployment tree (imports TensorFlow when called). See :func:`edgedeploy.optimize.optimize`."""
+    from .optimize import optimize as run
+
+    return run(*args, **kwargs)
+
+
+def run_project(*args: Any, **kwargs: Any):
+    """optimize -> convert -> compile from an ``edgedeploy.toml``. See :func:`edgedeploy.project.run_project`."""
+    from .project import run_project as run
+
+    return run(*args, **kwargs)
+
+
+def build_report(*args: Any, **kwargs: Any):
+    """The report document of a run folder. See :func:`edgedeploy.report.build_report`."""
+    from .report import build_report as build
+
+    return build(*args, **kwargs)
+
+
+def export_bundle(*args: Any, **kwargs: Any):
+    """A firmware bundle. See :func:`edgedeploy.export.export_bundle`."""
+    from .export import export_bundle as export
+
+    return export(*args, **kwargs)

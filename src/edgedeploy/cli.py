@@ -17,7 +17,7 @@ def _prewarm_vela_pool(argv: list[str]) -> None:
     global _PREWARMED
     if len(argv) < 2 or argv[1] != "compile" or any(a in ("-h", "--help") for a in argv):
         return
-    if not any(a.endswith(".tflite") for a in argv[2:]):
+    if not any(a.endswith(".tflite") for a in argv[2:]) or "ray" in argv:
         return  # project files run TensorFlow first; workers are started later
     jobs, out = None, "edgedeploy-out"
     for i, a in enumerate(argv):

@@ -94,6 +94,8 @@ def compile_cmd(
     allow_cpu_ops: bool = typer.Option(
         False, "--allow-cpu-ops", help="Accept operators Vela leaves on the CPU (other than I/O quantize)."
     ),
+    executor: str = typer.Option("local", "--executor", help="Where Vela runs: local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
     from . import cli
@@ -102,7 +104,8 @@ def compile_cmd(
     from .render import COMPILE_COLUMNS, compile_json, compile_rows, dumps
 
     with guard():
-        options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops)
+        options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
+                                 ray_address=ray_address)
         if len(models) == 1 and models[0].suffix == ".toml":
             from .project import run_project
 
@@ -112,7 +115,8 @@ def compile_cmd(
             for m in models:
                 if m.suffix == ".toml":
                     raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
-            outcome = compile_tflite(models, target, out, options, pool=cli._PREWARMED)
+            pool = cli._PREWARMED if executor == "local" else None
+            outcome = compile_tflite(models, target, out, options, pool=pool)
         cached_ids = outcome.cached_ids
         manifest = Manifest.load(outcome.run_dir)
         if json_out:

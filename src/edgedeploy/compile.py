@@ -27,14 +27,21 @@ log = logging.getLogger("edgedeploy")
 INT8_MODEL = "model_int8.tflite"
 
 
+EXECUTORS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     optimise: str = "Performance"
     jobs: int | None = None
     allow_cpu_ops: bool = False
     extra_vela_args: tuple[str, ...] = ()
+    executor: str = "local"  # "local" process pool, or "ray" tasks
+    ray_address: str | None = None
 
     def check(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor is '{self.executor}'", f"use one of {', '.join(EXECUTORS)}")
         if self.optimise not in vela_backend.OPTIMISE_CHOICES:
             raise UsageError(
                 f"--optimise is '{self.optimise}'", f"use one of {', '.join(vela_backend.OPTIMISE_CHOICES)}"
@@ -52,6 +59,15 @@ class CompileOutcome:
     @property
     def compiled(self) -> int:
         return len(self.records) - len(self.cached_ids)
+
+
+def make_executor(options: CompileOptions, n_tasks: int):
+    """Where Vela runs: the local worker pool (default) or Ray tasks."""
+    if options.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(options.ray_address, options.jobs)
+    return VelaPool(options.jobs or default_jobs(n_tasks))
 
 
 def resolve_targets(names: Sequence[str]) -> list[Target]:
@@ -166,7 +182,7 @@ def compile_variants(
                 pending.append((spec, key, model, target))
     if pending:
         own_pool = pool is None
-        pool = pool or VelaPool(options.jobs or default_jobs(len(pending)))
+        pool = pool or make_executor(options, len(pending))
         try:
             submitted = []
             for spec, key, model, target in pending:
@@ -257,7 +273,7 @@ def compile_tflite(
     ctx = RunContext.open(out)
     imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
     own_pool = pool is None
-    pool = pool or VelaPool(options.jobs or default_jobs(len(models) * len(targets)))
+    pool = pool or make_executor(options, len(models) * len(targets))
     try:
         for m in models:
             # A model this run folder imported before was checked then. Otherwise it is checked in a

@@ -1,0 +1,111 @@
+"""Run Vela compiles as Ray tasks, for sweeps that outgrow one machine.
+
+The local process pool (:mod:`edgedeploy.vela_pool`) is the default. With ``--executor ray`` each compile
+becomes a Ray task: the model and ``vela.ini`` travel with the task, Vela runs in the Ray worker's own
+temporary folder, and the files it writes come back and are stored exactly where a local compile would put
+them, so everything after (parsing, manifest, caching) is the same. ``ray.init`` joins the cluster named by
+``--ray-address`` or ``RAY_ADDRESS``, or starts a local Ray instance.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from .errors import ToolMissingError
+from .vela_pool import VelaJobResult, vela_job
+
+
+def _remote_compile(model_name: str, model: bytes, ini: bytes, args: list[str]) -> dict[str, Any]:
+    """Runs inside a Ray worker: compile in a private folder and return every file Vela wrote."""
+    with tempfile.TemporaryDirectory(prefix="edgedeploy-vela-") as tmp:
+        root = Path(tmp)
+        (root / model_name).write_bytes(model)
+        (root / "vela.ini").write_bytes(ini)
+        out = root / "out"
+        out.mkdir()
+        local = list(args)
+        local[0] = str(root / model_name)
+        local[local.index("--config") + 1] = str(root / "vela.ini")
+        local[local.index("--output-dir") + 1] = str(out)
+        result = vela_job(local, str(root / "vela.log"))
+        files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+        log = (root / "vela.log").read_text(encoding="utf-8", errors="replace")
+        # paths in Vela's messages name the worker's folder; show the driver's instead
+        log = log.replace(str(out), args[args.index("--output-dir") + 1]).replace(local[0], args[0])
+        return {"returncode": result.returncode, "seconds": result.seconds, "error": result.error,
+                "files": files, "log": log}
+
+
+class RayExecutor:
+    """The same interface as :class:`~edgedeploy.vela_pool.VelaPool`, on Ray."""
+
+    def __init__(self, address: str | None = None, jobs: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ToolMissingError("Ray is not installed", "pip install 'edgedeploy[ray]' (ray==2.60.0)") from exc
+        self._ray = ray
+        self._address = address or os.environ.get("RAY_ADDRESS")
+        self._jobs = jobs
+        self._started_here = False
+        self._task = None
+
+    def _start(self):
+        """Join or start Ray on the first compile, so a run whose results are all reused never starts it."""
+        ray = self._ray
+        if self._task is None:
+            if not ray.is_initialized():
+                kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+                if self._address:
+                    kwargs["address"] = self._address
+                elif self._jobs:
+                    kwargs["num_cpus"] = self._jobs
+                ray.init(**kwargs)
+                self._started_here = True
+            self._task = ray.remote(num_cpus=1)(_remote_compile)
+        return self._task
+
+    def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
+        model = Path(args[0])
+        ini = Path(args[args.index("--config") + 1])
+        out_dir = Path(args[args.index("--output-dir") + 1])
+        remote = self._start().remote(model.name, model.read_bytes(), ini.read_bytes(), list(args)).future()
+        done: Future = Future()
+
+        def store(f: Future) -> None:
+            try:
+                res = f.result()
+                for name, data in res["files"].items():
+                    (out_dir / name).write_bytes(data)
+                Path(log_path).write_text(res["log"], encoding="utf-8")
+                done.set_result(VelaJobResult(res["returncode"], res["seconds"], res["error"]))
+            except BaseException as exc:  # surface Ray errors through the future
+                done.set_exception(exc)
+
+        remote.add_done_callback(store)
+        return done
+
+    def call(self, fn, *args) -> Future:
+        """Checks that read local files run here, not on a cluster node that cannot see them."""
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+
+    def close(self, now: bool = False) -> None:
+        if self._started_here and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._started_here = False
+        self._task = None
+
+    def __enter__(self) -> "RayExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
