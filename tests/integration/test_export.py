@@ -364,7 +364,7 @@ def test_missing_compiled_model_names_the_command(run_dir, tmp_path):
     vela_model(copy).unlink()
     result = cli("export", copy, "--target", BOARD, "--out", tmp_path / "fw")
     assert result.exit_code == 3
-    assert "is missing" in result.stderr and f"edgedeploy compile" in result.stderr and f"-t {BOARD}" in result.stderr
+    assert "is missing" in result.stderr and "edgedeploy compile" in result.stderr and f"-t {BOARD}" in result.stderr
 
 
 def test_not_a_run_folder(tmp_path):

@@ -1,0 +1,29 @@
+"""The wheel ships the target files, and a non-editable install finds them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from edgedeploy.targets import builtin_target_names
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_contains_every_target_and_installed_copy_finds_them(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+                   check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("edgedeploy-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(Path(n).stem for n in names if n.startswith("edgedeploy/targets/") and n.endswith(".toml"))
+    assert shipped == builtin_target_names() and len(shipped) == 15
+    # unpacked on its own (no source tree), the package finds its targets inside itself
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from edgedeploy.targets import builtin_targets_dir, "
+            "get_target; print(builtin_targets_dir()); print(get_target('corstone-320-u85-256').fvp.binary)")
+    out = subprocess.run([sys.executable, "-c", code, str(site)], check=True, capture_output=True, text=True,
+                         cwd=tmp_path).stdout.split()
+    assert out == [str(site / "edgedeploy" / "targets"), "FVP_Corstone_SSE-320"]
