@@ -38,6 +38,12 @@ class CompileOptions:
     extra_vela_args: tuple[str, ...] = ()
     executor: str = "local"  # "local" process pool, or "ray" tasks
     ray_address: str | None = None
+    debug_db: bool = False  # Vela's debug database: per-layer encoded weights and weight-read cycles
+
+    def vela_extra(self) -> tuple[str, ...]:
+        """Vela arguments beyond the target's: ``extra_vela_args``, plus ``--enable-debug-db`` when asked."""
+        flag = "--enable-debug-db"
+        return self.extra_vela_args + ((flag,) if self.debug_db and flag not in self.extra_vela_args else ())
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -116,6 +122,7 @@ def compile_spec(variant: str, target: Target, options: CompileOptions, parent: 
             "optimise": options.optimise,
             "extra_vela_args": list(options.extra_vela_args),
             "target_fingerprint": target.fingerprint(),
+            **({"debug_db": True} if options.debug_db else {}),
         },
         tool_versions={"ethos-u-vela": vela_backend.vela_version()},
     )
@@ -148,10 +155,21 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
     warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
     outputs = dict(found)
     outputs["log"] = log_path
+    details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    debug_db = staged / f"{model.stem}_debug.xml"
+    if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
+        from .palette import npu_weight_report
+
+        outputs["debug_db"] = debug_db
+        details["npu_weights"] = npu_weight_report(debug_db, model)
+        totals = details["npu_weights"]["summary"]
+        for key in ("weight_read_cycles", "weight_transfer_cycles"):
+            metrics[key] = (Metric(totals[key], "cycles", "estimated") if totals[key] is not None
+                            else Metric.missing("cycles", "estimated", "Vela's debug database has no value"))
     return StageResult(
         outputs=outputs,
         metrics=metrics,
-        details={"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]},
+        details=details,
         warnings=warnings,
         tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *args]),
     )
@@ -187,7 +205,7 @@ def compile_variants(
             submitted = []
             for spec, key, model, target in pending:
                 staged = new_staging_dir(ctx.stage_dir(spec.id))
-                args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.extra_vela_args)
+                args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
                 log_path = staged / "vela.log"
                 submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
                                   pool.submit(args, log_path)))
@@ -206,6 +224,8 @@ def compile_variants(
                         )
                     result = _parse_compile(staged, model, target, args, log_path)
                     final = ctx.stage_dir(spec.id)
+                    # record the command as it reproduces the result: with the folder the outputs now live in
+                    result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]
                     promote(staged, final)
                     rec = commit_stage(ctx, spec, key, {"model": model}, result, staged, started, job.seconds)
                     outcome.records.append(rec)

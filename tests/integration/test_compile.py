@@ -65,6 +65,8 @@ def test_json_equals_bare_vela(shared_data, tmp_path, vela_bin, model):
     assert len(compiled) == 3
     for s in compiled:
         assert s["tool"]["name"] == "vela" and s["tool"]["argv"][0] == "vela"
+        out_dir = Path(s["tool"]["argv"][s["tool"]["argv"].index("--output-dir") + 1])
+        assert out_dir == (tmp_path / "run" / s["id"]).resolve(), "the recorded command names the final folder"
         assert s["inputs"][0]["sha256"] == manifest["stages"][0]["outputs"][0]["sha256"]
         assert {a["role"] for a in s["outputs"]} >= {"vela_model", "summary_csv", "per_layer_csv", "log"}
 
