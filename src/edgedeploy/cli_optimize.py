@@ -23,9 +23,23 @@ def optimize_cmd(
     per_channel_clusters: Optional[bool] = typer.Option(None, "--per-channel-clusters/--per-tensor-clusters",
                                                         help="Cluster Conv2D kernels per output channel."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Fine-tuning epochs per stage (default 4)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Training batch size (default 64)."),
-    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", help="Adam learning rate (default 1e-4)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Training batch size (default 32)."),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate",
+                                                  help="Peak Adam learning rate (default 5e-4; --plain: 1e-4)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
+    plain: Optional[bool] = typer.Option(None, "--plain", help="TFMOT's plain fine-tuning recipe: no distillation, "
+                                         "one-shot sparsity, constant learning rate, batch norm trained, no hold-out "
+                                         "(flags and recipe keys given still win)."),
+    distill: Optional[bool] = typer.Option(None, "--distill/--no-distill",
+                                           help="Learn the float model's outputs as well as the labels (default on)."),
+    lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help="cosine (with warm-up, default) or constant."),
+    freeze_batch_norm: Optional[bool] = typer.Option(None, "--freeze-batch-norm/--train-batch-norm",
+                                                     help="Keep batch-norm statistics fixed while fine-tuning (default on)."),
+    validation_fraction: Optional[float] = typer.Option(
+        None, "--validation-fraction", help="Fine-tune samples held out to pick each stage's best epoch and stop early "
+        "(default 0.1; 0 turns selection off)."),
+    patience: Optional[int] = typer.Option(None, "--patience", help="Stop a stage after this many epochs without "
+                                           "improvement on the hold-out (default 3; 0 never stops early)."),
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
@@ -42,7 +56,8 @@ def optimize_cmd(
             "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
             "sparsity": sparsity, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
             "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
-            "float_io": float_io,
+            "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
+            "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
         }
         r = load_recipe(recipe, overrides)
         outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)

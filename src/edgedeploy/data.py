@@ -3,6 +3,10 @@
 Two layouts are understood:
 - ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
 - ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
+
+Fine-tune samples without a label carry the label ``-1`` (in ``y`` where ``split == 0``, or in ``y_train``):
+distillation learns the float model's outputs on them, the hold-out and the plain recipe skip them, and
+they calibrate int8 conversion like any other sample. Every evaluation sample needs a label.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from .errors import InvalidInputError
 from .fsutil import sha256_file
 
 FIT, EVAL = 0, 1
+UNLABELLED = -1
 
 
 @dataclass
@@ -31,6 +36,8 @@ class Dataset:
     labels: list[str] | None
     sha256: str
     reshaped_from: tuple[int, ...] | None = None
+    # the float model's log-probabilities on x_fit (set by optimize when it distils)
+    soft_targets: np.ndarray | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -40,6 +47,7 @@ class Dataset:
             "fit_split": "split == 0" if self.layout == "x/y/split" else "x_train",
             "eval_split": "split == 1" if self.layout == "x/y/split" else "x_test",
             "n_fit": int(len(self.x_fit)),
+            "n_fit_unlabelled": int(np.sum(self.y_fit < 0)),
             "n_eval": int(len(self.x_eval)),
             "labels": self.labels,
             "input_shape": list(self.x_fit.shape[1:]),
@@ -99,7 +107,7 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
                 f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
                 "give data shaped like the model input (without the batch axis)",
             )
-    y_fit = _labels(path, y_fit, num_classes, "fine-tune")
+    y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
     y_eval = _labels(path, y_eval, num_classes, "evaluation")
     names = None
     for key in ("labels", "classes"):
@@ -122,14 +130,18 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
     )
 
 
-def _labels(path: Path, y: np.ndarray, num_classes: int, which: str) -> np.ndarray:
+def _labels(path: Path, y: np.ndarray, num_classes: int, which: str, unlabelled_ok: bool = False) -> np.ndarray:
     if y.ndim == 2 and y.shape[1] == num_classes:  # one-hot
         y = y.argmax(axis=1)
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise _fail(path, f"{which} labels must be integer class indices (or one-hot rows), got {y.dtype} {list(y.shape)}",
                     "store class indices 0..C-1")
-    lo, hi = int(y.min()), int(y.max())
+    labelled = y[y != UNLABELLED] if unlabelled_ok else y
+    if unlabelled_ok and len(labelled) == 0:
+        return y.astype(np.int64)
+    lo, hi = int(labelled.min()), int(labelled.max())
     if lo < 0 or hi >= num_classes:
         raise _fail(path, f"{which} labels range from {lo} to {hi} but the model has {num_classes} classes (0..{num_classes - 1})",
-                    "use the data set that matches the model, or fix the labels")
+                    "use the data set that matches the model, or fix the labels"
+                    + (" (-1 marks an unlabelled fine-tune sample)" if unlabelled_ok else ""))
     return y.astype(np.int64)

@@ -120,16 +120,179 @@ class _Progress:
         return CB()
 
 
-def _fit(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, title: str, callbacks=()) -> None:
-    keras = env.keras
+@dataclass
+class TrainingSet:
+    """What one stage trains and selects on: the fine-tune split less a stratified hold-out."""
+
+    x: np.ndarray
+    y: np.ndarray  # integer labels (-1: unlabelled)
+    teacher: np.ndarray | None  # the float baseline's log-probabilities, or None without distillation
+    x_val: np.ndarray
+    y_val: np.ndarray
+    teacher_val: np.ndarray | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def distill(self) -> bool:
+        return self.teacher is not None
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return max(1, math.ceil(len(self.x) / batch_size))
+
+
+def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
+    """Split the fine-tune samples into training and hold-out (seeded, stratified, labelled samples only)."""
+    from .finetune import holdout_split
+
+    teacher = getattr(data, "soft_targets", None) if recipe.distill else None
+    notes = []
+    if recipe.distill and teacher is None:
+        notes.append("distillation requested but no soft targets were computed; trained on labels only")
+    train_idx, val_idx = holdout_split(data.y_fit, recipe.validation_fraction, recipe.seed)
+    if teacher is None:
+        unlabelled = train_idx[data.y_fit[train_idx] < 0]
+        if len(unlabelled):
+            notes.append(f"{len(unlabelled)} unlabelled samples not used (they need distillation)")
+            train_idx = train_idx[data.y_fit[train_idx] >= 0]
+    if len(train_idx) == 0:
+        raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
+                                "give labelled samples, or turn distillation on for unlabelled ones")
+    return TrainingSet(
+        x=data.x_fit[train_idx], y=data.y_fit[train_idx],
+        teacher=None if teacher is None else teacher[train_idx],
+        x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx],
+        teacher_val=None if teacher is None else teacher[val_idx], notes=notes,
+    )
+
+
+def _fit(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, title: str, callbacks=(), *,
+         train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
+    """Fine-tune ``model`` in place for one stage; returns (and fills ``record`` with) what was done.
+
+    Distillation, the learning-rate schedule, frozen batch norm and best-epoch selection on the hold-out
+    follow the recipe (see :mod:`edgedeploy.finetune`). ``eligible_from`` is the first epoch (1-based) the
+    hold-out may select, e.g. the one where pruning reaches its target.
+    """
+    from .finetune import (batch_norm_wrapped, distillation_loss, learning_rate_at, pack_targets, schedule_object,
+                           Selector, set_batch_norm_frozen, validation_callback)
+
+    keras, tf = env.keras, env.tf
     settings = recipe.stage(kind)
+    report: dict[str, Any] = record if record is not None else {}
     if settings.epochs == 0:
-        return
-    model.compile(optimizer=keras.optimizers.Adam(settings.learning_rate), loss=loss.build(keras), metrics=["accuracy"])
-    steps = math.ceil(len(data.x_fit) / recipe.batch_size)
+        report.update(epochs=0)
+        return report
+    ts = train_set or training_set(data, recipe)
+    num_classes = int(model.output_shape[-1])
+    steps = ts.steps_per_epoch(recipe.batch_size)
+    total = steps * settings.epochs
+    warmup = int(round(total * recipe.warmup_fraction))
+    if recipe.lr_schedule == "constant" and warmup == 0:
+        lr: Any = settings.learning_rate
+    else:
+        lr = schedule_object(keras, tf, base=settings.learning_rate, total_steps=total, schedule=recipe.lr_schedule,
+                             warmup_steps=warmup)
+    if ts.distill:
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
+        y_train = pack_targets(ts.y, ts.teacher, num_classes)
+
+        def accuracy(y_true, y_pred):
+            label = tf.cast(y_true[:, 0], tf.int64)
+            mask = tf.cast(label >= 0, tf.float32)
+            hit = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), label), tf.float32)
+            return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+        metrics: list[Any] = [accuracy]
+        val_loss = lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out))  # noqa: E731
+    else:
+        train_loss = loss.build(keras)
+        y_train = ts.y
+        metrics = ["accuracy"]
+        val_loss = lambda out: float(train_loss(ts.y_val, out))  # noqa: E731
+
+    freeze_at = recipe.freeze_batch_norm_after if recipe.freeze_batch_norm else None
+    if freeze_at is not None and freeze_at >= settings.epochs:
+        freeze_at = None
+    eligible_from = max(eligible_from, 1)
+    curve: list[dict[str, Any]] = []
+    selector = Selector(patience=recipe.patience if recipe.validation_fraction > 0 else 0, metric=recipe.selection_metric)
+    validate = None
+    if recipe.validation_fraction > 0 and len(ts.x_val):
+        def on_epoch(epoch: int, logs: dict, row: dict) -> None:
+            row.update(loss=round(float(logs.get("loss", math.nan)), 5),
+                       accuracy=round(100 * float(logs.get("accuracy", math.nan)), 3),
+                       learning_rate=float(f"{learning_rate_at(epoch * steps - 1, total, settings.learning_rate, recipe.lr_schedule, warmup):.3g}"))
+            curve.append(row)
+            log.info("%s epoch %d: val accuracy %.2f%% val loss %.4f%s", title, epoch, row["val_accuracy"],
+                     row["val_loss"], "" if row["eligible"] else " (not selectable yet)")
+
+        validate = validation_callback(
+            keras, x_val=ts.x_val, y_val=ts.y_val, t_val=ts.teacher_val, loss_fn=lambda _p, out: val_loss(out),
+            selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch,
+            # an epoch counts once the technique is fully in place and batch norm is as it will stay
+            eligible=lambda e: e >= eligible_from and (freeze_at is None or e > freeze_at))
+    optimizer = keras.optimizers.Adam(lr)
     progress = _Progress(keras, title, settings.epochs, steps).callback()
-    model.fit(data.x_fit, data.y_fit, batch_size=recipe.batch_size, epochs=settings.epochs, shuffle=True, verbose=0,
-              callbacks=[*callbacks, progress])
+    all_callbacks = [*callbacks, *([validate] if validate else []), progress]
+    frozen = 0
+    try:
+        segments = [(0, settings.epochs)] if freeze_at in (None, 0) else [(0, freeze_at), (freeze_at, settings.epochs)]
+        if freeze_at == 0:
+            frozen = set_batch_norm_frozen(model, True)
+        for i, (first, last) in enumerate(segments):
+            if i == 1:
+                frozen = set_batch_norm_frozen(model, True)
+            model.compile(optimizer=optimizer, loss=train_loss, metrics=metrics)
+            history = model.fit(ts.x, y_train, batch_size=recipe.batch_size, initial_epoch=first, epochs=last,
+                                shuffle=True, verbose=0, callbacks=all_callbacks)
+            if validate is None:
+                for j, (l_, a_) in enumerate(zip(history.history.get("loss", []), history.history.get("accuracy", []))):
+                    curve.append({"epoch": first + j + 1, "loss": round(float(l_), 5),
+                                  "accuracy": round(100 * float(a_), 3)})
+            if model.stop_training:
+                break
+        if validate is not None:
+            validate.restore()
+    finally:
+        if frozen:
+            set_batch_norm_frozen(model, False)
+    ran = len(selector.history) if validate is not None else settings.epochs
+    report.update({
+        "epochs": settings.epochs,
+        "epochs_run": ran,
+        "train_samples": int(len(ts.x)),
+        "unlabelled_samples": int(np.sum(ts.y < 0)),
+        "validation_samples": int(len(ts.x_val)),
+        "steps_per_epoch": steps,
+        "batch_size": recipe.batch_size,
+        "optimizer": "Adam",
+        "learning_rate": {"peak": settings.learning_rate, "schedule": recipe.lr_schedule,
+                          "warmup_steps": warmup, "total_steps": total},
+        "distillation": ({"teacher": "baseline (float)", "temperature": recipe.distill_temperature,
+                          "label_weight": recipe.distill_label_weight, "on": "log-probabilities"}
+                         if ts.distill else None),
+        "batch_norm": ("statistics frozen from the start" if freeze_at == 0 else
+                       f"trained for {freeze_at} epochs, then statistics frozen" if freeze_at else
+                       "trained (batch statistics, moving averages updated)")
+        + (f" ({frozen} layers; " + ("scale and offset still trained inside TFMOT's quantize wrappers)"
+                                     if batch_norm_wrapped(model) else "scale and offset frozen too)") if frozen else ""),
+        "selection": None if validate is None else {
+            "metric": ("hold-out loss" + (" (distillation)" if ts.distill else " (cross-entropy)")
+                       if recipe.selection_metric == "loss" else "hold-out accuracy (ties: lower hold-out loss)"),
+            "hold_out": f"{recipe.validation_fraction:.0%} of the fine-tune split, stratified, seed {recipe.seed}",
+            "selectable_from_epoch": max(eligible_from, (freeze_at or 0) + 1),
+            "best_epoch": selector.best_epoch,
+            "best_val_accuracy": None if selector.best is None else round(selector.best[0], 3),
+            "best_val_loss": None if selector.best is None else round(selector.best[1], 5),
+            "restored_best": bool(recipe.restore_best and selector.best_epoch is not None),
+            "stopped_early": bool(validate.stopped_early),
+            "patience": recipe.patience,
+        },
+        "curve": curve,
+        "notes": ts.notes,
+    })
+    return report
 
 
 def _optimizable(layer, recipe: Recipe) -> bool:
@@ -140,17 +303,22 @@ def _optimizable(layer, recipe: Recipe) -> bool:
 # --------------------------------------------------------------------------- techniques
 
 
-def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss):
+def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dict | None = None):
+    from .finetune import pruning_plan
+
     keras, sparsity = env.keras, env.tfmot.sparsity.keras
     settings = recipe.stage("prune")
     if settings.epochs < 1:
         raise UsageError("pruning needs at least one epoch of fine-tuning", "set [stages.prune] epochs >= 1")
-    steps = math.ceil(len(data.x_fit) / recipe.batch_size) * settings.epochs
-    if recipe.pruning_schedule == "polynomial":
-        schedule = sparsity.PolynomialDecay(initial_sparsity=0.0, final_sparsity=recipe.sparsity, begin_step=0,
-                                            end_step=max(1, int(steps * 0.8)), frequency=max(1, steps // 20))
+    ts = training_set(data, recipe)
+    plan = pruning_plan(recipe.pruning_schedule, ts.steps_per_epoch(recipe.batch_size), settings.epochs,
+                        recipe.pruning_end_fraction)
+    if plan.kind == "polynomial":
+        schedule = sparsity.PolynomialDecay(initial_sparsity=0.0, final_sparsity=recipe.sparsity,
+                                            begin_step=plan.begin_step, end_step=plan.end_step,
+                                            frequency=plan.frequency)
     else:
-        schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=0, frequency=max(1, min(100, steps)))
+        schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
 
     def wrap(layer):
         if _optimizable(layer, recipe):
@@ -158,12 +326,18 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss):
         return layer
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    _fit(env, model, data, recipe, "prune", loss, "prune", callbacks=[sparsity.UpdatePruningStep()])
+    report = _fit(env, model, data, recipe, "prune", loss, "prune", callbacks=[sparsity.UpdatePruningStep()],
+                  train_set=ts, eligible_from=plan.full_epoch, record=record)
+    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict()}
     return sparsity.strip_pruning(model)
 
 
-def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_sparsity: bool):
+def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_sparsity: bool, *,
+            record: dict | None = None):
+    from tensorflow_model_optimization.python.core.clustering.keras.cluster_config import GradientAggregation
+
     keras, clustering = env.keras, env.tfmot.clustering.keras
+    aggregation = {"sum": GradientAggregation.SUM, "avg": GradientAggregation.AVG}[recipe.cluster_gradient_aggregation]
     init = {
         "kmeans++": clustering.CentroidInitialization.KMEANS_PLUS_PLUS,
         "linear": clustering.CentroidInitialization.LINEAR,
@@ -173,7 +347,7 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_spa
 
     def wrap(layer):
         if _optimizable(layer, recipe):
-            kwargs = {"preserve_sparsity": preserve_sparsity}
+            kwargs = {"preserve_sparsity": preserve_sparsity, "cluster_gradient_aggregation": aggregation}
             if recipe.per_channel_clusters and inner(layer).__class__.__name__ == "Conv2D":
                 kwargs["cluster_per_channel"] = True
             return clustering.cluster_weights(layer, number_of_clusters=recipe.clusters,
@@ -181,7 +355,11 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_spa
         return layer
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    _fit(env, model, data, recipe, "cluster", loss, "cluster")
+    report = _fit(env, model, data, recipe, "cluster", loss, "cluster", record=record)
+    report["clustering"] = {"clusters": recipe.clusters, "centroid_init": recipe.centroid_init,
+                            "preserve_sparsity": preserve_sparsity, "per_channel": recipe.per_channel_clusters,
+                            "centroid_gradient": recipe.cluster_gradient_aggregation,
+                            "centroid_learning_rate": "the stage's (TFMOT 0.8.1 has no separate centroid rate)"}
     return clustering.strip_clustering(model)
 
 
@@ -204,6 +382,41 @@ def qat_model(env, parent, node: str):
     }[node]()
     annotated = quant.quantize_annotate_model(clone(parent))
     return quant.quantize_apply(annotated, scheme)
+
+
+def settle_cluster_weights(model) -> int:
+    """Set each cluster-preserving QAT kernel to exactly its centroids; returns how many kernels were set.
+
+    In training, TFMOT's (P)CQAT quantizer assigns the clustered weights (centroids gathered by the indices
+    of the nearest centroid to the original weights) to the layer's kernel on every forward pass, but inside
+    ``model.fit`` the kernel variable also takes an optimizer step after that assignment, so after training
+    it holds the clustered values plus one step (about one learning rate) of drift: more distinct values than
+    clusters, which int8 rounding can keep. The int8 model is converted from that kernel, so it is set back to
+    the centroids here, from the final centroids and original weights, as the training forward pass does.
+    """
+    from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
+        cluster_preserve_quantize_registry as registry,
+    )
+
+    from . import tfenv
+
+    tf = tfenv.load().tf
+    settled = 0
+    for layer in model.layers:
+        for weight, _quantizer, qvars in getattr(layer, "_weight_vars", []):
+            if not isinstance(qvars, dict) or registry.CLUSTER_CENTROIDS not in qvars:
+                continue
+            impl = qvars[registry.CLUSTERING_IMPL]
+            original = qvars[registry.ORIGINAL_WEIGHTS]
+            if registry.SPARSITY_MASK in qvars:
+                original.assign(original * qvars[registry.SPARSITY_MASK])
+                if qvars.get(registry.CENTROIDS_MASK) is not None:
+                    impl.cluster_centroids.assign(impl.cluster_centroids * qvars[registry.CENTROIDS_MASK])
+            indices = impl.get_pulling_indices(original)
+            qvars[registry.PULLING_INDICES].assign(tf.cast(indices, qvars[registry.PULLING_INDICES].dtype))
+            weight.assign(impl.get_clustered_weight(qvars[registry.PULLING_INDICES], original))
+            settled += 1
+    return settled
 
 
 def load_qat(env, parent_path: Path, weights_path: Path, node: str):
@@ -278,6 +491,8 @@ def optimize(
         log.warning("%s: samples reshaped from %s to the model input %s", data_path, list(data.reshaped_from),
                     list(model.input_shape[1:]))
     loss = training_loss(model, info.training_config)
+    if recipe.distill and any(NODES[n][1] for n in nodes_for(list(recipe.leaves))):
+        data.soft_targets = teacher_targets(model, data.x_fit, loss.from_logits)
     ctx = RunContext.open(out)
     ctx.manifest.tools.update(env.versions)
     ctx.manifest.info["optimize"] = {
@@ -314,12 +529,24 @@ def optimize(
     return outcome
 
 
+def teacher_targets(model, x: np.ndarray, from_logits: bool) -> np.ndarray:
+    """The float model's log-probabilities on ``x`` (inference mode): the soft targets of distillation."""
+    from .finetune import log_probs
+
+    return log_probs(model.predict(x, batch_size=256, verbose=0), from_logits)
+
+
 def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe, loss: Loss,
                 trust_lambda: bool) -> StageResult:
+    if NODES[node][1] in ("palette", "palette_qat"):  # palette-aware nodes (edgedeploy.palette)
+        from . import palette
+
+        return palette.train_node(env, node, inputs, out, data, recipe, loss)
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
     warnings: list[str] = []
+    training: dict[str, Any] = {}
     if node == "baseline":
         model, _ = load_model(inputs["model"], trust_lambda)
         relu = separate_relu_layers(model)
@@ -334,14 +561,16 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
     else:
         parent = env.keras.models.load_model(inputs["model"], compile=False)
         if node == "pruned":
-            result_model = prune(env, parent, data, recipe, loss)
+            result_model = prune(env, parent, data, recipe, loss, record=training)
         elif node == "clustered":
-            result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=False)
+            result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=False, record=training)
         elif node == "pruned_clustered":
-            result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=True)
+            result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=True, record=training)
         else:
             result_model = qat_model(env, parent, node)
-            _fit(env, result_model, data, recipe, "qat", loss, node)
+            _fit(env, result_model, data, recipe, "qat", loss, node, record=training)
+            if node in preserve.QAT_CLUSTER_NODES:
+                training["cluster_kernels_settled"] = settle_cluster_weights(result_model)
     keras_stats = keras_weight_stats(result_model)
     relu_followed = separate_relu_layers(result_model) if node not in QAT_NODES else []
     verdict = _verdict(node, "keras", keras_stats, recipe, relu_followed)
@@ -362,11 +591,18 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
     if NODES[node][1]:
         details["technique"] = NODES[node][1]
         details["epochs"] = recipe.stage(stage_kind(node)).epochs
+    if training:
+        details["training"] = training
+        warnings += [n for n in training.get("notes", [])]
     return StageResult(outputs={"keras_model" if node not in QAT_NODES else "qat_weights": target}, metrics=metrics,
                        details=details, warnings=warnings)
 
 
 def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
+    if NODES[LEAVES[leaf]][1] in ("palette", "palette_qat"):  # palette-aware leaves (edgedeploy.palette)
+        from . import palette
+
+        return palette.convert_leaf(env, leaf, inputs, out, data, recipe)
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
     node = LEAVES[leaf]

@@ -73,9 +73,10 @@ def load_project(path: Path) -> Project:
     # a target given as a path is relative to the project file
     targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in targets]
     compile_table = doc.get("compile", {})
-    unknown = set(compile_table) - {"optimise", "allow_cpu_ops", "jobs"}
+    unknown = set(compile_table) - {"optimise", "allow_cpu_ops", "jobs", "debug_db"}
     if unknown:
-        raise UsageError(f"{path}: unknown key `compile.{sorted(unknown)[0]}`", "allowed keys: optimise, allow_cpu_ops, jobs")
+        raise UsageError(f"{path}: unknown key `compile.{sorted(unknown)[0]}`",
+                         "allowed keys: optimise, allow_cpu_ops, jobs, debug_db")
     recipe_table = doc.get("recipe", {})
     try:
         recipe = load_recipe(table=recipe_table)
@@ -93,6 +94,8 @@ def load_project(path: Path) -> Project:
             optimise=compile_table.get("optimise", "Performance"),
             allow_cpu_ops=bool(compile_table.get("allow_cpu_ops", False)),
             jobs=compile_table.get("jobs"),
+            # Vela's debug database (per-layer encoded weights): on by default when a palette leaf is asked for
+            debug_db=bool(compile_table.get("debug_db", any("palette" in leaf for leaf in recipe.leaves))),
         ),
         requirements=dict(doc.get("requirements", {})),
     )

@@ -39,6 +39,24 @@ QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
+LR_SCHEDULES = ("cosine", "constant")
+GRADIENT_AGGREGATIONS = ("sum", "avg")
+SELECTION_METRICS = ("loss", "accuracy")  # the same as edgedeploy.finetune.SELECTION_METRICS
+# `plain = true`: TFMOT's plain fine-tuning recipe (no distillation, one-shot constant sparsity, constant
+# learning rate, batch norm trained, no hold-out). Keys given explicitly still win.
+PLAIN: dict[str, Any] = {
+    "distill": False,
+    "pruning_schedule": "constant",
+    "lr_schedule": "constant",
+    "warmup_fraction": 0.0,
+    "freeze_batch_norm": False,
+    "validation_fraction": 0.0,
+    "patience": 0,
+    "restore_best": False,
+    "learning_rate": 1e-4,
+    "batch_size": 64,
+    "epochs": 4,
+}
 
 
 def stage_kind(node: str) -> str:
@@ -79,11 +97,13 @@ class Recipe:
     clusters: int = 16
     per_channel_clusters: bool = False
     epochs: int = 4
-    batch_size: int = 64
-    learning_rate: float = 1e-4
+    batch_size: int = 32
+    learning_rate: float = 5e-4  # the peak of the warm-up/cosine schedule (PLAIN: constant 1e-4)
     seed: int = 0
-    pruning_schedule: str = "constant"
+    pruning_schedule: str = "polynomial"
+    pruning_end_fraction: float = 0.6
     centroid_init: str = "kmeans++"
+    cluster_gradient_aggregation: str = "sum"
     skip_layers: tuple[str, ...] = ()
     stage_epochs: Mapping[str, int] = field(default_factory=dict)
     stage_learning_rates: Mapping[str, float] = field(default_factory=dict)
@@ -91,6 +111,22 @@ class Recipe:
     calibration_samples: int = 500
     sparsity_tolerance: float = 0.02
     fuse_relu: bool = True
+    # fine-tuning with little data (see edgedeploy.finetune)
+    plain: bool = False
+    distill: bool = True
+    distill_temperature: float = 4.0
+    distill_label_weight: float = 0.5
+    lr_schedule: str = "cosine"
+    warmup_fraction: float = 0.1
+    freeze_batch_norm: bool = True
+    freeze_batch_norm_after: int = 0
+    validation_fraction: float = 0.1
+    patience: int = 3
+    restore_best: bool = True
+    selection_metric: str = "loss"
+    # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    palette: Mapping[str, Any] = field(default_factory=dict)
 
     def stage(self, kind: str) -> StageSettings:
         return StageSettings(
@@ -114,14 +150,34 @@ class Recipe:
         if kind is None:
             return common
         s = self.stage(kind)
-        out = {**common, "epochs": s.epochs, "learning_rate": s.learning_rate}
+        out = {**common, "epochs": s.epochs, "learning_rate": s.learning_rate, **self.training_params()}
         technique = NODES[node][1]
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.pruning_schedule == "polynomial":
+                out.update(pruning_end_fraction=self.pruning_end_fraction)
+        if technique in ("palette", "palette_qat"):
+            out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
+                       cluster_epochs=self.stage("cluster").epochs,
+                       cluster_learning_rate=self.stage("cluster").learning_rate)
         if technique in ("cluster", "sparsity_preserving_cluster"):
             out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
-                       centroid_init=self.centroid_init)
+                       centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
         return out
+
+    def training_params(self) -> dict[str, Any]:
+        """The fine-tuning settings every trained node depends on."""
+        return {
+            "distill": self.distill,
+            **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
+               if self.distill else {}),
+            "lr_schedule": self.lr_schedule, "warmup_fraction": self.warmup_fraction,
+            "freeze_batch_norm": self.freeze_batch_norm,
+            **({"freeze_batch_norm_after": self.freeze_batch_norm_after} if self.freeze_batch_norm else {}),
+            "validation_fraction": self.validation_fraction,
+            **({"patience": self.patience, "restore_best": self.restore_best, "selection_metric": self.selection_metric}
+               if self.validation_fraction > 0 else {}),
+        }
 
 
 class _Checker:
@@ -152,6 +208,28 @@ def _check(r: Recipe, source: str) -> Recipe:
         raise c.fail("pruning.schedule", f"is '{r.pruning_schedule}'; allowed values: {', '.join(SCHEDULES)}")
     if r.centroid_init not in CENTROID_INITS:
         raise c.fail("clustering.centroid_init", f"is '{r.centroid_init}'; allowed values: {', '.join(CENTROID_INITS)}")
+    if r.cluster_gradient_aggregation not in GRADIENT_AGGREGATIONS:
+        raise c.fail("clustering.gradient_aggregation", f"is '{r.cluster_gradient_aggregation}'; allowed values: "
+                     f"{', '.join(GRADIENT_AGGREGATIONS)}")
+    if not 0.0 < r.pruning_end_fraction <= 1.0:
+        raise c.fail("pruning.end_fraction", f"is {r.pruning_end_fraction}; it must be in (0, 1] (e.g. 0.6)")
+    if r.lr_schedule not in LR_SCHEDULES:
+        raise c.fail("training.lr_schedule", f"is '{r.lr_schedule}'; allowed values: {', '.join(LR_SCHEDULES)}")
+    if not 0.0 <= r.warmup_fraction < 1.0:
+        raise c.fail("training.warmup_fraction", f"is {r.warmup_fraction}; it must be in [0, 1) (e.g. 0.1)")
+    if r.freeze_batch_norm_after < 0:
+        raise c.fail("training.freeze_batch_norm_after", f"is {r.freeze_batch_norm_after}; it must be >= 0 epochs")
+    if not r.distill_temperature > 0:
+        raise c.fail("distillation.temperature", f"is {r.distill_temperature}; it must be > 0 (e.g. 4)")
+    if not 0.0 <= r.distill_label_weight <= 1.0:
+        raise c.fail("distillation.label_weight", f"is {r.distill_label_weight}; it must be in [0, 1]")
+    if not 0.0 <= r.validation_fraction < 0.5:
+        raise c.fail("selection.validation_fraction", f"is {r.validation_fraction}; it must be in [0, 0.5) "
+                     "(0 turns hold-out selection off)")
+    if r.selection_metric not in SELECTION_METRICS:
+        raise c.fail("selection.metric", f"is '{r.selection_metric}'; allowed values: {', '.join(SELECTION_METRICS)}")
+    if r.patience < 0:
+        raise c.fail("selection.patience", f"is {r.patience}; it must be >= 0 (0: never stop early)")
     for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
         if kind not in STAGE_KINDS:
             raise c.fail(f"stages.{kind}", f"is not a stage; allowed values: {', '.join(STAGE_KINDS)}")
@@ -163,8 +241,30 @@ def _check(r: Recipe, source: str) -> Recipe:
 _SIMPLE = {
     "leaves": list, "sparsity": float, "clusters": int, "per_channel_clusters": bool, "epochs": int,
     "batch_size": int, "learning_rate": float, "seed": int, "skip_layers": list, "float_io": bool,
-    "calibration_samples": int, "sparsity_tolerance": float, "fuse_relu": bool,
+    "calibration_samples": int, "sparsity_tolerance": float, "fuse_relu": bool, "plain": bool,
 }
+# Keys of the training tables: table -> key -> (Recipe field, type).
+_TABLES: dict[str, dict[str, tuple[str, type]]] = {
+    "pruning": {"schedule": ("pruning_schedule", str), "end_fraction": ("pruning_end_fraction", float)},
+    "clustering": {"centroid_init": ("centroid_init", str),
+                   "gradient_aggregation": ("cluster_gradient_aggregation", str)},
+    "distillation": {"enabled": ("distill", bool), "temperature": ("distill_temperature", float),
+                     "label_weight": ("distill_label_weight", float)},
+    "training": {"lr_schedule": ("lr_schedule", str), "warmup_fraction": ("warmup_fraction", float),
+                 "freeze_batch_norm": ("freeze_batch_norm", bool),
+                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int)},
+    "selection": {"validation_fraction": ("validation_fraction", float), "patience": ("patience", int),
+                  "restore_best": ("restore_best", bool), "metric": ("selection_metric", str)},
+}
+
+
+def _typed(source: str, key: str, value: Any, kind: type) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        what = {int: "an integer", float: "a number", bool: "true or false", list: "a list", str: "a string"}[kind]
+        raise UsageError(f"{source}: `{key}` is {value!r}; it must be {what}", "fix the recipe")
+    return value
 
 
 def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -181,26 +281,24 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise UsageError(f"recipe file {path} does not exist", "check the path") from exc
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
-    known = set(_SIMPLE) | {"pruning", "clustering", "stages"}
+    known = set(_SIMPLE) | set(_TABLES) | {"stages"} | {"layers", "palette"}
     for key in data:
         if key not in known:
             raise UsageError(f"{source}: unknown key `{key}`", f"allowed keys: {', '.join(sorted(known))}")
     kwargs: dict[str, Any] = {}
     for key, kind in _SIMPLE.items():
         if key in data:
-            value = data[key]
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                what = {int: "an integer", float: "a number", bool: "true or false", list: "a list"}[kind]
-                raise UsageError(f"{source}: `{key}` is {value!r}; it must be {what}", "fix the recipe")
+            value = _typed(source, key, data[key], kind)
             kwargs[key] = tuple(value) if kind is list else value
-    pruning = data.get("pruning", {})
-    if "schedule" in pruning:
-        kwargs["pruning_schedule"] = pruning["schedule"]
-    clustering = data.get("clustering", {})
-    if "centroid_init" in clustering:
-        kwargs["centroid_init"] = clustering["centroid_init"]
+    for table, keys in _TABLES.items():
+        values = data.get(table, {})
+        if not isinstance(values, dict):
+            raise UsageError(f"{source}: `{table}` must be a table", f"e.g. [{table}] {next(iter(keys))} = ...")
+        for key, value in values.items():
+            if key not in keys:
+                raise UsageError(f"{source}: unknown key `{table}.{key}`", f"allowed keys: {', '.join(keys)}")
+            name, kind = keys[key]
+            kwargs[name] = _typed(source, f"{table}.{key}", value, kind)
     stages = data.get("stages", {})
     if not isinstance(stages, dict):
         raise UsageError(f"{source}: `stages` must be a table", "e.g. [stages.prune] epochs = 2")
@@ -211,11 +309,83 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     for k in stages:
         if k not in STAGE_KINDS:
             raise UsageError(f"{source}: `stages.{k}` is not a stage", f"allowed values: {', '.join(STAGE_KINDS)}")
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if "leaves" in given:
+        given["leaves"] = tuple(given["leaves"])
+    if given.get("plain", kwargs.get("plain", False)):
+        # the plain preset sets what the file and the flags leave unset
+        explicit = set(kwargs) | set(given)
+        kwargs = {**{k: v for k, v in PLAIN.items() if k not in explicit}, **kwargs}
+    kwargs.update(_palette_keys(data, source))
     recipe = Recipe(**kwargs)
-    if overrides:
-        given = {k: v for k, v in overrides.items() if v is not None}
-        if "leaves" in given:
-            given["leaves"] = tuple(given["leaves"])
+    if given:
         recipe = replace(recipe, **given)
         source = f"{source} with command-line options"
     return _check(recipe, source)
+
+
+# --------------------------------------------------------------------------- palette-aware leaves
+
+# Nodes of edgedeploy.palette: int8 kernels keep one shared palette per tensor (each is a leaf of its own name).
+# They are not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`.
+NODES.update({
+    "clustered_palette": ("baseline", "palette"),
+    "pruned_clustered_palette": ("pruned", "palette"),
+    "cqat_palette": ("clustered_palette", "palette_qat"),
+    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
+})
+LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
+QAT_NODES.update({"cqat_palette", "pcqat_palette"})
+PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
+                                 "sparsities": list, "executor": str, "workers": int, "target": str}
+PALETTE_EXECUTORS = ("process", "ray")
+
+
+def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``[layers.NAME] sparsity/clusters`` and ``[palette]`` (the sweep), checked."""
+    out: dict[str, Any] = {}
+    layers = data.get("layers", {})
+    if not isinstance(layers, dict) or not all(isinstance(v, dict) for v in layers.values()):
+        raise UsageError(f"{source}: `layers` must hold one table per layer", "e.g. [layers.conv2d_1] sparsity = 0.7")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, values in layers.items():
+        for key, value in values.items():
+            if key == "clusters":
+                value = _typed(source, f"layers.{name}.clusters", value, int)
+                if not 2 <= value <= 32:
+                    raise UsageError(f"{source}: `layers.{name}.clusters` is {value}; it must be from 2 to 32 "
+                                     "(Vela's palette holds at most 32 values)", "fix the recipe")
+            elif key == "sparsity":
+                value = _typed(source, f"layers.{name}.sparsity", value, float)
+                if not 0.0 <= value < 1.0:
+                    raise UsageError(f"{source}: `layers.{name}.sparsity` is {value}; it must be in [0, 1)",
+                                     "fix the recipe")
+            else:
+                raise UsageError(f"{source}: unknown key `layers.{name}.{key}`", "allowed keys: clusters, sparsity")
+            checked.setdefault(name, {})[key] = value
+    if checked:
+        out["layers"] = checked
+    palette = data.get("palette", {})
+    if not isinstance(palette, dict):
+        raise UsageError(f"{source}: `palette` must be a table", "e.g. [palette] search = true")
+    opts: dict[str, Any] = {}
+    for key, value in palette.items():
+        if key not in PALETTE_KEYS:
+            raise UsageError(f"{source}: unknown key `palette.{key}`", f"allowed keys: {', '.join(PALETTE_KEYS)}")
+        value = _typed(source, f"palette.{key}", value, PALETTE_KEYS[key])
+        if key == "executor" and value not in PALETTE_EXECUTORS:
+            raise UsageError(f"{source}: `palette.executor` is '{value}'; allowed values: "
+                             f"{', '.join(PALETTE_EXECUTORS)}", "fix the recipe")
+        if key == "clusters" and not all(isinstance(v, int) and 2 <= v <= 32 for v in value):
+            raise UsageError(f"{source}: `palette.clusters` is {value}; each must be an integer from 2 to 32",
+                             "fix the recipe")
+        if key == "sparsities" and not all(isinstance(v, (int, float)) and 0 <= v < 1 for v in value):
+            raise UsageError(f"{source}: `palette.sparsities` is {value}; each must be in [0, 1)", "fix the recipe")
+        if key in ("accuracy_budget", "holdout") and not 0 <= value < (100 if key == "accuracy_budget" else 0.5):
+            raise UsageError(f"{source}: `palette.{key}` is {value}; out of range", "fix the recipe")
+        if key == "workers" and value < 1:
+            raise UsageError(f"{source}: `palette.workers` is {value}; it must be >= 1", "fix the recipe")
+        opts[key] = list(value) if isinstance(value, list) else value
+    if opts:
+        out["palette"] = opts
+    return out

@@ -745,8 +745,26 @@ def _compression(manifest: Manifest, variants: Iterable[_Variant]) -> dict[str, 
             entry["survives_per_channel"] = True
             entry["note"] = (f"every weight tensor has at most {entry['max_distinct_values']} distinct int8 values "
                              f"(≤ {PALETTE_LIMIT}): Vela can palette-encode them")
+        _npu_weights(entry, v)
         out[v.name] = entry
     return out
+
+
+def _npu_weights(entry: dict[str, Any], v: _Variant) -> None:
+    """Per target, the NPU weight facts of Vela's debug database (compiled with ``debug_db``), if recorded."""
+    found = {rec.target: rec.details["npu_weights"] for rec in sorted(v.compiles, key=lambda r: r.target or "")
+             if rec.status != "failed" and rec.details.get("npu_weights")}
+    if not found:
+        return
+    entry["npu_weights"] = found
+    shown = []
+    for target, facts in found.items():
+        s = facts["summary"]
+        cycles = s.get("weight_read_cycles")
+        shown.append(f"{target} {s['encoded_weight_bytes']:,} B encoded in {s['layers']} layers"
+                     + (f", {cycles:,} weight-read cycles" if cycles is not None else "")
+                     + (f", {s['layers_over_palette']} layers over the palette" if s.get("layers_over_palette") else ""))
+    entry["note"] = f"{entry['note']}; Vela's debug database: " + "; ".join(shown)
 
 
 def _short(name: str, limit: int = 60) -> str:

@@ -1,0 +1,207 @@
+"""Palette-aware leaves against TFMOT's PCQAT, measured in the NPU's currency.
+
+For the MLPerf Tiny DS-CNN (Speech Commands: fine-tune split == 0 -> eval split == 1) and the MLPerf Tiny
+ResNet-8 (CIFAR-10 JPEG subset: x_train -> x_test) it runs `edgedeploy optimize` with the leaves ptq, pcqat,
+pruned_clustered_palette and pcqat_palette (the palette node runs the per-layer sensitivity sweep on a hold-out
+slice of the fine-tune split), compiles every leaf with Vela (debug database on) and prints per leaf:
+
+- int8 accuracy on the evaluation split and its difference to the ptq leaf;
+- Vela-encoded weights and NPU cycles on ethos-u55-128 and ethos-u85-256 (built-in targets, --optimise
+  Performance), and the encoded weights as a fraction of the ptq leaf's;
+- weight-read cycles (Vela's debug database, est_weight_read_cycles summed over layers) and total cycles on two
+  weight-bandwidth-bound configurations: ethos-u55-128 with --optimise Size (weights streamed from its 0.5 GB/s
+  flash) and the user target bench/targets/ethos-u85-256-flash.toml (Ethos_U85_SYS_Flash_High, Shared_Sram);
+- the largest number of distinct int8 values in one weight tensor (Vela's palette holds 32).
+
+The "best palette-aware leaf" is the one with the smallest encoded weights on ethos-u55-128 among the palette
+leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
+
+Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
+     [--data ../shared/data] [--no-search]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {
+    "kws": ("MLPerf DS-CNN, Speech Commands (fine-tune split 0 -> eval split 1)", "kws/dscnn_mlperf_float.h5",
+            "kws/speech_commands_v2_test_mfcc_mlperf.npz"),
+    "ic": ("MLPerf ResNet-8, CIFAR-10 JPEG subset (x_train -> x_test)", "ic/resnet8_mlperf_float.h5",
+           "ic/cifar10_jpeg_subset.npz"),
+}
+LEAVES = ["ptq", "pcqat", "pruned_clustered_palette", "pcqat_palette"]
+PALETTE_LEAVES = ["pruned_clustered_palette", "pcqat_palette"]
+MAIN_TARGETS = ["ethos-u55-128", "ethos-u85-256"]
+FLASH_TARGET = str(REPO / "bench" / "targets" / "ethos-u85-256-flash.toml")
+
+
+def _m(rec, name):
+    return None if rec is None else rec.metric(name)
+
+
+def _fmt(v, spec=","):
+    return "n/a" if v is None else format(v, spec)
+
+
+def run_model(key: str, args) -> dict:
+    from dataclasses import replace
+
+    from edgedeploy.compile import CompileOptions, compile_variants
+    from edgedeploy.errors import EdgeDeployError
+    from edgedeploy.optimize import optimize
+    from edgedeploy.recipe import load_recipe
+    from edgedeploy.stages import RunContext
+    from edgedeploy.targets import get_target
+
+    title, model, data = MODELS[key]
+    out = args.out / key
+    sweep_budget = args.budget if args.sweep_budget is None else args.sweep_budget
+    table = {"leaves": LEAVES, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
+                                           "target": "ethos-u55-128", "workers": args.workers}}
+    overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": args.seed}
+    recipe = load_recipe(table=table, overrides=overrides)
+    t0 = time.perf_counter()
+    # One leaf at a time (shared nodes are trained once and reused), so that a leaf whose stage fails (e.g. a
+    # TFMOT preservation failure) is reported as such while the others are still measured.
+    leaves, failed, nodes = {}, {}, {}
+    for leaf in [*[x for x in LEAVES if x != "pcqat"], "pcqat"]:
+        try:
+            outcome = optimize(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))
+        except EdgeDeployError as exc:
+            failed[leaf] = exc.one_line()
+            print(f"{key}: leaf {leaf} failed: {exc.one_line()}", flush=True)
+            continue
+        leaves.update(outcome.leaves)
+        nodes.update(outcome.nodes)
+    t_opt = time.perf_counter() - t0
+    variants = [(leaf, out / rec.output("int8_model").path, rec.id) for leaf, rec in leaves.items()]
+    t1 = time.perf_counter()
+    ctx = RunContext.open(out)
+    perf = compile_variants(ctx, variants, [get_target(t) for t in [*MAIN_TARGETS, FLASH_TARGET]],
+                            CompileOptions(debug_db=True, jobs=2))
+    size_ctx = RunContext.open(out / "optimise-size")
+    size = compile_variants(size_ctx, variants, [get_target("ethos-u55-128")],
+                            CompileOptions(optimise="Size", debug_db=True, jobs=2))
+    t_comp = time.perf_counter() - t1
+    comp = {(r.variant, r.target): r for r in perf.records}
+    comp_size = {r.variant: r for r in size.records}
+    rows = {}
+    for leaf, rec in leaves.items():
+        row = {"int8_accuracy": rec.metric("int8_accuracy"), "float_accuracy": rec.metric("float_accuracy"),
+               "gzip_bytes": rec.metric("gzip_bytes"),
+               "max_distinct_per_tensor": max((len_distinct(r) for r in rec.details.get("preservation", [])),
+                                              default=None)}
+        for t in MAIN_TARGETS:
+            c = comp.get((leaf, t))
+            row[t] = {"encoded_weights_bytes": _m(c, "encoded_weights_bytes"), "npu_cycles": _m(c, "npu_cycles"),
+                      "total_cycles": _m(c, "total_cycles"), "weight_read_cycles": _m(c, "weight_read_cycles")}
+        c = comp.get((leaf, "ethos-u85-256-flash"))
+        row["ethos-u85-256-flash"] = {"encoded_weights_bytes": _m(c, "encoded_weights_bytes"),
+                                      "npu_cycles": _m(c, "npu_cycles"), "total_cycles": _m(c, "total_cycles"),
+                                      "weight_read_cycles": _m(c, "weight_read_cycles")}
+        c = comp_size.get(leaf)
+        row["ethos-u55-128 --optimise Size"] = {"encoded_weights_bytes": _m(c, "encoded_weights_bytes"),
+                                                "npu_cycles": _m(c, "npu_cycles"), "total_cycles": _m(c, "total_cycles"),
+                                                "weight_read_cycles": _m(c, "weight_read_cycles")}
+        if rec.details.get("plan"):
+            row["plan"] = rec.details["plan"]
+        rows[leaf] = row
+    sweep = nodes.get("pruned_clustered_palette")
+    return {"title": title, "rows": rows, "failed": failed, "optimize_seconds": round(t_opt), "compile_seconds": round(t_comp),
+            "sweep": None if sweep is None else {k: v for k, v in sweep.details.get("sweep", {}).items()
+                                                 if k in ("holdout", "checks", "seconds", "budget_points", "executor")},
+            "recipe": recipe.to_dict()}
+
+
+def len_distinct(row: dict) -> int | None:
+    return row.get("distinct", row.get("unique"))
+
+
+def best_palette(rows: dict, budget: float) -> str | None:
+    ptq = rows["ptq"]["int8_accuracy"]
+    cands = [leaf for leaf in PALETTE_LEAVES if leaf in rows]
+    ok = [leaf for leaf in cands if rows[leaf]["int8_accuracy"] >= ptq - budget]
+    if ok:
+        return min(ok, key=lambda leaf: rows[leaf]["ethos-u55-128"]["encoded_weights_bytes"] or float("inf"))
+    return max(cands, key=lambda leaf: rows[leaf]["int8_accuracy"]) if cands else None
+
+
+def render(result: dict, budget: float) -> str:
+    rows = result["rows"]
+    ptq = rows["ptq"]
+    best = best_palette(rows, budget)
+    lines = [f"### {result['title']}", "",
+             *[f"leaf {leaf} FAILED: {why}" for leaf, why in result.get("failed", {}).items()],
+             ("| leaf | int8 acc (%) | Δ vs ptq (pt) | U55-128 enc. weights (B) | vs ptq | U55-128 NPU cycles | "
+              "U85-256 enc. weights (B) | U85-256 NPU cycles | U55-128 Size: weight-read / total cycles | "
+              "U85-256 flash: weight-read / total cycles | max distinct int8 / tensor |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    base_w = ptq["ethos-u55-128"]["encoded_weights_bytes"]
+    for leaf in LEAVES:
+        if leaf not in rows:
+            continue
+        r = rows[leaf]
+        u55, u85 = r["ethos-u55-128"], r["ethos-u85-256"]
+        size, flash = r["ethos-u55-128 --optimise Size"], r["ethos-u85-256-flash"]
+        ratio = "n/a" if not base_w or u55["encoded_weights_bytes"] is None else f"{u55['encoded_weights_bytes'] / base_w:.3f}"
+        name = leaf + (" (best palette)" if leaf == best else "")
+        lines.append(
+            f"| {name} | {r['int8_accuracy']:.2f} | {r['int8_accuracy'] - ptq['int8_accuracy']:+.2f} | "
+            f"{_fmt(u55['encoded_weights_bytes'])} | {ratio} | {_fmt(u55['npu_cycles'])} | "
+            f"{_fmt(u85['encoded_weights_bytes'])} | {_fmt(u85['npu_cycles'])} | "
+            f"{_fmt(size['weight_read_cycles'])} / {_fmt(size['total_cycles'])} | "
+            f"{_fmt(flash['weight_read_cycles'])} / {_fmt(flash['total_cycles'])} | {_fmt(r['max_distinct_per_tensor'])} |")
+    if best:
+        b = rows[best]
+        ratio = b["ethos-u55-128"]["encoded_weights_bytes"] / base_w if base_w else None
+        drop = ptq["int8_accuracy"] - b["int8_accuracy"]
+        met = ratio is not None and ratio <= 0.40 and drop <= budget
+        lines += ["", f"best palette-aware leaf: {best}: encoded weights {_fmt(ratio, '.3f')} of ptq on ethos-u55-128, "
+                  f"int8 accuracy {-drop:+.2f} points against ptq; goal (≤ 0.40 of ptq at ≤ {budget} points lost): "
+                  + ("met" if met else "NOT met")]
+        pc = rows.get("pcqat")
+        if pc:
+            lines.append(f"TFMOT pcqat: encoded weights {pc['ethos-u55-128']['encoded_weights_bytes'] / base_w:.3f} of ptq, "
+                         f"int8 accuracy {pc['int8_accuracy'] - ptq['int8_accuracy']:+.2f} points against ptq")
+    if result.get("sweep"):
+        s = result["sweep"]
+        lines.append(f"sweep: {s.get('seconds')} s, hold-out {s.get('holdout')}, joint checks {s.get('checks')}")
+    lines.append(f"wall time: optimize {result['optimize_seconds']} s, compile {result['compile_seconds']} s "
+                 "(stages reused from an earlier run of the same folder are not re-run)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="kws,ic")
+    ap.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs per stage (recipe default)")
+    ap.add_argument("--sparsity", type=float, default=None)
+    ap.add_argument("--clusters", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--budget", type=float, default=0.3, help="accuracy budget (points) of the sweep and the goal")
+    ap.add_argument("--sweep-budget", type=float, default=None,
+                    help="accuracy budget (points on the hold-out) of the sweep alone, before QAT (default: --budget)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-search", action="store_true", help="no per-layer sweep: every layer at --clusters")
+    ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    args = ap.parse_args()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    results = {}
+    for key in args.models.split(","):
+        results[key] = run_model(key, args)
+        print(render(results[key], args.budget), flush=True)
+        print(flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_palette.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"machine load average at the end: {os.getloadavg()[0]:.2f}; results: {args.out / 'bench_palette.json'}")
+
+
+if __name__ == "__main__":
+    main()

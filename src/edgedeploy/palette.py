@@ -1,0 +1,1139 @@
+"""Palette-aware compression: keep clusters and sparsity all the way into the NPU's weight streams.
+
+Vela encodes each weight stream losslessly, with a palette of at most 32 distinct int8 values and run-length
+coding of zeros. TFMOT clusters float weights; int8 per-channel scales (and batch norms folded into the kernels)
+then spread each tensor's clusters over many distinct int8 values, and Vela's palette no longer applies.
+
+This module keeps the palette in the int8 values themselves. For each weight tensor it chooses one shared
+*integer* palette ``P`` (at most ``clusters`` values in [-127, 127]) and writes every output channel as its
+own scale times palette values::
+
+    w[..., c] = s_c * P[index],  s_c = max|w[..., c]| / 127,  ±127 in P
+
+Because each channel keeps a weight at ±127, the converter's symmetric per-channel scale is exactly ``s_c`` and
+the int8 kernel holds only values of ``P``: at most ``clusters`` distinct values per tensor, whatever the
+channel scales are. Zero stays a palette value, so pruned weights stay zero. Batch norms are folded into the
+kernels first, so the converter has nothing left to fold.
+
+Nodes (see :data:`NODES`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
+pruned node straight onto per-tensor palettes, zeros kept (PTQ leaves of the same names; they replace TFMOT's
+clustering, whose per-tensor float clusters a folded batch norm would spread again), and ``cqat_palette`` /
+``pcqat_palette`` run
+quantization-aware training whose weight quantizers snap each kernel to its palette on every step (a
+straight-through estimator), so the palette survives training and conversion.
+
+Per-layer settings (``[layers.NAME] sparsity / clusters``) and an optional sensitivity sweep (``[palette]
+search = true``) choose, per layer, the palette size and extra sparsity that give the smallest Vela-encoded
+weights within an accuracy budget on a hold-out slice of the fine-tune split. Work items of the sweep run in a
+local process pool, or as Ray tasks (``executor = "ray"``).
+
+The parsers of Vela's debug database (``--enable-debug-db``) at the end of this module are pure functions.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import InvalidInputError, PreservationError, UsageError
+
+log = logging.getLogger("edgedeploy")
+
+# Vela's weight encoder keeps a palette of at most this many distinct values per weight stream.
+PALETTE_LIMIT = 32
+QMAX = 127  # symmetric int8 weights: [-127, 127]
+
+# node -> (parent node, technique); every palette node is also a leaf of the same name.
+NODES: dict[str, tuple[str, str]] = {
+    "clustered_palette": ("baseline", "palette"),
+    "pruned_clustered_palette": ("pruned", "palette"),
+    "cqat_palette": ("clustered_palette", "palette_qat"),
+    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
+}
+LEAVES: dict[str, str] = {n: n for n in NODES}
+QAT_NODES = {n for n, (_, t) in NODES.items() if t == "palette_qat"}
+PRUNED_NODES = {"pruned_clustered_palette", "pcqat_palette"}
+PLAN_FILE = "palette.json"
+EXECUTORS = ("process", "ray")
+KERNEL_KINDS = ("Conv2D", "DepthwiseConv2D", "Dense")
+
+
+# --------------------------------------------------------------------------- palettes (pure NumPy)
+
+
+def channels_last(kernel: np.ndarray, kind: str) -> np.ndarray:
+    """The kernel as a 2-D array (elements per channel, output channels), in the converter's channel order."""
+    kernel = np.asarray(kernel)
+    if kind == "DepthwiseConv2D":  # (kh, kw, in, mult) -> channels in*mult, as TFLite's 1HWO layout
+        return kernel.reshape(-1, kernel.shape[2] * kernel.shape[3])
+    return kernel.reshape(-1, kernel.shape[-1])
+
+
+def channel_scales(flat: np.ndarray, per_tensor: bool = False) -> np.ndarray:
+    """Symmetric int8 scales of each column of ``flat`` (max |w| / 127), as the TFLite converter computes them."""
+    peak = np.abs(flat).max(axis=0) if flat.size else np.zeros(flat.shape[1])
+    if per_tensor:
+        peak = np.full(flat.shape[1], np.abs(flat).max() if flat.size else 0.0)
+    return peak / QMAX
+
+
+def normalized(flat: np.ndarray, per_tensor: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Weights divided by their channel scale (values in [-127, 127]) and the scales; empty channels stay 0."""
+    scales = channel_scales(flat, per_tensor)
+    safe = np.where(scales > 0, scales, 1.0)
+    return flat / safe, scales
+
+
+def fit_palette(x: np.ndarray, clusters: int, keep_zero: bool, seed: int = 0, iterations: int = 30) -> np.ndarray:
+    """At most ``clusters`` integer levels in [-127, 127] for the normalized values ``x`` (1-D k-means).
+
+    The channel extremes (±127, where values reach them) are fixed levels, so every channel keeps its scale;
+    0 is a fixed level when ``keep_zero`` (pruned weights stay zero). The other levels are k-means centroids
+    of the remaining values, rounded to integers.
+    """
+    if clusters < 2:
+        raise UsageError(f"a palette needs at least 2 values, not {clusters}", "set clusters >= 2")
+    x = np.asarray(x, dtype=np.float64).ravel()
+    fixed = []
+    if x.size and x.max() >= QMAX - 0.5:
+        fixed.append(QMAX)
+    if x.size and x.min() <= -QMAX + 0.5:
+        fixed.append(-QMAX)
+    if keep_zero:
+        fixed.append(0)
+    fixed = sorted(set(fixed))
+    rest = x[~np.isin(np.rint(x), fixed)] if fixed else x
+    if keep_zero:
+        rest = rest[rest != 0]
+    free = clusters - len(fixed)
+    distinct = np.unique(np.rint(rest))
+    if free <= 0 or rest.size == 0:
+        return np.array(fixed[:clusters] if free < 0 else fixed, dtype=np.int64)
+    if distinct.size <= free:
+        return np.unique(np.concatenate([fixed, distinct])).astype(np.int64)
+    # Lloyd iterations on the values, fixed levels included in the assignment but never moved.
+    centroids = np.quantile(rest, (np.arange(free) + 0.5) / free)
+    fixed_arr = np.asarray(fixed, dtype=np.float64)
+    for _ in range(iterations):
+        levels = np.concatenate([centroids, fixed_arr])
+        assign = np.abs(rest[:, None] - levels[None, :]).argmin(axis=1)
+        moved = centroids.copy()
+        for i in range(free):
+            members = rest[assign == i]
+            if members.size:
+                moved[i] = members.mean()
+        if np.allclose(moved, centroids):
+            break
+        centroids = moved
+    levels = np.unique(np.clip(np.rint(np.concatenate([centroids, fixed_arr])), -QMAX, QMAX)).astype(np.int64)
+    return levels
+
+
+def snap(x: np.ndarray, palette: np.ndarray) -> np.ndarray:
+    """Each value of ``x`` replaced by the nearest palette level."""
+    levels = np.sort(np.asarray(palette, dtype=np.float64))
+    if levels.size == 1:
+        return np.full_like(np.asarray(x, dtype=np.float64), levels[0])
+    mids = (levels[1:] + levels[:-1]) / 2
+    return levels[np.searchsorted(mids, x)]
+
+
+def magnitude_prune(flat: np.ndarray, sparsity: float) -> np.ndarray:
+    """Zero the smallest-magnitude weights of the whole tensor until ``sparsity`` of it is zero."""
+    if sparsity <= 0:
+        return flat
+    n_zero = math.floor(sparsity * flat.size)
+    if n_zero <= int(np.count_nonzero(flat == 0)):
+        return flat
+    order = np.argsort(np.abs(flat), axis=None, kind="stable")
+    out = flat.copy().ravel()
+    out[order[:n_zero]] = 0.0
+    return out.reshape(flat.shape)
+
+
+@dataclass(frozen=True)
+class Projection:
+    kernel: np.ndarray
+    palette: np.ndarray
+    sparsity: float
+    distinct_int8: int
+
+
+def project(kernel: np.ndarray, kind: str, clusters: int, sparsity: float = 0.0, per_tensor: bool = False,
+            keep_zero: bool | None = None, seed: int = 0, palette: np.ndarray | None = None) -> Projection:
+    """Project one kernel onto a shared integer palette (after optional extra magnitude pruning).
+
+    The result is a float kernel whose symmetric int8 quantization (per channel, or per tensor) holds only
+    palette values.
+    """
+    shape = np.shape(kernel)
+    flat = channels_last(np.asarray(kernel, dtype=np.float64), kind)
+    flat = magnitude_prune(flat, sparsity)
+    x, scales = normalized(flat, per_tensor)
+    if keep_zero is None:
+        keep_zero = bool(np.any(flat == 0))
+    if palette is None:
+        palette = fit_palette(x, clusters, keep_zero, seed)
+    q = snap(x, palette)
+    if 0 in set(np.asarray(palette).tolist()):
+        q[flat == 0] = 0.0  # pruned weights stay zero
+    out = (q * scales[None, :]).astype(np.float32)
+    distinct = int(np.unique(int8_symmetric(out, per_tensor)).size)
+    return Projection(out.reshape(shape), np.asarray(palette, dtype=np.int64),
+                      float(np.mean(out == 0)), distinct)
+
+
+def int8_symmetric(flat: np.ndarray, per_tensor: bool = False) -> np.ndarray:
+    """What the converter stores for ``flat`` (2-D, channels last): round(w / (max|w| / 127)) per channel."""
+    x, _ = normalized(np.asarray(flat, dtype=np.float64), per_tensor)
+    return np.clip(np.rint(x), -QMAX, QMAX).astype(np.int8)
+
+
+# --------------------------------------------------------------------------- plans and the search (pure)
+
+
+@dataclass(frozen=True)
+class LayerSetting:
+    """What the palette node does to one layer: ``clusters`` None keeps the layer as its parent left it."""
+
+    clusters: int | None
+    sparsity: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return "keep" if self.clusters is None else f"k{self.clusters}_s{self.sparsity:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clusters": self.clusters, "sparsity": self.sparsity}
+
+
+def candidate_settings(clusters: Sequence[int], sparsities: Sequence[float]) -> list[LayerSetting]:
+    return [LayerSetting(int(k), float(s)) for k in clusters for s in sparsities]
+
+
+def greedy_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, budget: float
+                ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Per layer, a setting such that the *joint* accuracy drop stays within ``budget``, fewest bytes first.
+
+    ``options[layer]`` lists {"setting": LayerSetting-dict, "bytes": int, "drop": float (points, this layer
+    alone)}; the option with the most bytes is where the layer starts (the sweep's largest palette). Drops of
+    single layers do not add up (in one measured case ten harmless layers together lost 9 points), so every
+    step is checked on the whole model: moves are tried in order (no measured loss first, then most bytes
+    saved per point lost) and kept when ``joint_drop(plan)`` is within ``budget``. Returns (plan, steps tried).
+    """
+    start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items() if opts}
+    current = dict(start)
+    moves = []
+    for layer, opts in options.items():
+        base = start.get(layer)
+        for o in opts:
+            if base is None or o["bytes"] >= base["bytes"] or o["drop"] > budget:
+                continue
+            saved = base["bytes"] - o["bytes"]
+            moves.append((max(o["drop"], 0.0) > 0, -saved / max(o["drop"], 1e-3), -saved, layer, o))
+    moves.sort(key=lambda m: m[:3])
+    steps = []
+    for _, _, _, layer, o in moves:
+        if o["bytes"] >= current[layer]["bytes"]:
+            continue
+        trial = {**current, layer: o}
+        drop = float(joint_drop({k: v["setting"] for k, v in trial.items()}))
+        ok = drop <= budget
+        steps.append({"layer": layer, "setting": o["setting"], "joint_drop": round(drop, 3), "kept": ok,
+                      "encoded_bytes": int(sum(v["bytes"] for v in trial.values()))})
+        if ok:
+            current = trial
+    return {k: v["setting"] for k, v in current.items()}, steps
+
+
+def holdout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted indices (train, hold-out) of a fine-tune split of ``n`` samples; a seeded random ``fraction`` is held out."""
+    k = max(1, round(n * fraction)) if fraction > 0 else 0
+    hold = np.sort(np.random.default_rng(seed).permutation(n)[:k])
+    return np.setdiff1d(np.arange(n), hold), hold
+
+
+# --------------------------------------------------------------------------- Vela's debug database (pure)
+
+_TABLE_RE = re.compile(r'<table name="(?P<name>[^"]+)">\s*<!\[CDATA\[\s*(?P<body>.*?)\]\]>\s*</table>', re.DOTALL)
+WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D")
+
+
+def parse_debug_db(text: str) -> dict[str, list[dict[str, str]]]:
+    """The tables of Vela's ``*_debug.xml`` (``--enable-debug-db``): name -> rows (column -> text)."""
+    tables = {}
+    for m in _TABLE_RE.finditer(text):
+        tables[m.group("name")] = list(csv.DictReader(io.StringIO(m.group("body"))))
+    if not tables:
+        raise ValueError("no <table> in Vela's debug database")
+    return tables
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def weight_layers(tables: Mapping[str, list[dict[str, str]]]) -> list[dict[str, Any]]:
+    """One row per NPU operation that reads weights, from the ``perf`` and ``perf_debug`` tables.
+
+    Fields: ``source_op`` (the operator's index in the input .tflite, Vela's ``ext_key``), ``operator``,
+    ``name`` (its output tensor), ``encoded_weight_bytes`` (Vela's ``weight_total_bytes``; they add up to
+    ``total_npu_encoded_weights`` of the summary CSV), ``vela_distinct_weights`` (``weight_distinct``),
+    ``weight_read_cycles`` (``est_weight_read_cycles``), ``weight_transfer_cycles``, ``weight_format``,
+    ``op_cycles`` and ``npu_cycles``, and ``weight_access_cycles`` (the ``*Weights_ac`` columns per memory).
+    """
+    perf = {r["id"]: r for r in tables.get("perf", [])}
+    ext = {r["id"]: _int(r.get("ext_key")) for r in tables.get("source", [])}
+    out = []
+    for r in tables.get("perf_debug", []):
+        total = _int(r.get("weight_total_bytes"))
+        if total is None:
+            continue
+        p = perf.get(r["id"], {})
+        access = {k[: -len("Weights_ac")]: _int(v) for k, v in r.items()
+                  if k.endswith("Weights_ac") and _int(v) is not None}
+        out.append({
+            "vela_id": _int(r["id"]),
+            "source_op": ext.get(p.get("source_id")),
+            "operator": p.get("operator", ""),
+            "name": p.get("name", ""),
+            "encoded_weight_bytes": total,
+            "vela_distinct_weights": _int(r.get("weight_distinct")),
+            "weight_format": r.get("weight_format", ""),
+            "weight_read_cycles": _int(r.get("est_weight_read_cycles")),
+            "weight_transfer_cycles": _int(r.get("weight_transfer_cycles")),
+            "op_cycles": _int(p.get("op_cycles")),
+            "npu_cycles": _int(p.get("npu_cycles")),
+            "weight_access_cycles": access,
+        })
+    return out
+
+
+def summarize_layers(layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over :func:`weight_layers` rows (missing values count as unavailable, not zero)."""
+
+    def total(key: str) -> int | None:
+        vals = [r.get(key) for r in layers if r.get(key) is not None]
+        return int(sum(vals)) if vals else None
+
+    distinct = [r.get("int8_distinct") for r in layers if r.get("int8_distinct") is not None]
+    return {
+        "layers": len(layers),
+        "encoded_weight_bytes": total("encoded_weight_bytes"),
+        "weight_read_cycles": total("weight_read_cycles"),
+        "weight_transfer_cycles": total("weight_transfer_cycles"),
+        "max_int8_distinct": max(distinct) if distinct else None,
+        "layers_over_palette": sum(1 for d in distinct if d > PALETTE_LIMIT),
+        "palette_limit": PALETTE_LIMIT,
+    }
+
+
+def attach_int8(layers: list[dict[str, Any]], operators: Sequence[Any], tensors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Add each row's int8 weight tensor facts (name, distinct values per tensor, zeros) from the input .tflite.
+
+    ``operators`` are :class:`~edgedeploy.tflite_model.OperatorInfo` of the input model, ``tensors`` its
+    :func:`~edgedeploy.tflite_model.read_weight_tensors`; both in operator order.
+    """
+    weighted = [o.index for o in operators if o.op in WEIGHT_OPS]
+    wt = [t for t in tensors if t.op in WEIGHT_OPS]
+    by_op = dict(zip(weighted, wt)) if len(weighted) == len(wt) else {}
+    for row in layers:
+        t = by_op.get(row.get("source_op"))
+        if t is None:
+            row.update(tensor=None, int8_distinct=None, int8_zero_fraction=None, int8_elements=None)
+            continue
+        values = t.values()
+        row.update(tensor=t.name, tflite_op=t.op, int8_distinct=int(np.unique(values).size),
+                   int8_zero_fraction=round(float(np.mean(values == 0)), 4), int8_elements=int(values.size),
+                   within_palette=bool(np.unique(values).size <= PALETTE_LIMIT))
+    return layers
+
+
+def npu_weight_report(debug_xml: Path, model: Path) -> dict[str, Any]:
+    """Per-layer NPU weight facts of one compile: Vela's debug database joined with the int8 model's tensors."""
+    from .tflite_model import read_tflite, read_weight_tensors
+
+    layers = weight_layers(parse_debug_db(Path(debug_xml).read_text(encoding="utf-8")))
+    try:
+        attach_int8(layers, read_tflite(model).operators, read_weight_tensors(model))
+    except InvalidInputError as exc:
+        log.warning("%s: int8 weights not read (%s)", model, exc.one_line())
+    return {"source": "vela --enable-debug-db (perf, perf_debug, source tables)", "layers": layers,
+            "summary": summarize_layers(layers)}
+
+
+def layer_of_tensor(tensor_name: str, layer_names: Iterable[str]) -> str | None:
+    """The Keras layer a TFLite weight tensor came from, by the names in its ';'/'/'-separated parts."""
+    from .keras_model import base_name
+
+    names = set(layer_names)
+    segments = [base_name(seg) for part in tensor_name.split(";") for seg in part.split("/")]
+    return next((s for s in segments if s in names), None)
+
+
+# --------------------------------------------------------------------------- Keras models (TensorFlow)
+
+
+def fold_batch_norm(model):
+    """Fold every BatchNormalization that directly follows a Conv2D/DepthwiseConv2D/Dense into its kernel and bias.
+
+    Returns (model, folded layer names). The function is unchanged (inference mode); the converter then has
+    no per-channel factor left to multiply into a palette kernel.
+    """
+    from . import tfenv
+    from .keras_model import inner
+
+    keras = tfenv.load().keras
+    if model.__class__.__name__ != "Functional":
+        return model, []
+    pairs = {}
+    for layer in model.layers:
+        if inner(layer).__class__.__name__ not in KERNEL_KINDS:
+            continue
+        consumers = [n.outbound_layer for n in layer._outbound_nodes]
+        if len(consumers) == 1 and consumers[0].__class__.__name__ == "BatchNormalization":
+            bn = consumers[0]
+            if len(bn._inbound_nodes) == 1 and bn.get_config().get("axis") in (-1, [-1], [3], 3, [1], 1):
+                pairs[layer.name] = bn
+    if not pairs:
+        return model, []
+    config = model.get_config()
+    rename = {bn.name: conv for conv, bn in pairs.items()}
+    for spec in config["layers"]:
+        if spec["name"] in pairs:
+            spec["config"]["use_bias"] = True
+    config["layers"] = [s for s in config["layers"] if s["name"] not in rename]
+
+    def fix(obj):
+        if isinstance(obj, list):
+            if len(obj) >= 3 and isinstance(obj[0], str) and obj[0] in rename and isinstance(obj[1], int):
+                return [rename[obj[0]], *obj[1:]]
+            return [fix(v) for v in obj]
+        if isinstance(obj, dict):
+            return {k: fix(v) for k, v in obj.items()}
+        return obj
+
+    for spec in config["layers"]:
+        spec["inbound_nodes"] = fix(spec["inbound_nodes"])
+    config["output_layers"] = fix(config["output_layers"])
+    config["input_layers"] = fix(config["input_layers"])
+    new = keras.Model.from_config(config)
+    for layer in new.layers:
+        old = model.get_layer(layer.name)
+        if layer.name not in pairs:
+            layer.set_weights(old.get_weights())
+            continue
+        bn = pairs[layer.name]
+        weights = old.get_weights()
+        kernel = weights[0]
+        bias = weights[1] if len(weights) > 1 else np.zeros(_out_channels(old, kernel), dtype=np.float32)
+        gamma, beta, mean, var = _bn_params(bn)
+        factor = gamma / np.sqrt(var + bn.epsilon)
+        if old.__class__.__name__ == "DepthwiseConv2D":
+            kh, kw, cin, mult = kernel.shape
+            kernel = (kernel.reshape(kh, kw, cin * mult) * factor).reshape(kernel.shape)
+        else:
+            kernel = kernel * factor
+        layer.set_weights([kernel.astype(np.float32), ((bias - mean) * factor + beta).astype(np.float32)])
+    return new, sorted(pairs)
+
+
+def _out_channels(layer, kernel) -> int:
+    if layer.__class__.__name__ == "DepthwiseConv2D":
+        return kernel.shape[2] * kernel.shape[3]
+    return kernel.shape[-1]
+
+
+def _bn_params(bn):
+    cfg = bn.get_config()
+    values = list(bn.get_weights())
+    n = values[-1].shape[0]
+    gamma = values.pop(0) if cfg.get("scale", True) else np.ones(n, np.float32)
+    beta = values.pop(0) if cfg.get("center", True) else np.zeros(n, np.float32)
+    mean, var = values[0], values[1]
+    return gamma, beta, mean, var
+
+
+def kernel_layers(model, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(layer name, kind) of every Conv2D/DepthwiseConv2D/Dense with a kernel, minus ``skip``."""
+    from .keras_model import base_name, inner
+
+    skip = set(skip)
+    out = []
+    for layer in model.layers:
+        kind = inner(layer).__class__.__name__
+        if kind in KERNEL_KINDS and base_name(layer.name) not in skip:
+            out.append((base_name(layer.name), kind))
+    return out
+
+
+def apply_plan(model, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Project the layers of ``model`` (in place) as ``plan`` says; returns what was done per layer."""
+    done = {}
+    for name, setting in plan.items():
+        if setting.get("clusters") is None:
+            continue
+        layer = model.get_layer(name)
+        kind = layer.__class__.__name__
+        weights = layer.get_weights()
+        p = project(weights[0], kind, int(setting["clusters"]), float(setting.get("sparsity") or 0.0), seed=seed)
+        layer.set_weights([p.kernel, *weights[1:]])
+        done[name] = {"palette": p.palette.tolist(), "sparsity": round(p.sparsity, 4),
+                      "distinct_int8_per_channel_quant": p.distinct_int8}
+    return done
+
+
+# --------------------------------------------------------------------------- recipe helpers
+
+
+def default_plan(model, recipe) -> dict[str, dict[str, Any]]:
+    """Every eligible layer at the recipe's clusters, with per-layer overrides from ``[layers.NAME]``."""
+    layers = getattr(recipe, "layers", {}) or {}
+    plan = {}
+    for name, _kind in kernel_layers(model, recipe.skip_layers):
+        over = layers.get(name, {})
+        plan[name] = {"clusters": int(over.get("clusters", recipe.clusters)),
+                      "sparsity": float(over.get("sparsity", 0.0))}
+    return plan
+
+
+def _palette_opt(recipe, key: str, default):
+    return (getattr(recipe, "palette", None) or {}).get(key, default)
+
+
+# --------------------------------------------------------------------------- the sensitivity sweep
+
+
+_WORKER: dict[str, Any] = {}  # what a sweep worker process loaded once
+_CLASSES: list[Any] = []  # the palette quantizer classes, made once per process (they need TFMOT)
+
+
+def _worker_init(model_path: str, x_path: str, y_path: str) -> None:
+    from . import tfenv
+
+    env = tfenv.load()
+    _WORKER["model"] = env.keras.models.load_model(model_path, compile=False)
+    _WORKER["x"] = np.load(x_path)
+    _WORKER["y"] = np.load(y_path)
+
+
+def _accuracy(model, x, y) -> float:
+    probs = model.predict(x, batch_size=512, verbose=0)
+    return float(np.mean(np.argmax(probs, axis=-1) == y)) * 100.0
+
+
+def evaluate_item(layer: str, setting: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One sweep item, in a worker: accuracy on the hold-out slice with only ``layer`` projected."""
+    model = _WORKER["model"]
+    target = model.get_layer(layer)
+    saved = target.get_weights()
+    try:
+        done = apply_plan(model, {layer: setting}, seed)
+        acc = _accuracy(model, _WORKER["x"], _WORKER["y"])
+    finally:
+        target.set_weights(saved)
+    return {"layer": layer, "setting": setting, "accuracy": acc, "projection": done.get(layer)}
+
+
+def _ray_item(model_path: str, x, y, layer: str, setting: dict[str, Any], seed: int) -> dict[str, Any]:
+    if "model" not in _WORKER or _WORKER.get("path") != model_path:
+        from . import tfenv
+
+        _WORKER["model"] = tfenv.load().keras.models.load_model(model_path, compile=False)
+        _WORKER["path"] = model_path
+    _WORKER["x"], _WORKER["y"] = x, y
+    return evaluate_item(layer, setting, seed)
+
+
+def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: np.ndarray, y: np.ndarray,
+              work: Path, executor: str = "process", workers: int = 2, seed: int = 0) -> list[dict[str, Any]]:
+    """Evaluate independent (layer, setting) items in a local process pool, or as Ray tasks."""
+    if executor not in EXECUTORS:
+        raise UsageError(f"palette executor '{executor}' is unknown", f"use one of {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        try:
+            import ray
+        except ImportError as exc:
+            raise UsageError("palette executor 'ray' needs Ray", "pip install -e .[ray]") from exc
+        started = not ray.is_initialized()
+        if started:
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+        try:
+            task = ray.remote(_ray_item)
+            xr, yr = ray.put(x), ray.put(y)
+            return ray.get([task.remote(str(model_path), xr, yr, layer, setting, seed) for layer, setting in items])
+        finally:
+            if started:
+                ray.shutdown()
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from .errors import ToolFailedError
+
+    x_path, y_path = work / "holdout_x.npy", work / "holdout_y.npy"
+    np.save(x_path, x)
+    np.save(y_path, y)
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_init, initargs=(str(model_path), str(x_path), str(y_path))) as pool:
+        futures = [pool.submit(evaluate_item, layer, setting, seed) for layer, setting in items]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool as exc:
+            raise ToolFailedError("a worker of the palette sweep stopped abruptly (out of memory, or a script "
+                                  "that starts edgedeploy without an `if __name__ == \"__main__\":` guard)",
+                                  "set [palette] workers = 1, or guard the script's entry point") from exc
+
+
+def layer_bytes(models: Mapping[str, Path], target_name: str, work: Path, layer_names: Sequence[str]
+                ) -> dict[str, dict[str, int]]:
+    """Vela-encoded weight bytes per Keras layer of each int8 model (key -> layer -> bytes), Vela in workers."""
+    from . import vela as vela_backend
+    from .targets import get_target
+    from .tflite_model import read_tflite, read_weight_tensors
+    from .vela_pool import VelaPool, default_jobs
+
+    target = get_target(target_name)
+    out: dict[str, dict[str, int]] = {}
+    with VelaPool(default_jobs(len(models))) as pool:
+        jobs = {}
+        for key, model in models.items():
+            folder = work / f"vela_{key}"
+            folder.mkdir(parents=True, exist_ok=True)
+            args = vela_backend.build_vela_args(model, target, folder, "Performance", ("--enable-debug-db",))
+            jobs[key] = (folder, pool.submit(args, folder / "vela.log"))
+        for key, (folder, future) in jobs.items():
+            res = future.result()
+            xml = next(folder.glob("*_debug.xml"), None)
+            if res.returncode != 0 or xml is None:
+                tail = (folder / "vela.log").read_text(errors="replace").strip().splitlines()[-2:]
+                from .errors import ToolFailedError
+
+                raise ToolFailedError(f"Vela failed on {models[key]} for {target.name}: {' | '.join(tail)}",
+                                      "check that the palette sweep's int8 models convert cleanly")
+            rows = weight_layers(parse_debug_db(xml.read_text(encoding="utf-8")))
+            attach_int8(rows, read_tflite(models[key]).operators, read_weight_tensors(models[key]))
+            sizes: dict[str, int] = {}
+            for r in rows:
+                layer = layer_of_tensor(r.get("tensor") or "", layer_names)
+                if layer is not None:
+                    sizes[layer] = sizes.get(layer, 0) + int(r["encoded_weight_bytes"])
+            out[key] = sizes
+    return out
+
+
+def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
+    """Per layer x setting: hold-out accuracy drop and Vela-encoded bytes; then the plan that fits the budget."""
+    from .convert import convert_int8
+
+    t0 = time.perf_counter()
+    clusters = tuple(_palette_opt(recipe, "clusters", (4, 8, 16)))
+    sparsities = tuple(_palette_opt(recipe, "sparsities", (0.0, 0.6)))
+    budget = float(_palette_opt(recipe, "accuracy_budget", 0.3))
+    executor = str(_palette_opt(recipe, "executor", "process"))
+    workers = int(_palette_opt(recipe, "workers", 2))
+    target = str(_palette_opt(recipe, "target", "ethos-u55-128"))
+    _, hold, hold_from = sweep_holdout(data, recipe)
+    if len(hold) == 0:
+        raise UsageError("the palette sweep has no hold-out samples",
+                         "set [selection] validation_fraction > 0 or [palette] holdout = 0.2")
+    x_hold, y_hold = data.x_fit[hold], data.y_fit[hold]
+    layers = [name for name, _ in kernel_layers(model, recipe.skip_layers)]
+    # Every layer gets a palette; the largest (Vela's limit) is where the walk starts.
+    clusters = tuple(sorted(set(clusters) | {PALETTE_LIMIT}))
+    settings = candidate_settings(clusters, sparsities)
+    work.mkdir(parents=True, exist_ok=True)
+    model_path = work / "parent.h5"
+    model.save(model_path, include_optimizer=False)
+    base_acc = _accuracy(model, x_hold, y_hold)
+    items = [(layer, s.to_dict()) for layer in layers for s in settings]
+    log.info("palette sweep: %d layers x %d settings on %d hold-out samples (%s)", len(layers), len(settings),
+             len(hold), executor)
+    results = run_items(items, model_path, x_hold, y_hold, work, executor, workers, recipe.seed)
+    # Encoded bytes: one int8 model per setting, every layer projected alike (Vela encodes each layer alone).
+    calibration = data.x_fit[: recipe.calibration_samples]
+    models = {}
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    for key, setting in [(s.key, s) for s in settings]:
+        m = keras.models.clone_model(model)
+        m.set_weights(model.get_weights())
+        apply_plan(m, {layer: setting.to_dict() for layer in layers}, recipe.seed)
+        path = work / f"{key}.tflite"
+        path.write_bytes(convert_int8(m, calibration, float_io=recipe.float_io))
+        models[key] = path
+    sizes = layer_bytes(models, target, work, layers)
+    options: dict[str, list[dict[str, Any]]] = {layer: [] for layer in layers}
+    for r in results:
+        s = LayerSetting(r["setting"]["clusters"], r["setting"]["sparsity"])
+        b = sizes.get(s.key, {}).get(r["layer"])
+        if b is None:
+            continue
+        options[r["layer"]].append({"setting": s.to_dict(), "bytes": b, "drop": round(base_acc - r["accuracy"], 3),
+                                    "accuracy": round(r["accuracy"], 3)})
+    options = {k: v for k, v in options.items() if v}
+    # Single-layer drops do not add up: walk the moves and check each on the whole model.
+    def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> float:
+        m = keras.models.clone_model(model)
+        m.set_weights(model.get_weights())
+        apply_plan(m, plan, recipe.seed)
+        return base_acc - _accuracy(m, x_hold, y_hold)
+
+    start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items()}
+    start_drop = joint_drop({k: v["setting"] for k, v in start.items()})
+    chosen, steps = greedy_plan(options, joint_drop, budget)
+    kept = [st for st in steps if st["kept"]]
+    checks = {"start": f"every layer at {PALETTE_LIMIT} palette values", "start_holdout_drop": round(start_drop, 3),
+              "start_encoded_bytes": int(sum(o["bytes"] for o in start.values())),
+              "steps_tried": len(steps), "steps_kept": len(kept),
+              "holdout_drop": kept[-1]["joint_drop"] if kept else round(start_drop, 3),
+              "encoded_bytes": kept[-1]["encoded_bytes"] if kept else int(sum(o["bytes"] for o in start.values()))}
+    return {
+        "plan": chosen,
+        "budget_points": budget,
+        "holdout": {"samples": len(hold), "from": hold_from,
+                    "baseline_accuracy": round(base_acc, 3)},
+        "target": target,
+        "executor": executor,
+        "settings": [s.to_dict() for s in settings],
+        "options": options,
+        "checks": checks,
+        "steps": steps,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+# --------------------------------------------------------------------------- QAT that keeps the palette
+
+
+def _quantizer_classes():
+    """The palette weight quantizer (a TFMOT LastValueQuantizer that snaps to the palette first)."""
+    if _CLASSES:
+        return _CLASSES[0], _CLASSES[1]
+    from . import tfenv
+
+    env = tfenv.load()
+    tf = env.tf
+    from tensorflow_model_optimization.python.core.quantization.keras import quantizers
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
+        default_8bit_quantize_registry as registry,
+    )
+
+    class PaletteWeightsQuantizer(quantizers.LastValueQuantizer):
+        """Snaps a kernel to ``palette`` x channel scale (straight-through gradient), then fake-quantizes it."""
+
+        def __init__(self, palette, per_axis: bool, depthwise: bool = False):
+            super().__init__(num_bits=8, per_axis=per_axis, symmetric=True, narrow_range=True)
+            self.palette = [int(v) for v in palette]
+            self.depthwise = bool(depthwise)
+            # Off once the kernel itself holds palette values (see bake_palettes): the converter then sees the
+            # plain constant -> FakeQuant pattern it folds into an int8 tensor.
+            self.snap_enabled = True
+            # 1 where the parent's kernel is non-zero (set by palette_qat_model): pruned weights stay zero.
+            self.mask = None
+
+        def build(self, tensor_shape, name, layer):
+            if self.per_axis:
+                return registry.default_8bit_quantizers.Default8BitConvWeightsQuantizer.build(
+                    self, tensor_shape, name, layer)
+            return super().build(tensor_shape, name, layer)
+
+        def _snap(self, w):
+            if self.mask is not None:  # before the scales: each channel's largest kept weight maps to ±127
+                w = w * tf.cast(self.mask, w.dtype)
+            levels = tf.constant(sorted(self.palette), dtype=w.dtype)
+            shape = tf.shape(w)
+            if self.depthwise:
+                flat = tf.reshape(w, [-1, shape[2] * shape[3]])
+            else:
+                flat = tf.reshape(w, [-1, shape[-1]])
+            if self.per_axis or self.depthwise:
+                peak = tf.reduce_max(tf.abs(flat), axis=0, keepdims=True)
+            else:
+                peak = tf.reduce_max(tf.abs(flat))
+            scale = peak / QMAX
+            safe = tf.where(scale > 0, scale, tf.ones_like(scale))
+            x = flat / safe
+            idx = tf.argmin(tf.abs(x[..., None] - levels), axis=-1)
+            snapped = tf.reshape(tf.gather(levels, idx) * scale, shape)
+            if self.mask is not None:
+                snapped = snapped * tf.cast(self.mask, snapped.dtype)
+            return snapped
+
+        def __call__(self, inputs, training, weights, **kwargs):
+            if self.snap_enabled:
+                inputs = inputs + tf.stop_gradient(self._snap(inputs) - inputs)
+            if self.depthwise:
+                # TFMOT's per-axis quantizer sees one channel in a (kh, kw, C, 1) kernel, i.e. one scale for the
+                # tensor, which would move the palette values; snapped values are already exact int8 values of
+                # their channel scale, and the converter quantizes depthwise kernels per channel itself.
+                return inputs
+            return super().__call__(inputs, training, weights, **kwargs)
+
+        def get_config(self):
+            return {"palette": self.palette, "per_axis": self.per_axis, "depthwise": self.depthwise}
+
+        @classmethod
+        def from_config(cls, config):
+            return cls(**config)
+
+    class PaletteQuantizeConfig(registry.Default8BitQuantizeConfig):
+        def __init__(self, weight_attrs, activation_attrs, quantize_output, palette, per_axis, depthwise=False):
+            super().__init__(weight_attrs, activation_attrs, quantize_output)
+            self.palette, self.per_axis, self.depthwise = list(palette), bool(per_axis), bool(depthwise)
+            self.weight_quantizer = PaletteWeightsQuantizer(self.palette, self.per_axis, self.depthwise)
+
+        def get_config(self):
+            return {"weight_attrs": self.weight_attrs, "activation_attrs": self.activation_attrs,
+                    "quantize_output": self.quantize_output, "palette": self.palette, "per_axis": self.per_axis,
+                    "depthwise": self.depthwise}
+
+    _CLASSES[:] = [PaletteWeightsQuantizer, PaletteQuantizeConfig]
+    return PaletteWeightsQuantizer, PaletteQuantizeConfig
+
+
+def qat_palettes(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per palette layer, the quantizer granularity QAT uses and the palette under it (from the parent kernel).
+
+    Conv2D and DepthwiseConv2D are quantized per channel, as the parent node was projected, so their palette
+    is read from the parent kernel. TFMOT quantizes Dense kernels per tensor: their palette is fitted anew.
+    """
+    out = {}
+    for name, setting in plan.items():
+        if setting.get("clusters") is None:
+            continue
+        layer = parent.get_layer(name)
+        kind = layer.__class__.__name__
+        kernel = layer.get_weights()[0]
+        per_tensor = kind == "Dense"
+        x, _ = normalized(channels_last(kernel.astype(np.float64), kind), per_tensor)
+        palette = fit_palette(x, int(setting["clusters"]), keep_zero=bool(np.any(kernel == 0)), seed=seed)
+        out[name] = {"kind": kind, "per_axis": not per_tensor, "palette": palette.tolist()}
+    return out
+
+
+def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0):
+    """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers."""
+    from . import tfenv
+
+    env = tfenv.load()
+    quant = env.tfmot.quantization.keras
+    from .keras_model import clone
+
+    quantizer_cls, config_cls = _quantizer_classes()
+    palettes = qat_palettes(parent, plan, seed)
+
+    def annotate(layer):
+        info = palettes.get(layer.name)
+        if info is None:
+            return layer
+        attr = "depthwise_kernel" if info["kind"] == "DepthwiseConv2D" else "kernel"
+        config = config_cls([attr], ["activation"], False, info["palette"], info["per_axis"],
+                            info["kind"] == "DepthwiseConv2D")
+        return quant.quantize_annotate_layer(layer, quantize_config=config)
+
+    base = clone(parent)
+    annotated = env.keras.models.clone_model(base, clone_function=annotate)
+    annotated.set_weights(base.get_weights())
+    annotated = quant.quantize_annotate_model(annotated)
+    with quant.quantize_scope({"PaletteQuantizeConfig": config_cls, "PaletteWeightsQuantizer": quantizer_cls}):
+        model = quant.quantize_apply(annotated)
+    from .keras_model import base_name
+
+    for layer in model.layers:  # keep the parent's zeros (its pruning) in every forward pass
+        quantizer = getattr(getattr(layer, "quantize_config", None), "weight_quantizer", None)
+        if isinstance(quantizer, quantizer_cls):
+            kernel = parent.get_layer(base_name(layer.name)).get_weights()[0]
+            quantizer.mask = env.tf.constant((kernel != 0).astype(np.float32))
+    return model
+
+
+def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0):
+    """The trained QAT model of a palette node, its kernels snapped to their palettes (ready to convert)."""
+    from . import tfenv
+
+    parent = tfenv.load().keras.models.load_model(parent_path, compile=False)
+    model = palette_qat_model(parent, plan, seed)
+    model.load_weights(weights_path)
+    bake_palettes(model)
+    return model
+
+
+def bake_palettes(model) -> list[str]:
+    """Write each palette layer's snapped kernel into its variable and stop snapping in the graph.
+
+    The forward pass is unchanged (snapping a snapped kernel is the identity); the converter then finds the
+    constant -> FakeQuant pattern it turns into an int8 tensor.
+    """
+    quantizer_cls, _ = _quantizer_classes()
+    baked = []
+    for layer in model.layers:
+        config = getattr(layer, "quantize_config", None)
+        quantizer = getattr(config, "weight_quantizer", None)
+        if not isinstance(quantizer, quantizer_cls):
+            continue
+        attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
+        # (TFMOT's wrapper leaves the quantized tensor in the layer's attribute: find the variable by name)
+        variable = next(w for w in layer.weights if w.name.split("/")[-1] == f"{attr}:0")
+        kernel = variable.numpy()
+        kind = "DepthwiseConv2D" if quantizer.depthwise else ("Conv2D" if quantizer.per_axis else "Dense")
+        if quantizer.mask is not None:
+            kernel = kernel * quantizer.mask.numpy()
+        p = project(kernel, kind, len(quantizer.palette), per_tensor=not quantizer.per_axis and not quantizer.depthwise,
+                    palette=np.asarray(quantizer.palette))
+        variable.assign(p.kernel)
+        # The fake-quant ranges TFMOT stored at the last training step can differ slightly from the final
+        # kernel's channel maxima; the converter takes its scales from them, so set them to the kernel's.
+        # (Depthwise kernels skip TFMOT's fake quant, whose one range would span all channels: nothing to set.)
+        flat = channels_last(p.kernel, kind)
+        peak = np.abs(flat).max(axis=0) if quantizer.per_axis else np.abs(flat).max()
+        for w in ([] if quantizer.depthwise else layer.weights):
+            short = w.name.split("/")[-1]
+            if short in (f"{attr}_min:0", f"{attr}_max:0"):
+                value = np.broadcast_to(-peak if short.endswith("_min:0") else peak, w.shape).astype(np.float32)
+                w.assign(value)
+        quantizer.snap_enabled = False
+        baked.append(layer.name)
+    return baked
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def read_plan(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / PLAN_FILE
+    if not path.is_file():
+        raise InvalidInputError(f"{path} is missing", "re-run `edgedeploy optimize` (the palette node writes it)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:
+    """Indices (train, hold-out) of the fine-tune split for the sweep, and where the hold-out comes from.
+
+    By default the sweep uses the stage training's own hold-out (``[selection] validation_fraction``: no node
+    trains on it); ``[palette] holdout = F`` sets aside a seeded random fraction F of the fine-tune split instead.
+    Unlabelled samples are never in the hold-out. The evaluation split is never used.
+    """
+    fraction = _palette_opt(recipe, "holdout", None)
+    shared = float(getattr(recipe, "validation_fraction", 0.0) or 0.0)
+    y = np.asarray(data.y_fit)
+    if fraction is None and shared > 0:
+        try:
+            from .finetune import holdout_split as stratified
+        except ImportError:  # pragma: no cover - an older tree without stage hold-outs
+            stratified = None
+        if stratified is not None:
+            train, hold = stratified(y, shared, recipe.seed)
+            return train, hold[y[hold] >= 0], (f"the stage training's hold-out ({shared:g} of the fine-tune split, "
+                                               f"stratified, seed {recipe.seed})")
+    fraction = 0.2 if fraction is None else float(fraction)
+    train, hold = holdout_split(len(y), fraction, recipe.seed)
+    return train, hold[y[hold] >= 0], f"a random {fraction:g} of the fine-tune split (seed {recipe.seed})"
+
+
+def _fit_data(data, recipe):
+    """The data palette QAT trains on: with ``[palette] holdout`` set, the fine-tune split less that slice."""
+    if _palette_opt(recipe, "holdout", None) is None:
+        return data  # the stage training keeps its own hold-out out of training
+    train, _, _ = sweep_holdout(data, recipe)
+    soft = getattr(data, "soft_targets", None)
+    extra = {"soft_targets": soft[train]} if soft is not None else {}
+    return replace(data, x_fit=data.x_fit[train], y_fit=data.y_fit[train], **extra)
+
+
+def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]], tmp: Path) -> list[dict[str, Any]]:
+    """Per weight tensor of the int8 model: its Keras layer, distinct values, zeros, and the palette it must fit."""
+    from .tflite_model import read_weight_tensors
+
+    path = tmp / "_palette_probe.tflite"
+    path.write_bytes(int8)
+    try:
+        tensors = read_weight_tensors(path)
+    finally:
+        path.unlink()
+    names = [n for n, _ in kernel_layers(model)]
+    rows = []
+    for t in tensors:
+        if t.op not in WEIGHT_OPS or t.dtype != "int8":
+            continue
+        values = t.values()
+        layer = layer_of_tensor(t.name, names)
+        setting = plan.get(layer or "", {})
+        rows.append({"layer": layer, "op": t.op, "shape": list(t.shape), "scales": len(t.scale),
+                     "distinct": int(np.unique(values).size), "sparsity": round(float(np.mean(values == 0)), 4),
+                     "clusters": setting.get("clusters"), "target_sparsity": setting.get("sparsity")})
+    return rows
+
+
+def check_palette(node: str, rows: Sequence[dict[str, Any]], parent_sparsity: float, tolerance: float,
+                  pruned: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """Judge int8 weight tensors of a palette leaf: ≤ clusters distinct values per TENSOR, sparsity kept.
+
+    A layer the plan keeps as its parent left it (clusters None) is only held to Vela's palette limit (a
+    warning when over it). Returns (rows with status and note, failures).
+    """
+    failures, out = [], []
+    for r in rows:
+        r = dict(r)
+        problems = []
+        if r["clusters"] is not None:
+            limit = int(r["clusters"])
+            if r["distinct"] > limit:
+                problems.append(f"{r['distinct']} distinct int8 values per tensor > {limit}")
+            want = max(float(r.get("target_sparsity") or 0.0), parent_sparsity if pruned and r["op"] != "DEPTHWISE_CONV_2D" else 0.0)
+            if want > 0 and r["sparsity"] < want - tolerance:
+                problems.append(f"sparsity {r['sparsity']:.3f} < target {want:.2f} - {tolerance:.2f}")
+            r["status"], r["note"] = ("failed", "; ".join(problems)) if problems else (
+                "ok", f"{r['distinct']} ≤ {limit} values per tensor: one palette for Vela")
+        elif r["layer"] is None:
+            r["status"], r["note"] = "ok", "not a Keras kernel layer"
+        else:
+            over = r["distinct"] > PALETTE_LIMIT
+            r["status"] = "warning" if over else "ok"
+            r["note"] = (f"kept as its parent left it: {r['distinct']} values per tensor"
+                         + (f" > Vela's palette of {PALETTE_LIMIT}" if over else ""))
+        if problems:
+            failures.append(f"{node} (int8): layer {r['layer']}: {r['note']}")
+        out.append(r)
+    return out, failures
+
+
+def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, recipe, loss):
+    """The stage of a palette node (dispatched from :func:`edgedeploy.optimize._train_node`)."""
+    from . import optimize
+    from .convert import keras_accuracy
+    from .keras_model import fuse_separate_relu, keras_weight_stats
+    from .manifest import Metric
+    from .stages import StageResult
+
+    optimize.tfenv_seed(recipe.seed)
+    t0 = time.perf_counter()
+    keras = env.keras
+    parent = keras.models.load_model(inputs["model"], compile=False)
+    details: dict[str, Any] = {"technique": NODES[node][1]}
+    warnings: list[str] = []
+    fit_data = _fit_data(data, recipe)
+    if NODES[node][1] == "palette":
+        model, folded = fold_batch_norm(parent)
+        model, fused = fuse_separate_relu(model)
+        details.update(folded_batch_norm=folded, fused_relu=fused)
+        plan = default_plan(model, recipe)
+        big = sorted(n for n, p in plan.items() if p["clusters"] is not None and p["clusters"] > PALETTE_LIMIT)
+        if big:
+            warnings.append(f"{', '.join(big)}: more than {PALETTE_LIMIT} clusters, more values than Vela's palette holds")
+        if _palette_opt(recipe, "search", False):
+            sweep = sensitivity_sweep(model, data, recipe, out / "_sweep")
+            plan.update({k: v for k, v in sweep["plan"].items()})
+            for name, over in (getattr(recipe, "layers", {}) or {}).items():  # explicit settings win
+                if name in plan:
+                    plan[name] = {"clusters": int(over.get("clusters", recipe.clusters)),
+                                  "sparsity": float(over.get("sparsity", 0.0))}
+            details["sweep"] = {k: v for k, v in sweep.items() if k != "plan"}
+            import shutil
+
+            shutil.rmtree(out / "_sweep", ignore_errors=True)
+        details["projection"] = apply_plan(model, plan, recipe.seed)
+        over = {name: p["distinct_int8_per_channel_quant"] for name, p in details["projection"].items()
+                if p["distinct_int8_per_channel_quant"] > int(plan[name]["clusters"])}
+        if over:
+            name = next(iter(over))
+            raise PreservationError(f"stage {node}: layer {name} quantizes to {over[name]} distinct int8 values, more "
+                                    f"than its palette of {plan[name]['clusters']}",
+                                    "report this model; list the layer in skip_layers to leave it as it is")
+        result_model = model
+        target = out / optimize.FLOAT_MODEL
+        result_model.save(target, include_optimizer=False)
+        role = "keras_model"
+    else:
+        plan = read_plan(Path(inputs["model"]).parent)["plan"]
+        result_model = palette_qat_model(parent, plan, recipe.seed)
+        # The same training budget as TFMOT's cluster + QAT path: the cluster stage's epochs (palette
+        # assignments and channel scales settle) then the QAT stage's, both with the palette quantizers on.
+        details["training"] = {
+            "palette": optimize._fit(env, result_model, fit_data, recipe, "cluster", loss, f"{node} (palette)"),
+            "qat": optimize._fit(env, result_model, fit_data, recipe, "qat", loss, node),
+        }
+        details["qat_palettes"] = qat_palettes(parent, plan, recipe.seed)
+        details["epochs"] = recipe.stage("cluster").epochs + recipe.stage("qat").epochs
+        target = out / optimize.QAT_WEIGHTS
+        result_model.save_weights(target)
+        role = "qat_weights"
+    plan_doc = {"node": node, "plan": plan}
+    (out / PLAN_FILE).write_text(json.dumps(plan_doc, indent=2) + "\n", encoding="utf-8")
+    details["plan"] = plan
+    details["preservation"] = [s.to_dict() for s in keras_weight_stats(result_model)]
+    accuracy = keras_accuracy(result_model, data.x_eval, data.y_eval)
+    metrics = {
+        "float_accuracy": Metric(round(accuracy, 3), "%", "measured"),
+        "train_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
+    }
+    return StageResult(outputs={role: target, "palette_plan": out / PLAN_FILE}, metrics=metrics, details=details,
+                       warnings=warnings)
+
+
+def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):
+    """The convert stage of a palette leaf (dispatched from :func:`edgedeploy.optimize._convert_leaf`)."""
+    from . import optimize
+    from .convert import convert_int8, gzip_size, keras_accuracy, tflite_accuracy
+    from .manifest import Metric
+    from .stages import StageResult
+
+    optimize.tfenv_seed(recipe.seed)
+    t0 = time.perf_counter()
+    node = LEAVES[leaf]
+    plan = read_plan(Path(inputs["model"]).parent)["plan"]
+    if node in QAT_NODES:
+        model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed)
+        calibration = None
+    else:
+        model = env.keras.models.load_model(inputs["model"], compile=False)
+        calibration = data.x_fit[: recipe.calibration_samples]
+    float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+    int8 = convert_int8(model, calibration, float_io=recipe.float_io)
+    target = out / optimize.INT8_MODEL
+    target.write_bytes(int8)
+    int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)
+    rows = int8_palette_rows(int8, model, plan, out)
+    rows, failures = check_palette(node, rows, recipe.sparsity, recipe.sparsity_tolerance, node in PRUNED_NODES)
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise PreservationError(f"stage {leaf} lost its palette: {failures[0]}{more}",
+                                "report this model; list the layer in skip_layers to leave it as it is")
+    metrics = {
+        "float_accuracy": Metric(round(float_acc, 3), "%", "measured"),
+        "int8_accuracy": Metric(round(int8_acc, 3), "%", "measured"),
+        "tflite_bytes": Metric(len(int8), "B", "measured"),
+        "gzip_bytes": Metric(gzip_size(int8), "B", "measured"),
+        "max_distinct_int8_per_tensor": Metric(max((r["distinct"] for r in rows), default=0), "count", "measured"),
+        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
+    }
+    warnings = [f"{r['layer']}: {r['note']}" for r in rows if r["status"] == "warning"]
+    return StageResult(
+        outputs={"int8_model": target},
+        metrics=metrics,
+        details={
+            "node": node,
+            "preservation": rows,
+            "plan": plan,
+            "data": data.describe(),
+            "calibration": None if calibration is None else
+            f"first {len(calibration)} samples of the fine-tune split ({data.describe()['fit_split']})",
+            "accuracy_split": data.describe()["eval_split"],
+            "float_io": recipe.float_io,
+        },
+        warnings=warnings,
+    )

@@ -1,0 +1,127 @@
+"""Palette-aware leaves on the real MLPerf DS-CNN and Speech Commands features (1 epoch, a small real subset).
+
+Through the command line: `edgedeploy optimize ... --leaves ptq,pcqat,pcqat_palette`, then `edgedeploy compile
+edgedeploy.toml` (Vela with its debug database) and `edgedeploy report`. The int8 kernels are read straight
+from each leaf's .tflite, independently of edgedeploy's own preservation table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgedeploy.tflite_model import read_weight_tensors
+
+pytestmark = pytest.mark.requires_data
+
+CLUSTERS, SPARSITY, EPOCHS, SEED = 16, 0.5, 1, 7
+LEAVES = "ptq,pcqat,pcqat_palette"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("edgedeploy")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=1500, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def small_kws(shared_data, tmp_path_factory) -> Path:
+    """1,024 real fine-tune clips and 912 evaluation clips (every other one of the speaker-disjoint eval split)."""
+    d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
+    fit = np.where(d["split"] == 0)[0][:1024]
+    ev = np.where(d["split"] == 1)[0][::2]
+    idx = np.concatenate([fit, ev])
+    path = tmp_path_factory.mktemp("kws") / "kws.npz"
+    np.savez(path, x=d["x"][idx], y=d["y"][idx], split=d["split"][idx], labels=d["labels"])
+    return path
+
+
+@pytest.fixture(scope="module")
+def palette_run(shared_data, small_kws, tmp_path_factory):
+    out = tmp_path_factory.mktemp("palette") / "run"
+    model = shared_data / "kws" / "dscnn_mlperf_float.h5"
+    opt = _cli("optimize", str(model), "--data", str(small_kws), "-o", str(out), "--leaves", LEAVES,
+               "--epochs", str(EPOCHS), "--seed", str(SEED), "--sparsity", str(SPARSITY), "--clusters", str(CLUSTERS),
+               "--json")
+    assert opt.returncode == 0, opt.stderr[-3000:]
+    project = out.parent / "edgedeploy.toml"
+    project.write_text(
+        f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
+        f'[recipe]\nleaves = {json.dumps(LEAVES.split(","))}\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        f"sparsity = {SPARSITY}\nclusters = {CLUSTERS}\n")
+    comp = _cli("compile", str(project), "--json")
+    assert comp.returncode == 0, comp.stderr[-3000:]
+    return out, json.loads(opt.stdout), json.loads(comp.stdout)
+
+
+def _stages(out: Path) -> dict:
+    return {s["id"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+
+
+def test_compile_reused_the_optimized_tree(palette_run):
+    out, opt, _ = palette_run
+    assert [leaf["leaf"] for leaf in opt["leaves"]] == LEAVES.split(",")
+    stages = _stages(out)
+    assert stages["optimize/pcqat_palette"]["parent"] == "optimize/pruned_clustered_palette"
+    assert stages["optimize/pruned_clustered_palette"]["parent"] == "optimize/pruned"
+    assert {"compile/pcqat_palette/ethos-u55-128", "compile/pcqat/ethos-u55-128"} <= set(stages)
+
+
+def test_palette_kernels_have_at_most_clusters_values_per_tensor_and_keep_sparsity(palette_run):
+    out, _, _ = palette_run
+    tensors = read_weight_tensors(out / _stages(out)["convert/pcqat_palette"]["outputs"][0]["path"])
+    kinds = [t.op for t in tensors]
+    assert kinds.count("CONV_2D") == 5 and kinds.count("DEPTHWISE_CONV_2D") == 4 and kinds.count("FULLY_CONNECTED") == 1
+    for t in tensors:
+        values = t.values()
+        assert len(np.unique(values)) <= CLUSTERS, (t.name, len(np.unique(values)))
+        if t.op in ("CONV_2D", "FULLY_CONNECTED"):  # TFMOT pruned these; depthwise kernels stay dense
+            assert np.mean(values == 0) >= SPARSITY - 0.02, (t.name, np.mean(values == 0))
+    # TFMOT's pcqat on the same tree: per-channel scales spread its clusters over more values than the palette
+    pcqat = read_weight_tensors(out / _stages(out)["convert/pcqat"]["outputs"][0]["path"])
+    assert max(len(np.unique(t.values())) for t in pcqat) > CLUSTERS
+
+
+def test_palette_encoded_weights_are_smaller_than_pcqat(palette_run):
+    out, _, _ = palette_run
+    stages = _stages(out)
+    mine = stages["compile/pcqat_palette/ethos-u55-128"]
+    theirs = stages["compile/pcqat/ethos-u55-128"]
+    a, b = mine["metrics"]["encoded_weights_bytes"]["value"], theirs["metrics"]["encoded_weights_bytes"]["value"]
+    assert a < b, (a, b)
+    # Vela's debug database was written and parsed: per-layer bytes add up to Vela's summary
+    layers = mine["details"]["npu_weights"]["layers"]
+    assert len(layers) == 10 and sum(r["encoded_weight_bytes"] for r in layers) == a
+    assert all(r["int8_distinct"] <= CLUSTERS for r in layers)
+    assert mine["metrics"]["weight_read_cycles"]["mode"] == "estimated"
+    roles = {o["role"] for o in mine["outputs"]}
+    assert "debug_db" in roles
+
+
+def test_preservation_and_accuracy_are_recorded(palette_run):
+    out, _, _ = palette_run
+    rec = _stages(out)["convert/pcqat_palette"]
+    rows = rec["details"]["preservation"]
+    assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
+    assert rec["metrics"]["max_distinct_int8_per_tensor"]["value"] <= CLUSTERS
+    assert rec["metrics"]["int8_accuracy"]["mode"] == "measured"
+    ptq = _stages(out)["convert/ptq"]["metrics"]["int8_accuracy"]["value"]
+    assert ptq > 80  # the published float model: 92.2% on the full test set
+
+
+def test_report_shows_npu_weights(palette_run):
+    out, _, _ = palette_run
+    rep = _cli("report", str(out), "--format", "json")
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    doc = json.loads(rep.stdout)
+    entry = doc["compression"]["pcqat_palette"]
+    assert entry["status"] == "kept"
+    assert entry["npu_weights"]["ethos-u55-128"]["summary"]["layers_over_palette"] == 0
+    assert "Vela's debug database" in entry["note"]
+    assert doc["compression"]["pcqat"]["status"] == "lost"

@@ -1,0 +1,306 @@
+"""Palette logic and the parsers of Vela's debug database (recorded real Vela 5.2.0 output, no Vela run here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgedeploy import palette
+from edgedeploy.errors import UsageError
+from edgedeploy.recipe import LEAVES, NODES, QAT_NODES, Recipe, load_recipe, nodes_for
+from edgedeploy.tflite_model import read_tflite, read_weight_tensors
+from edgedeploy.vela import parse_summary_csv
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "palette"
+REPO = Path(__file__).resolve().parents[2]
+DSCNN = REPO / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
+PALETTE16 = DATA / "dscnn_palette16_int8.tflite"
+
+
+def _tables(name: str):
+    return palette.parse_debug_db((DATA / name).read_text(encoding="utf-8"))
+
+
+def _summary(name: str) -> dict:
+    return parse_summary_csv((DATA / name).read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- Vela's debug database
+
+
+def test_debug_db_has_the_tables_vela_documents():
+    tables = _tables("dscnn_u55_128_debug.xml")
+    assert {"source", "optimised", "queue", "cmdstream", "perf", "perf_debug"} <= set(tables)
+    # the DS-CNN has 13 TFLite operators; ext_key is the operator index in the input file
+    assert sorted(int(r["ext_key"]) for r in tables["source"]) == list(range(13))
+
+
+@pytest.mark.parametrize("stem", ["dscnn_u55_128", "dscnn_u85_256_flash_high", "dscnn_palette16_u55_128"])
+def test_per_layer_encoded_weights_add_up_to_vela_summary(stem):
+    layers = palette.weight_layers(_tables(f"{stem}_debug.xml"))
+    summary = _summary(f"{stem}_summary.csv")
+    assert len(layers) == 10  # 5 Conv2D + 4 DepthwiseConv2D + 1 FullyConnected read weights
+    assert sum(r["encoded_weight_bytes"] for r in layers) == summary["total_npu_encoded_weights"]
+    assert {r["operator"] for r in layers} == {"Conv2D", "DepthwiseConv2D", "FullyConnected"}
+    assert all(r["weight_read_cycles"] is not None and r["weight_read_cycles"] >= 0 for r in layers)
+    assert all(r["source_op"] is not None for r in layers)
+
+
+def test_weights_read_from_flash_are_counted_per_memory():
+    layers = palette.weight_layers(_tables("dscnn_u85_256_flash_high_debug.xml"))
+    first = layers[0]
+    assert "OffChipFlash" in first["weight_access_cycles"]
+    assert first["operator"] == "Conv2D" and first["source_op"] == 0
+
+
+def test_source_ops_map_to_the_int8_weight_tensors():
+    layers = palette.attach_int8(palette.weight_layers(_tables("dscnn_u55_128_debug.xml")),
+                                 read_tflite(DSCNN).operators, read_weight_tensors(DSCNN))
+    tensors = {t.name: t for t in read_weight_tensors(DSCNN)}
+    ops = {"Conv2D": "CONV_2D", "DepthwiseConv2D": "DEPTHWISE_CONV_2D", "FullyConnected": "FULLY_CONNECTED"}
+    for row in layers:
+        assert row["tensor"] in tensors
+        assert row["tflite_op"] == ops[row["operator"]]
+        assert row["int8_distinct"] == len(np.unique(tensors[row["tensor"]].values()))
+    # MLPerf's own int8 model: per-channel PTQ, far more values per tensor than Vela's palette holds
+    assert palette.summarize_layers(layers)["layers_over_palette"] >= 8
+
+
+def test_palette_model_fits_vela_palette_and_encodes_smaller():
+    ref = palette.attach_int8(palette.weight_layers(_tables("dscnn_u55_128_debug.xml")),
+                              read_tflite(DSCNN).operators, read_weight_tensors(DSCNN))
+    pal = palette.attach_int8(palette.weight_layers(_tables("dscnn_palette16_u55_128_debug.xml")),
+                              read_tflite(PALETTE16).operators, read_weight_tensors(PALETTE16))
+    assert all(r["int8_distinct"] <= 16 for r in pal)
+    assert palette.summarize_layers(pal)["layers_over_palette"] == 0
+    for a, b in zip(ref, pal):  # layer by layer, in the same order
+        assert a["operator"] == b["operator"]
+        assert b["encoded_weight_bytes"] < a["encoded_weight_bytes"]
+
+
+def test_npu_weight_report_reads_files(tmp_path):
+    report = palette.npu_weight_report(DATA / "dscnn_palette16_u55_128_debug.xml", PALETTE16)
+    assert report["summary"]["encoded_weight_bytes"] == _summary("dscnn_palette16_u55_128_summary.csv")[
+        "total_npu_encoded_weights"]
+    assert report["summary"]["max_int8_distinct"] <= 16
+
+
+def test_debug_db_parser_rejects_other_text():
+    with pytest.raises(ValueError):
+        palette.parse_debug_db("<debug></debug>")
+
+
+def test_layer_of_tensor_reads_keras_names():
+    names = ["conv2d", "conv2d_1", "dense", "depthwise_conv2d"]
+    assert palette.layer_of_tensor("functional_1/conv2d_1/Conv2D", names) == "conv2d_1"
+    assert palette.layer_of_tensor("model/quant_dense/MatMul;model/x", names) == "dense"
+    assert palette.layer_of_tensor("something/else", names) is None
+
+
+# --------------------------------------------------------------------------- palettes
+
+
+def _bn_like_kernel(rng, shape=(3, 3, 16, 32), clusters=16):
+    """A clustered kernel (``clusters`` shared float values) with a per-channel factor, as a folded batch norm gives."""
+    centroids = rng.normal(size=clusters)
+    kernel = centroids[rng.integers(0, clusters, size=shape)]
+    return kernel * rng.uniform(0.2, 3.0, size=shape[-1]) * rng.choice([-1.0, 1.0], size=shape[-1])
+
+
+def test_per_channel_quantization_spreads_a_clustered_tensor():
+    rng = np.random.default_rng(0)
+    kernel = _bn_like_kernel(rng, (1, 1, 16, 64))  # few weights per channel: not every channel has every cluster
+    q = palette.int8_symmetric(palette.channels_last(kernel, "Conv2D"))
+    # ≤ 16 per channel, but far more than 16 (and than Vela's 32) per tensor
+    assert max(len(np.unique(q[:, c])) for c in range(q.shape[1])) <= 16
+    assert len(np.unique(q)) > palette.PALETTE_LIMIT
+
+
+@pytest.mark.parametrize("kind,shape", [("Conv2D", (3, 3, 16, 32)), ("DepthwiseConv2D", (3, 3, 24, 1)),
+                                        ("DepthwiseConv2D", (3, 3, 8, 2)), ("Dense", (64, 12))])
+@pytest.mark.parametrize("clusters", [4, 8, 16])
+def test_projection_keeps_one_palette_per_tensor_under_per_channel_scales(kind, shape, clusters):
+    rng = np.random.default_rng(clusters)
+    kernel = _bn_like_kernel(rng, shape)
+    p = palette.project(kernel, kind, clusters)
+    assert p.kernel.shape == kernel.shape
+    q = palette.int8_symmetric(palette.channels_last(p.kernel, kind))
+    assert len(np.unique(q)) <= clusters
+    assert set(np.unique(q).tolist()) <= set(p.palette.tolist())
+    assert p.distinct_int8 == len(np.unique(q))
+    # the converter's scales are unchanged: each channel still reaches ±127
+    assert np.all(np.abs(q).max(axis=0) == palette.QMAX)
+    # close to the original: every weight moved at most half a palette gap of its channel
+    flat = palette.channels_last(kernel, kind)
+    scale = np.abs(flat).max(axis=0) / palette.QMAX
+    gaps = np.diff(np.sort(p.palette)).max()
+    assert np.all(np.abs(palette.channels_last(p.kernel, kind) - flat) <= scale * gaps / 2 + 1e-6)
+
+
+def test_projection_keeps_zeros_and_adds_sparsity():
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(size=(1, 1, 64, 64))
+    kernel[np.abs(kernel) < 0.6] = 0.0  # about 45% already pruned
+    before = float(np.mean(kernel == 0))
+    p = palette.project(kernel, "Conv2D", 8)
+    assert np.all(p.kernel[kernel == 0] == 0)
+    assert p.sparsity >= before and 0 in p.palette.tolist()
+    more = palette.project(kernel, "Conv2D", 8, sparsity=0.7)
+    assert more.sparsity >= 0.7 - 1e-3
+    q = palette.int8_symmetric(palette.channels_last(more.kernel, "Conv2D"))
+    assert len(np.unique(q)) <= 8
+
+
+def test_per_tensor_projection_for_per_tensor_quantizers():
+    rng = np.random.default_rng(5)
+    kernel = _bn_like_kernel(rng, (64, 12))
+    p = palette.project(kernel, "Dense", 8, per_tensor=True)
+    assert len(np.unique(palette.int8_symmetric(p.kernel, per_tensor=True))) <= 8
+
+
+def test_fit_palette_fixes_the_extremes_and_zero():
+    x = np.concatenate([np.linspace(-127, 127, 255), np.zeros(50)])
+    levels = palette.fit_palette(x, 6, keep_zero=True)
+    assert len(levels) <= 6 and {-127, 0, 127} <= set(levels.tolist())
+    few = palette.fit_palette(np.array([127.0, -3.0, 5.0]), 16, keep_zero=False)
+    assert few.tolist() == [-3, 5, 127]
+    with pytest.raises(UsageError):
+        palette.fit_palette(x, 1, keep_zero=False)
+
+
+def test_snap_picks_the_nearest_level():
+    assert palette.snap(np.array([-100.0, -1.0, 2.0, 90.0]), np.array([-127, 0, 127])).tolist() == [-127, 0, 0, 127]
+
+
+# --------------------------------------------------------------------------- the plan search
+
+
+def _opt(clusters, bytes_, drop):
+    return {"setting": {"clusters": clusters, "sparsity": 0.0}, "bytes": bytes_, "drop": drop}
+
+
+def _joint(drops):
+    """A joint drop that is not additive: every changed layer costs its own drop, plus 1 point per pair."""
+    def fn(plan):
+        changed = [layer for layer, setting in plan.items() if setting["clusters"] is not None]
+        own = sum(drops[(layer, plan[layer]["clusters"])] for layer in changed)
+        return own + max(0, len(changed) - 1) * 1.0
+    return fn
+
+
+def test_greedy_plan_checks_every_step_on_the_whole_model():
+    options = {
+        "a": [_opt(None, 1000, 0.0), _opt(16, 600, 0.0), _opt(4, 300, 0.2)],
+        "b": [_opt(None, 2000, 0.0), _opt(16, 900, 0.0), _opt(4, 500, 0.1)],
+    }
+    drops = {("a", 16): 0.0, ("a", 4): 0.2, ("b", 16): 0.0, ("b", 4): 0.1}
+    plan, steps = palette.greedy_plan(options, _joint(drops), budget=0.3)
+    # the largest zero-drop saving first (b16), then a16 would cost 1 point jointly: refused; b4 fits alone
+    assert steps[0]["layer"] == "b" and steps[0]["kept"]
+    assert plan["a"]["clusters"] is None and plan["b"]["clusters"] == 4
+    assert all(st["joint_drop"] <= 0.3 for st in steps if st["kept"])
+    assert any(not st["kept"] for st in steps)
+    # a generous budget takes the smallest option of every layer
+    plan, _ = palette.greedy_plan(options, _joint(drops), budget=5.0)
+    assert plan == {"a": {"clusters": 4, "sparsity": 0.0}, "b": {"clusters": 4, "sparsity": 0.0}}
+
+
+def test_greedy_plan_skips_moves_over_budget_alone_and_keeps_layers_without_options():
+    options = {"a": [_opt(None, 1000, 0.0), _opt(4, 100, 3.0)], "b": [_opt(None, 800, 0.0)]}
+    calls = []
+    plan, steps = palette.greedy_plan(options, lambda p: calls.append(p) or 0.0, budget=0.3)
+    assert not calls and not steps  # a 3-point move is never even tried
+    assert plan == {"a": {"clusters": None, "sparsity": 0.0}, "b": {"clusters": None, "sparsity": 0.0}}
+
+
+def test_candidate_settings_and_holdout():
+    s = palette.candidate_settings([4, 8], [0.0, 0.6])
+    assert [x.key for x in s] == ["k4_s0", "k4_s0.6", "k8_s0", "k8_s0.6"]
+    train, hold = palette.holdout_split(10, 0.2, seed=1)
+    assert len(hold) == 2 and sorted([*train, *hold]) == list(range(10))
+    assert palette.holdout_split(10, 0.2, seed=1)[1].tolist() == hold.tolist()  # seeded
+    assert len(palette.holdout_split(10, 0.0)[1]) == 0
+
+
+def test_check_palette_judges_per_tensor():
+    rows = [
+        {"layer": "conv2d", "op": "CONV_2D", "distinct": 9, "sparsity": 0.55, "clusters": 8, "target_sparsity": 0.0},
+        {"layer": "conv2d_1", "op": "CONV_2D", "distinct": 8, "sparsity": 0.40, "clusters": 8, "target_sparsity": 0.0},
+        {"layer": "depthwise_conv2d", "op": "DEPTHWISE_CONV_2D", "distinct": 70, "sparsity": 0.0, "clusters": None,
+         "target_sparsity": None},
+    ]
+    judged, failures = palette.check_palette("pcqat_palette", rows, parent_sparsity=0.5, tolerance=0.02, pruned=True)
+    assert [r["status"] for r in judged] == ["failed", "failed", "warning"]
+    assert "9 distinct int8 values per tensor > 8" in failures[0]
+    assert "sparsity 0.400 < target 0.50" in failures[1]
+    ok, none = palette.check_palette("cqat_palette", rows[1:2], parent_sparsity=0.5, tolerance=0.02, pruned=False)
+    assert not none and ok[0]["status"] == "ok"
+
+
+# --------------------------------------------------------------------------- recipe
+
+
+def test_palette_leaves_are_in_the_tree_but_not_default():
+    assert LEAVES["pcqat_palette"] == "pcqat_palette" and "pcqat_palette" in QAT_NODES
+    assert nodes_for(["pcqat_palette"]) == ["baseline", "pruned", "pruned_clustered_palette", "pcqat_palette"]
+    assert NODES["pruned_clustered_palette"] == ("pruned", "palette")
+    assert NODES["cqat_palette"][0] == "clustered_palette"
+    assert "pcqat_palette" not in Recipe().leaves
+
+
+def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('leaves = ["ptq", "pcqat", "pcqat_palette"]\n[layers.conv2d_1]\nsparsity = 0.7\nclusters = 8\n'
+                    '[palette]\nsearch = true\naccuracy_budget = 0.3\nclusters = [4, 8, 16]\nexecutor = "ray"\n')
+    r = load_recipe(path)
+    assert r.layers == {"conv2d_1": {"sparsity": 0.7, "clusters": 8}}
+    assert r.palette["search"] is True and r.palette["clusters"] == [4, 8, 16]
+    params = r.node_params("pruned_clustered_palette")
+    assert params["layers"] == {"conv2d_1": {"sparsity": 0.7, "clusters": 8}} and params["palette"]["search"]
+    assert "layers" not in r.node_params("pruned_clustered")
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("[layers.conv2d_1]\nclusters = 64\n", "layers.conv2d_1.clusters"),
+    ("[layers.conv2d_1]\nsparsity = 1.5\n", "layers.conv2d_1.sparsity"),
+    ("[layers.conv2d_1]\nbits = 4\n", "layers.conv2d_1.bits"),
+    ('[palette]\nexecutor = "dask"\n', "palette.executor"),
+    ("[palette]\nclusters = [1]\n", "palette.clusters"),
+    ("[palette]\nspeed = 1\n", "palette.speed"),
+])
+def test_recipe_rejects_bad_palette_keys(tmp_path, text, fragment):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        load_recipe(path)
+    assert fragment in err.value.message and str(path) in err.value.message
+
+
+def test_compile_stage_records_npu_weights_from_the_debug_db(tmp_path):
+    """The compile stage's parser, on a folder holding Vela's recorded files (no Vela run)."""
+    import shutil
+
+    from edgedeploy.compile import CompileOptions, _parse_compile
+    from edgedeploy.targets import get_target
+
+    model = tmp_path / "dscnn_mlperf_int8.tflite"
+    shutil.copyfile(DSCNN, model)
+    staged = tmp_path / "out"
+    staged.mkdir()
+    for src, dst in [("dscnn_u55_128_summary.csv", "dscnn_mlperf_int8_summary_Ethos_U55_High_End_Embedded.csv"),
+                     ("dscnn_u55_128_debug.xml", "dscnn_mlperf_int8_debug.xml"),
+                     ("dscnn_u55_128_vela.tflite", "dscnn_mlperf_int8_vela.tflite"),
+                     ("dscnn_u55_128_stdout.txt", "vela.log")]:
+        shutil.copyfile(DATA / src, staged / dst)
+    opts = CompileOptions(debug_db=True)
+    assert opts.vela_extra() == ("--enable-debug-db",)
+    assert CompileOptions(debug_db=True, extra_vela_args=("--enable-debug-db",)).vela_extra() == ("--enable-debug-db",)
+    result = _parse_compile(staged, model, get_target("ethos-u55-128"), ["x"], staged / "vela.log")
+    facts = result.details["npu_weights"]
+    assert facts["summary"]["encoded_weight_bytes"] == result.metrics["encoded_weights_bytes"].value
+    assert result.metrics["weight_read_cycles"].value == sum(r["weight_read_cycles"] for r in facts["layers"])
+    assert result.metrics["weight_read_cycles"].mode == "estimated"
+    assert result.outputs["debug_db"].name == "dscnn_mlperf_int8_debug.xml"
+    assert all(r["int8_distinct"] is not None for r in facts["layers"])
