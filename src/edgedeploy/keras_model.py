@@ -191,7 +191,15 @@ def fuse_separate_relu(model):
         layers[layer.name]["config"]["activation"] = "relu"
         rename[relu.name] = layer.name
         fused.append(layer.name)
-    config["layers"] = [l for l in config["layers"] if l["name"] not in rename]
+    new = keras.Model.from_config(bypass_layers(config, rename))
+    new.set_weights(model.get_weights())
+    return new, fused
+
+
+def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
+    """Drop the layers named in ``rename`` from a functional model's config; their consumers read
+    ``rename[name]`` (the layer before them) instead."""
+    config["layers"] = [spec for spec in config["layers"] if spec["name"] not in rename]
 
     def fix(obj):
         if isinstance(obj, list):
@@ -202,10 +210,8 @@ def fuse_separate_relu(model):
             return {k: fix(v) for k, v in obj.items()}
         return obj
 
-    for l in config["layers"]:
-        l["inbound_nodes"] = fix(l["inbound_nodes"])
+    for spec in config["layers"]:
+        spec["inbound_nodes"] = fix(spec["inbound_nodes"])
     config["output_layers"] = fix(config["output_layers"])
     config["input_layers"] = fix(config["input_layers"])
-    new = keras.Model.from_config(config)
-    new.set_weights(model.get_weights())
-    return new, fused
+    return config

@@ -394,7 +394,7 @@ def fold_batch_norm(model):
     no per-channel factor left to multiply into a palette kernel.
     """
     from . import tfenv
-    from .keras_model import inner
+    from .keras_model import bypass_layers, inner
 
     keras = tfenv.load().keras
     if model.__class__.__name__ != "Functional":
@@ -415,22 +415,7 @@ def fold_batch_norm(model):
     for spec in config["layers"]:
         if spec["name"] in pairs:
             spec["config"]["use_bias"] = True
-    config["layers"] = [s for s in config["layers"] if s["name"] not in rename]
-
-    def fix(obj):
-        if isinstance(obj, list):
-            if len(obj) >= 3 and isinstance(obj[0], str) and obj[0] in rename and isinstance(obj[1], int):
-                return [rename[obj[0]], *obj[1:]]
-            return [fix(v) for v in obj]
-        if isinstance(obj, dict):
-            return {k: fix(v) for k, v in obj.items()}
-        return obj
-
-    for spec in config["layers"]:
-        spec["inbound_nodes"] = fix(spec["inbound_nodes"])
-    config["output_layers"] = fix(config["output_layers"])
-    config["input_layers"] = fix(config["input_layers"])
-    new = keras.Model.from_config(config)
+    new = keras.Model.from_config(bypass_layers(config, rename))
     for layer in new.layers:
         old = model.get_layer(layer.name)
         if layer.name not in pairs:
