@@ -6,13 +6,13 @@ pruning, warm-up + cosine learning rate, frozen batch norm, best epoch on a hold
 split) and with `plain = true` (TFMOT's plain recipe: one-shot 50% ConstantSparsity, Adam 1e-4, batch 64,
 4 epochs per stage, labels only), compiles every leaf with Vela for Ethos-U55-128 and prints per leaf: int8
 accuracy on the eval split, the change against the ptq leaf, and Vela's encoded weight bytes. An ablation
-then turns each technique off in turn (the defaults minus one) for the chain behind the pcqat leaf. The same
-leaf table follows for the MLPerf Tiny ResNet-8 (CIFAR-10 JPEG subset, x_train -> x_test).
+then turns each technique off in turn (the defaults minus one) for the chain behind the pruned and pcqat
+leaves. The same leaf table follows for the MLPerf Tiny ResNet-8 (CIFAR-10 JPEG subset, x_train -> x_test).
 
 Stage folders are reused on a re-run with the same settings; each table gives the time the stages took when
 they ran (from the manifest), and the machine's load while this script ran.
 
-Run: python bench/bench_recovery.py [--models kws,ic] [--ic-epochs N] [--ablation-leaves pcqat] [--out DIR]
+Run: python bench/bench_recovery.py [--models kws,ic] [--ic-epochs N] [--ablation-leaves pruned,pcqat] [--out DIR]
 """
 
 from __future__ import annotations
@@ -30,15 +30,17 @@ MODELS = {
            "ic/resnet8_mlperf_float.h5", "ic/cifar10_jpeg_subset.npz"),
 }
 TARGET = "ethos-u55-128"
-# The defaults minus one technique each (recipe keys and flags).
+# The defaults minus one technique each: folder -> (row, flags, recipe tables).
 ABLATIONS = {
-    "- distillation": ({}, {"distillation": {"enabled": False}}),
-    "- gradual pruning (one-shot ConstantSparsity)": ({}, {"pruning": {"schedule": "constant"}}),
-    "- warm-up/cosine learning rate (constant)": ({}, {"training": {"lr_schedule": "constant",
-                                                                     "warmup_fraction": 0.0}}),
-    "- frozen batch norm (trained)": ({}, {"training": {"freeze_batch_norm": False}}),
-    "- hold-out selection and early stop": ({}, {"selection": {"validation_fraction": 0.0}}),
-    "- larger learning rate and smaller batch (1e-4, batch 64)": ({"learning_rate": 1e-4, "batch_size": 64}, {}),
+    "distillation": ("- distillation (labels only)", {}, {"distillation": {"enabled": False}}),
+    "gradual": ("- gradual pruning (one-shot ConstantSparsity)", {}, {"pruning": {"schedule": "constant"}}),
+    "warm-up_cosine": ("- warm-up/cosine learning rate (constant)", {},
+                       {"training": {"lr_schedule": "constant", "warmup_fraction": 0.0}}),
+    "frozen": ("- frozen batch-norm statistics (trained)", {}, {"training": {"freeze_batch_norm": False}}),
+    "hold-out": ("- hold-out selection and early stop (all samples train)", {},
+                 {"selection": {"validation_fraction": 0.0}}),
+    "larger": ("- step size (Adam 1e-4, batch 64 instead of 5e-4, batch 32)", {"learning_rate": 1e-4, "batch_size": 64},
+               {}),
 }
 
 
@@ -103,7 +105,7 @@ def main() -> None:
     ap.add_argument("--models", default="kws,ic")
     ap.add_argument("--out", type=Path, default=Path("bench-out/recovery"))
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
-    ap.add_argument("--ablation-leaves", default="pcqat", help="leaves of the ablation (comma-separated; '' skips it)")
+    ap.add_argument("--ablation-leaves", default="pruned,pcqat", help="leaves of the ablation (comma-separated; '' skips it)")
     ap.add_argument("--ic-epochs", type=int, default=2, help="epochs per stage for ResNet-8 (both recipes)")
     args = ap.parse_args()
     from edgedeploy.recipe import Recipe
@@ -131,8 +133,7 @@ def main() -> None:
         if key == "kws" and ablation_leaves:
             rows = []
             base = runs["edgedeploy defaults"]
-            for name, (overrides, table) in ABLATIONS.items():
-                folder = name.strip("- ").split(" ")[0].replace("/", "_")
+            for folder, (name, overrides, table) in ABLATIONS.items():
                 outcome, encoded, seconds, _ = run_tree(model, data, args.out / key / f"minus-{folder}",
                                                         {"leaves": ["ptq", *ablation_leaves], **overrides}, table)
                 rows.append((name, outcome, encoded, seconds))

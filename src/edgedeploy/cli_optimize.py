@@ -32,6 +32,9 @@ def optimize_cmd(
                                          "(flags and recipe keys given still win)."),
     distill: Optional[bool] = typer.Option(None, "--distill/--no-distill",
                                            help="Learn the float model's outputs as well as the labels (default on)."),
+    pruning_schedule: Optional[str] = typer.Option(
+        None, "--pruning-schedule", help="polynomial (sparsity ramps up over the first stage, default) or constant "
+        "(one-shot)."),
     lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help="cosine (with warm-up, default) or constant."),
     freeze_batch_norm: Optional[bool] = typer.Option(None, "--freeze-batch-norm/--train-batch-norm",
                                                      help="Keep batch-norm statistics fixed while fine-tuning (default on)."),
@@ -57,6 +60,7 @@ def optimize_cmd(
             "sparsity": sparsity, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
             "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
+            "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
         }
         r = load_recipe(recipe, overrides)

@@ -96,6 +96,8 @@ def compile_cmd(
     ),
     executor: str = typer.Option("local", "--executor", help="Where Vela runs: local (process pool) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
+    debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
+                                  "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
     from . import cli
@@ -105,7 +107,7 @@ def compile_cmd(
 
     with guard():
         options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
-                                 ray_address=ray_address)
+                                 ray_address=ray_address, debug_db=debug_db)
         if len(models) == 1 and models[0].suffix == ".toml":
             from .project import run_project
 

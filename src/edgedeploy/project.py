@@ -116,7 +116,8 @@ def run_project(
     opts = project.compile
     if options is not None:  # command-line options that differ from the defaults win
         defaults = CompileOptions()
-        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address")
+        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
+                                                         "debug_db")
                                 if getattr(options, k) != getattr(defaults, k)})
     opts.check()
     run_dir = out or project.out

@@ -15,8 +15,11 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from .errors import ToolMissingError
+from .errors import ToolFailedError, ToolMissingError
 from .vela_pool import VelaJobResult, vela_job
+
+
+LOCAL_START_WAIT_S = 120
 
 
 def _remote_compile(model_name: str, model: bytes, ini: bytes, args: list[str]) -> dict[str, Any]:
@@ -64,10 +67,31 @@ class RayExecutor:
                     kwargs["address"] = self._address
                 elif self._jobs:
                     kwargs["num_cpus"] = self._jobs
-                ray.init(**kwargs)
+                self._init(kwargs)
                 self._started_here = True
             self._task = ray.remote(num_cpus=1)(_remote_compile)
         return self._task
+
+    def _init(self, kwargs: dict[str, Any]) -> None:
+        """``ray.init``, with a start-up wait that suits a busy machine and a one-line error when Ray won't start."""
+        # Ray waits 30 s for a new local head's GCS to publish its port; on a loaded 2-core machine that is too
+        # short. The user's own setting wins.
+        key = "RAY_gcs_server_port_wait_time_s"
+        previous = os.environ.get(key)
+        if previous is None and not self._address:
+            os.environ[key] = str(LOCAL_START_WAIT_S)
+        try:
+            self._ray.init(**kwargs)
+        except (RuntimeError, ConnectionError, TimeoutError, OSError) as exc:
+            where = f"the Ray cluster at {self._address}" if self._address else "a local Ray instance"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ToolFailedError(
+                f"could not start or join {where}: {first}",
+                "check the Ray logs under /tmp/ray/session_latest/logs, give --ray-address of a running cluster, "
+                "or compile with --executor local") from exc
+        finally:
+            if previous is None and not self._address:
+                os.environ.pop(key, None)
 
     def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
         model = Path(args[0])

@@ -767,6 +767,34 @@ def _npu_weights(entry: dict[str, Any], v: _Variant) -> None:
     entry["note"] = f"{entry['note']}; Vela's debug database: " + "; ".join(shown)
 
 
+LAYER_KEYS = ("operator", "encoded_weight_bytes", "vela_distinct_weights", "int8_distinct", "within_palette",
+              "int8_zero_fraction", "weight_read_cycles", "npu_cycles")
+
+
+def npu_weight_layers(variants: Iterable[_Variant]) -> dict[str, dict[str, Any]]:
+    """Per variant and target, Vela's per-layer NPU weight facts (compiles run with ``--debug-db``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        for rec in sorted(v.compiles, key=lambda r: r.target or ""):
+            facts = rec.details.get("npu_weights") if rec.status != "failed" else None
+            if not facts:
+                continue
+            layers = [{"layer": _layer_label(row.get("tensor") or row.get("name") or "?"),
+                       **{k: row.get(k) for k in LAYER_KEYS}} for row in facts.get("layers", [])]
+            out.setdefault(v.name, {})[rec.target] = {"summary": facts.get("summary", {}), "layers": layers}
+    return out
+
+
+_KERNEL_SUFFIXES = ("/Conv2D", "/depthwise", "/MatMul", "/conv2d_transpose", "/Conv2DBackpropInput", "/Conv3D")
+
+
+def _layer_label(tensor: str) -> str:
+    """The part of a fused weight tensor's name that names its layer (``…/depthwise``, ``…/Conv2D``), else the first."""
+    parts = tensor.split(";")
+    named = next((p for p in parts if p.endswith(_KERNEL_SUFFIXES)), parts[0])
+    return _short(named)
+
+
 def _short(name: str, limit: int = 60) -> str:
     """A tensor name as people read it: its first ';'-separated part, cut to ``limit`` characters."""
     first = name.split(";")[0]
@@ -880,6 +908,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "pareto": pareto,
         "recommendations": recommendations,
         "compression": _compression(manifest, variants) if compression else {},
+        "npu_weights": npu_weight_layers(variants),
         "notes": notes,
     }
     return doc

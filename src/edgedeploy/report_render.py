@@ -252,6 +252,33 @@ SPEED_KEYS = ("leaf", "npu_cycles", "total_cycles", "npu_clock_mhz", "latency_ms
               "mac_utilization_pct", "cpu_operators", "pareto", "meets_requirements", "recommended")
 
 
+LAYER_HEADERS = ("Layer", "Operator", "Encoded weights (B)", "Vela distinct values", "int8 distinct values",
+                 f"Within palette (≤ {PALETTE_LIMIT})", "Zero weights (%)", "Weight-read cycles", "NPU cycles")
+
+
+def npu_layer_tables(doc: Mapping[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    """(title, rows) per variant and target of Vela's per-layer weight facts (compiled with --debug-db)."""
+
+    def num(v: Any) -> str:
+        return "n/a" if v is None else f"{v:,}"
+
+    tables = []
+    for variant, per_target in doc.get("npu_weights", {}).items():
+        for target, facts in per_target.items():
+            s = facts.get("summary", {})
+            title = (f"{variant} on {target}: NPU weights per layer (Vela debug database; "
+                     f"{num(s.get('encoded_weight_bytes'))} B encoded, {num(s.get('weight_read_cycles'))} "
+                     f"weight-read cycles, {s.get('layers_over_palette', 0)} of {s.get('layers', 0)} layers "
+                     f"over the palette)")
+            rows = [[r["layer"], str(r.get("operator") or "?"), num(r.get("encoded_weight_bytes")),
+                     num(r.get("vela_distinct_weights")), num(r.get("int8_distinct")),
+                     "n/a" if r.get("within_palette") is None else ("yes" if r["within_palette"] else "no"),
+                     "n/a" if r.get("int8_zero_fraction") is None else f"{100 * r['int8_zero_fraction']:.1f}",
+                     num(r.get("weight_read_cycles")), num(r.get("npu_cycles"))] for r in facts.get("layers", [])]
+            tables.append((title, rows))
+    return tables
+
+
 def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     """Rich tables: accuracy and file sizes per leaf, then one table of Vela results per target."""
     from rich.console import Console
@@ -276,6 +303,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
             chosen = [cols[k] for k in keys]
             cells = [[cell_text(r, c, notes) for c in chosen] for r in doc["rows"] if r.get("target") == target]
             console.print(_rich_table(f"{title} — {part}", chosen, cells))
+    for title, rows in npu_layer_tables(doc):
+        console.print(_plain_table(title, LAYER_HEADERS, rows, right=[False, False] + [True] * 7))
     uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
     if uncompiled:
         console.print(f"Not compiled for any target: {', '.join(uncompiled)}")
@@ -297,14 +326,17 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
 
 
 def _rich_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]):
+    return _plain_table(title, [c.header for c in columns], rows, [c.kind != "text" for c in columns])
+
+
+def _plain_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]):
     """A table whose cells never break (each column is at least as wide as its widest cell); headers wrap."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        widest = max([len(r[i]) for r in rows] + [len(w) for w in c.header.split()])
-        table.add_column(c.header, justify="left" if c.kind == "text" else "right", min_width=widest,
-                         overflow="fold")
+    for i, header in enumerate(headers):
+        widest = max([len(r[i]) for r in rows] + [len(w) for w in header.split()])
+        table.add_column(header, justify="right" if right[i] else "left", min_width=widest, overflow="fold")
     for r in rows:
         table.add_row(*r)
     return table
@@ -710,6 +742,13 @@ def render_html(doc: Mapping[str, Any], manifest=None) -> str:
                 parts.append("</details>")
     else:
         parts.append("<p class='muted'>not computed</p>")
+    layer_tables = npu_layer_tables(doc)
+    if layer_tables:
+        parts.append("<h2>NPU weights per layer</h2>")
+        for title, rows in layer_tables:
+            parts.append(f"<details><summary>{_h(title)}</summary>")
+            parts.append(_html_table(list(LAYER_HEADERS), rows, [False, False] + [True] * 7))
+            parts.append("</details>")
     parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_h(n)}</li>" for n in doc["notes"]) + "</ul>")
     if notes.reasons:
         parts.append("<h2>Unavailable values</h2><ul>" + "".join(

@@ -215,3 +215,29 @@ def test_cpu_fallback_is_an_error_unless_allowed(reverse_tflite, tmp_path):
     assert res["cpu_operators"][0]["op"] == "REVERSE_V2" and res["cpu_operators"][0]["reason"]
     # Ethos-U85 runs REVERSE_V2 on the NPU
     assert run_cli("compile", reverse_tflite, "-t", "ethos-u85-128", "-o", tmp_path / "b").returncode == 0
+
+
+def test_debug_db_gives_per_layer_npu_weights_in_the_report(shared_data, tmp_path):
+    """`compile --debug-db` records Vela's per-layer weight facts; `report` shows them per layer."""
+    model = shared_data / "kws" / "dscnn_mlperf_int8.tflite"
+    proc = run_cli("compile", model, "-t", "ethos-u55-128", "-o", tmp_path, "--debug-db")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (rec,) = [r for r in manifest["stages"] if r["stage"] == "compile"] if isinstance(manifest["stages"], list) \
+        else [r for r in manifest["stages"].values() if r["stage"] == "compile"]
+    facts = rec["details"]["npu_weights"]
+    # DS-CNN: 5 conv, 4 depthwise, 1 dense; per-channel int8 weights: every tensor is beyond Vela's palette
+    assert len(facts["layers"]) == 10 and facts["summary"]["layers_over_palette"] == 10
+    assert sum(r["encoded_weight_bytes"] for r in facts["layers"]) == facts["summary"]["encoded_weight_bytes"]
+    assert abs(facts["summary"]["encoded_weight_bytes"] - rec["metrics"]["encoded_weights_bytes"]["value"]) < 512
+    report = run_cli("report", tmp_path, "--json")
+    assert report.returncode == 0, report.stderr
+    (per_target,) = json.loads(report.stdout)["npu_weights"].values()
+    layers = per_target["ethos-u55-128"]["layers"]
+    assert [r["layer"].split("/")[-1] for r in layers].count("depthwise") == 4
+    table = run_cli("report", tmp_path)
+    assert "NPU weights per layer" in table.stdout and "functional_1/dense/MatMul" in table.stdout
+    # without --debug-db there is no per-layer section and no debug database
+    plain = run_cli("compile", model, "-t", "ethos-u55-128", "-o", tmp_path / "plain")
+    assert plain.returncode == 0 and not list((tmp_path / "plain").rglob("*_debug.xml"))
+    assert json.loads(run_cli("report", tmp_path / "plain", "--json").stdout)["npu_weights"] == {}

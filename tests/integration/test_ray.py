@@ -6,7 +6,9 @@ import pytest
 
 from edgedeploy.compile import CompileOptions, compile_tflite
 
-pytestmark = pytest.mark.requires_data
+# Starting a local Ray head (GCS, raylet, workers) takes 20-60 s and a good share of a small machine, so this
+# runs with the slow tests; tests/unit/test_ray_executor.py covers start-up errors in the default run.
+pytestmark = [pytest.mark.requires_data, pytest.mark.slow]
 
 
 def test_ray_executor_matches_local_pool(shared_data, tmp_path):

@@ -101,3 +101,32 @@ def test_bad_recipe_names_file_and_key(tmp_path, body, message):
     with pytest.raises(UsageError) as err:
         load_recipe(path)
     assert message in err.value.one_line() and str(path) in err.value.one_line()
+
+
+def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
+    """Each technique of the default fine-tuning can be turned off from the command line."""
+    import edgedeploy.optimize as optimize_module
+    from typer.testing import CliRunner
+
+    from edgedeploy.commands import app
+    from edgedeploy.errors import UsageError
+
+    seen = []
+
+    def capture(model, data, out, recipe, **kwargs):
+        seen.append(recipe)
+        raise UsageError("stop here", "after the recipe was built")
+
+    monkeypatch.setattr(optimize_module, "optimize", capture)
+    args = ["optimize", str(tmp_path / "m.h5"), "--data", str(tmp_path / "d.npz"), "-o", str(tmp_path / "out")]
+    off = ["--no-distill", "--pruning-schedule", "constant", "--lr-schedule", "constant", "--train-batch-norm",
+           "--validation-fraction", "0"]
+    assert CliRunner().invoke(app, args).exit_code == 2
+    assert CliRunner().invoke(app, args + off).exit_code == 2
+    defaults, plain = seen
+    assert (defaults.distill, defaults.pruning_schedule, defaults.lr_schedule, defaults.freeze_batch_norm,
+            defaults.validation_fraction) == (True, "polynomial", "cosine", True, 0.1)
+    assert (plain.distill, plain.pruning_schedule, plain.lr_schedule, plain.freeze_batch_norm,
+            plain.validation_fraction) == (False, "constant", "constant", False, 0.0)
+    result = CliRunner().invoke(app, args + ["--pruning-schedule", "cubic"])
+    assert result.exit_code == 2 and "pruning.schedule" in result.output and "polynomial" in result.output
