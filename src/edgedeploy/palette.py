@@ -631,7 +631,14 @@ def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
     executor = str(_palette_opt(recipe, "executor", "process"))
     workers = int(_palette_opt(recipe, "workers", 2))
     target = str(_palette_opt(recipe, "target", "ethos-u55-128"))
-    _, hold, hold_from = sweep_holdout(data, recipe)
+    if _palette_opt(recipe, "measure_on", "fine-tune") == "fine-tune":
+        # Drops are paired differences (the same samples with and without a setting), so the samples the
+        # parent was fine-tuned on serve; the whole labelled fine-tune split resolves them ten times finer than
+        # a 10% hold-out, where one sample of 300 is already a third of a point.
+        hold = np.flatnonzero(np.asarray(data.y_fit) >= 0)
+        hold_from = "every labelled sample of the fine-tune split"
+    else:
+        _, hold, hold_from = sweep_holdout(data, recipe)
     if len(hold) == 0:
         raise UsageError("the palette sweep has no hold-out samples",
                          "set [selection] validation_fraction > 0 or [palette] holdout = 0.2")

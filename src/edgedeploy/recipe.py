@@ -337,8 +337,10 @@ NODES.update({
 LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
 QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
-                                 "sparsities": list, "executor": str, "workers": int, "target": str}
+                                 "sparsities": list, "executor": str, "workers": int, "target": str,
+                                 "measure_on": str}
 PALETTE_EXECUTORS = ("process", "ray")
+PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 
 
 def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -376,6 +378,9 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         if key == "executor" and value not in PALETTE_EXECUTORS:
             raise UsageError(f"{source}: `palette.executor` is '{value}'; allowed values: "
                              f"{', '.join(PALETTE_EXECUTORS)}", "fix the recipe")
+        if key == "measure_on" and value not in PALETTE_MEASURE_ON:
+            raise UsageError(f"{source}: `palette.measure_on` is '{value}'; allowed values: "
+                             f"{', '.join(PALETTE_MEASURE_ON)}", "fix the recipe")
         if key == "clusters" and not all(isinstance(v, int) and 2 <= v <= 32 for v in value):
             raise UsageError(f"{source}: `palette.clusters` is {value}; each must be an integer from 2 to 32",
                              "fix the recipe")

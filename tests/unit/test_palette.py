@@ -269,6 +269,7 @@ def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
     ('[palette]\nexecutor = "dask"\n', "palette.executor"),
     ("[palette]\nclusters = [1]\n", "palette.clusters"),
     ("[palette]\nspeed = 1\n", "palette.speed"),
+    ('[palette]\nmeasure_on = "eval"\n', "palette.measure_on"),
 ])
 def test_recipe_rejects_bad_palette_keys(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
