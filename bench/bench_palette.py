@@ -64,7 +64,7 @@ def run_model(key: str, args) -> dict:
     sweep_budget = args.budget if args.sweep_budget is None else args.sweep_budget
     table = {"leaves": LEAVES, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
                                            "target": "ethos-u55-128", "workers": args.workers,
-                                           "measure_on": args.measure_on,
+                                           "measure_on": args.measure_on, "budget_from": args.budget_from,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
                                               if args.sparsities else {})}}
     overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": args.seed}
@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--budget", type=float, default=0.3, help="accuracy budget (points) of the sweep and the goal")
     ap.add_argument("--sparsities", default=None, help="extra-sparsity candidates of the sweep, e.g. 0,0.6,0.75")
+    ap.add_argument("--budget-from", default="parent", choices=["parent", "palette"],
+                    help="where the sweep's budget counts from ([palette] budget_from)")
     ap.add_argument("--measure-on", default="fine-tune", choices=["holdout", "fine-tune"],
                     help="samples the sweep measures accuracy drops on ([palette] measure_on)")
     ap.add_argument("--sweep-budget", type=float, default=None,

@@ -502,6 +502,7 @@ def _palette_opt(recipe, key: str, default):
 # --------------------------------------------------------------------------- the sensitivity sweep
 
 
+MEASURE_SAMPLES = 4000  # most fine-tune samples the sweep measures drops on ([palette] measure_samples)
 _WORKER: dict[str, Any] = {}  # what a sweep worker process loaded once
 _CLASSES: list[Any] = []  # the palette quantizer classes, made once per process (they need TFMOT)
 
@@ -637,6 +638,10 @@ def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
         # a 10% hold-out, where one sample of 300 is already a third of a point.
         hold = np.flatnonzero(np.asarray(data.y_fit) >= 0)
         hold_from = "every labelled sample of the fine-tune split"
+        cap = int(_palette_opt(recipe, "measure_samples", MEASURE_SAMPLES))
+        if len(hold) > cap:  # the sweep's time grows with the samples; a few thousand resolve 0.05 points
+            hold = np.sort(np.random.default_rng(recipe.seed).choice(hold, cap, replace=False))
+            hold_from = f"{cap} labelled samples of the fine-tune split (random, seed {recipe.seed})"
     else:
         _, hold, hold_from = sweep_holdout(data, recipe)
     if len(hold) == 0:
@@ -687,7 +692,12 @@ def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
 
     start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items()}
     start_drop = joint_drop({k: v["setting"] for k, v in start.items()})
-    chosen, steps = greedy_plan(options, joint_drop, budget)
+    # "parent": the budget counts from the parent model. "palette": it counts from the start (every layer at
+    # Vela's 32 values, which every palette leaf needs anyway and which QAT trains back), so a model whose
+    # 32-value palette alone is over budget can still trade accuracy for bytes.
+    budget_from = str(_palette_opt(recipe, "budget_from", "parent"))
+    effective = budget + (max(start_drop, 0.0) if budget_from == "palette" else 0.0)
+    chosen, steps = greedy_plan(options, joint_drop, effective)
     kept = [st for st in steps if st["kept"]]
     checks = {"start": f"every layer at {PALETTE_LIMIT} palette values", "start_holdout_drop": round(start_drop, 3),
               "start_encoded_bytes": int(sum(o["bytes"] for o in start.values())),
@@ -697,6 +707,8 @@ def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
     return {
         "plan": chosen,
         "budget_points": budget,
+        "budget_from": budget_from,
+        "effective_budget_points": round(effective, 3),
         "holdout": {"samples": len(hold), "from": hold_from,
                     "baseline_accuracy": round(base_acc, 3)},
         "target": target,

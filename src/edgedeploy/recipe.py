@@ -338,7 +338,8 @@ LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "
 QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
-                                 "measure_on": str}
+                                 "measure_on": str, "measure_samples": int,
+                                 "budget_from": str}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 
@@ -388,6 +389,11 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise UsageError(f"{source}: `palette.sparsities` is {value}; each must be in [0, 1)", "fix the recipe")
         if key in ("accuracy_budget", "holdout") and not 0 <= value < (100 if key == "accuracy_budget" else 0.5):
             raise UsageError(f"{source}: `palette.{key}` is {value}; out of range", "fix the recipe")
+        if key == "budget_from" and value not in ("parent", "palette"):
+            raise UsageError(f"{source}: `palette.budget_from` is '{value}'; allowed values: parent, palette",
+                             "fix the recipe")
+        if key == "measure_samples" and value < 100:
+            raise UsageError(f"{source}: `palette.measure_samples` is {value}; it must be >= 100", "fix the recipe")
         if key == "workers" and value < 1:
             raise UsageError(f"{source}: `palette.workers` is {value}; it must be >= 1", "fix the recipe")
         opts[key] = list(value) if isinstance(value, list) else value

@@ -270,6 +270,8 @@ def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
     ("[palette]\nclusters = [1]\n", "palette.clusters"),
     ("[palette]\nspeed = 1\n", "palette.speed"),
     ('[palette]\nmeasure_on = "eval"\n', "palette.measure_on"),
+    ("[palette]\nmeasure_samples = 10\n", "palette.measure_samples"),
+    ('[palette]\nbudget_from = "eval"\n', "palette.budget_from"),
 ])
 def test_recipe_rejects_bad_palette_keys(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
