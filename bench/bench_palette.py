@@ -189,7 +189,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--budget", type=float, default=0.3, help="accuracy budget (points) of the sweep and the goal")
     ap.add_argument("--sparsities", default=None, help="extra-sparsity candidates of the sweep, e.g. 0,0.6,0.75")
-    ap.add_argument("--budget-from", default="parent", choices=["parent", "palette"],
+    ap.add_argument("--budget-from", default="palette", choices=["parent", "palette"],
                     help="where the sweep's budget counts from ([palette] budget_from)")
     ap.add_argument("--measure-on", default="fine-tune", choices=["holdout", "fine-tune"],
                     help="samples the sweep measures accuracy drops on ([palette] measure_on)")

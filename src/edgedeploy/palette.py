@@ -692,10 +692,11 @@ def sensitivity_sweep(model, data, recipe, work: Path) -> dict[str, Any]:
 
     start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items()}
     start_drop = joint_drop({k: v["setting"] for k, v in start.items()})
-    # "parent": the budget counts from the parent model. "palette": it counts from the start (every layer at
-    # Vela's 32 values, which every palette leaf needs anyway and which QAT trains back), so a model whose
-    # 32-value palette alone is over budget can still trade accuracy for bytes.
-    budget_from = str(_palette_opt(recipe, "budget_from", "parent"))
+    # "palette" (default): the budget counts from the start (every layer at Vela's 32 values, which every
+    # palette leaf needs anyway and which QAT trains back), so a model whose 32-value palette alone is over
+    # budget can still trade accuracy for bytes; when the start loses nothing this is the same as "parent",
+    # where the budget counts from the parent model.
+    budget_from = str(_palette_opt(recipe, "budget_from", "palette"))
     effective = budget + (max(start_drop, 0.0) if budget_from == "palette" else 0.0)
     chosen, steps = greedy_plan(options, joint_drop, effective)
     kept = [st for st in steps if st["kept"]]
