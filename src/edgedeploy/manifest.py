@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from . import __version__
 from .errors import InvalidInputError
-from .fsutil import atomic_write_json, sha256_file
+from .fsutil import atomic_write_text, sha256_file
 
 SCHEMA = "edgedeploy.manifest"
 SCHEMA_VERSION = 1
@@ -90,8 +90,18 @@ class StageRecord:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["metrics"] = {k: m.to_dict() for k, m in self.metrics.items()}
+        # Field by field rather than dataclasses.asdict, which deep-copies every detail (per-layer tables):
+        # the manifest is written after every stage, and a sweep's grows to hundreds of records.
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("inputs", "outputs"):
+                value = [asdict(a) for a in value]
+            elif f.name == "tool":
+                value = None if value is None else asdict(value)
+            elif f.name == "metrics":
+                value = {k: m.to_dict() for k, m in value.items()}
+            out[f.name] = value
         return out
 
     @classmethod
@@ -133,6 +143,7 @@ class Manifest:
         self.records: dict[str, StageRecord] = {
             r["id"]: StageRecord.from_dict(r) for r in data.get("stages", [])
         }
+        self._texts: dict[str, tuple[StageRecord, str]] = {}  # record id -> (record, its JSON text in the file)
 
     @property
     def path(self) -> Path:
@@ -190,8 +201,8 @@ class Manifest:
         path = Path(artifact.path)
         return path if path.is_absolute() else self.run_dir / path
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, stages: bool = True) -> dict[str, Any]:
+        out = {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
             "edgedeploy_version": __version__,
@@ -201,11 +212,26 @@ class Manifest:
             "tools": self.tools,
             "targets": self.targets,
             "info": self.info,
-            "stages": [r.to_dict() for r in self.records.values()],
         }
+        if stages:
+            out["stages"] = [r.to_dict() for r in self.records.values()]
+        return out
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.to_dict())
+        """Write ``manifest.json``; each record's JSON text is made once, so saving after every stage stays cheap."""
+        head = self.to_dict(stages=False)
+        texts = []
+        for rec in self.records.values():
+            cached = self._texts.get(rec.id)
+            if cached is None or cached[0] is not rec:  # records are replaced, never changed in place
+                body = json.dumps(rec.to_dict(), indent=2, default=str)
+                cached = (rec, "\n".join("    " + line for line in body.splitlines()))
+                self._texts[rec.id] = cached
+            texts.append(cached[1])
+        stages = "[\n" + ",\n".join(texts) + "\n  ]" if texts else "[]"
+        text = json.dumps(head, indent=2, default=str)
+        text = (text[:-2] + ",\n" if head else "{\n") + f'  "stages": {stages}\n}}\n'
+        atomic_write_text(self.path, text)
 
 
 def artifacts_intact(manifest: Manifest, artifacts: Iterable[Artifact]) -> bool:

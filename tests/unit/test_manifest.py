@@ -80,3 +80,31 @@ def test_load_errors(tmp_path):
     (tmp_path / "manifest.json").write_text('{"schema": "other"}')
     with pytest.raises(InvalidInputError, match="not an edgedeploy manifest"):
         Manifest.load(tmp_path)
+
+
+def test_saved_text_is_plain_indented_json_and_follows_replaced_records(tmp_path):
+    from pathlib import Path
+
+    from edgedeploy.manifest import Artifact, StageRecord, ToolInfo
+
+    m = Manifest(tmp_path)
+    m.save()
+    assert json.loads((tmp_path / "manifest.json").read_text())["stages"] == []
+    details = {"layers": [{"name": "conv", "cycles": 12}], "where": Path("/x")}
+    first = StageRecord("compile/a/t", "compile", "ok", variant="a", target="t",
+                        tool=ToolInfo("vela", "5.2.0", ["vela", "a.tflite"]),
+                        outputs=[Artifact("log", "compile/a/t/vela.log", "0" * 64, 3)],
+                        metrics={"n": Metric(1, "count", "estimated"), "gone": Metric.missing("B", "estimated", "no")},
+                        details=details)
+    m.record(first)
+    m.record(StageRecord("import/a", "import", "ok", variant="a"))
+    text = (tmp_path / "manifest.json").read_text()
+    assert text == json.dumps(m.to_dict(), indent=2, default=str) + "\n"
+    # a record replaced under the same id is written anew; the others keep their text
+    m.record(StageRecord("compile/a/t", "compile", "failed", variant="a", target="t", error="boom"))
+    again = Manifest.load(tmp_path)
+    assert again.records["compile/a/t"].status == "failed" and again.records["compile/a/t"].error == "boom"
+    assert list(again.records) == ["compile/a/t", "import/a"]
+    assert (tmp_path / "manifest.json").read_text() == json.dumps(m.to_dict(), indent=2, default=str) + "\n"
+    # to_dict does not copy the details it writes, and round-trips
+    assert StageRecord.from_dict(json.loads(json.dumps(first.to_dict(), default=str))).metrics["gone"].value is None
