@@ -215,3 +215,67 @@ def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
     config["output_layers"] = fix(config["output_layers"])
     config["input_layers"] = fix(config["input_layers"])
     return config
+
+
+def unsupported_for_qat(model) -> list[str]:
+    """Layers TFMOT's default 8-bit QAT registry has no quantize config for (e.g. ``TFOpLambda`` ``tf.reshape``)."""
+    from . import tfenv
+
+    tfenv.load()
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
+        default_8bit_quantize_registry as registry_module,
+    )
+    from tensorflow_model_optimization.python.core.quantization.keras.quantize_annotate import QuantizeAnnotate
+
+    registry = registry_module.Default8BitQuantizeRegistry()
+    # batch norms are not in the registry: TFMOT's graph transforms fold them into the layer before them
+    handled = ("InputLayer", "BatchNormalization")
+    return [layer.name for layer in model.layers
+            if layer.__class__.__name__ not in handled and not isinstance(layer, QuantizeAnnotate)
+            and not registry.supports(layer)]
+
+
+def annotate_for_qat(model):
+    """``quantize_annotate_model`` for the layers TFMOT can quantize; the others stay as they are.
+
+    TFMOT refuses a whole model over one unsupported layer (Arm's DS-CNN-S has ``tf.reshape`` as TFOpLambda
+    layers). Those layers get TFMOT's no-op quantize config, the one its registry gives keras ``Reshape``: no
+    fake quantization of their own in QAT; the int8 converter quantizes them afterwards (shape-only operations
+    such as reshape keep their input's scale). Layers already annotated (with their own config) are kept.
+    """
+    from . import tfenv
+
+    env = tfenv.load()
+    quant = env.tfmot.quantization.keras
+    skip = set(unsupported_for_qat(model))
+    if not skip:
+        return quant.quantize_annotate_model(model)
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
+        NoOpQuantizeConfig,
+    )
+    from tensorflow_model_optimization.python.core.quantization.keras.quantize_annotate import QuantizeAnnotate
+
+    def annotate(layer):
+        if isinstance(layer, QuantizeAnnotate):
+            return layer
+        if layer.name in skip:  # as TFMOT treats keras Reshape: no quantizer of its own
+            return quant.quantize_annotate_layer(layer, quantize_config=NoOpQuantizeConfig())
+        return quant.quantize_annotate_layer(layer)
+
+    annotated = env.keras.models.clone_model(model, clone_function=annotate)
+    annotated.set_weights(model.get_weights())
+    return annotated
+
+
+def quantize_for_qat(model, scheme=None, custom_objects=None):
+    """``quantize_apply`` on :func:`annotate_for_qat` of ``model`` (TFMOT's default scheme unless given)."""
+    from . import tfenv
+
+    quant = tfenv.load().tfmot.quantization.keras
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
+        NoOpQuantizeConfig,
+    )
+
+    annotated = annotate_for_qat(model)
+    with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig, **(custom_objects or {})}):
+        return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)

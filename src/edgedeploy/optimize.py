@@ -31,7 +31,9 @@ from .keras_model import (
     inner,
     keras_weight_stats,
     load_model,
+    quantize_for_qat,
     separate_relu_layers,
+    unsupported_for_qat,
 )
 from .manifest import Metric, StageRecord
 from .preserve import WeightStats, stats
@@ -365,9 +367,8 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_spa
 
 def qat_model(env, parent, node: str):
     """The QAT model of ``node`` built from its (float) parent, before training."""
-    quant = env.tfmot.quantization.keras
     if node == "qat":
-        return quant.quantize_model(clone(parent))
+        return quantize_for_qat(clone(parent))
     from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
         default_8bit_cluster_preserve_quantize_scheme as cluster_preserve,
     )
@@ -380,8 +381,7 @@ def qat_model(env, parent, node: str):
         "cqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=False),
         "pcqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=True),
     }[node]()
-    annotated = quant.quantize_annotate_model(clone(parent))
-    return quant.quantize_apply(annotated, scheme)
+    return quantize_for_qat(clone(parent), scheme)
 
 
 def settle_cluster_weights(model) -> int:
@@ -568,6 +568,11 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
             result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=True, record=training)
         else:
             result_model = qat_model(env, parent, node)
+            unquantized = unsupported_for_qat(parent)
+            if unquantized:
+                details["qat_unquantized_layers"] = unquantized
+                warnings.append(f"{', '.join(unquantized)}: TFMOT has no QAT config for these layers; they train "
+                                "unquantized and the int8 converter quantizes them")
             _fit(env, result_model, data, recipe, "qat", loss, node, record=training)
             if node in preserve.QAT_CLUSTER_NODES:
                 training["cluster_kernels_settled"] = settle_cluster_weights(result_model)

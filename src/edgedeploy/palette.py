@@ -837,7 +837,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
 
     env = tfenv.load()
     quant = env.tfmot.quantization.keras
-    from .keras_model import clone
+    from .keras_model import clone, quantize_for_qat
 
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)
@@ -854,9 +854,8 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     base = clone(parent)
     annotated = env.keras.models.clone_model(base, clone_function=annotate)
     annotated.set_weights(base.get_weights())
-    annotated = quant.quantize_annotate_model(annotated)
-    with quant.quantize_scope({"PaletteQuantizeConfig": config_cls, "PaletteWeightsQuantizer": quantizer_cls}):
-        model = quant.quantize_apply(annotated)
+    model = quantize_for_qat(annotated, custom_objects={"PaletteQuantizeConfig": config_cls,
+                                                        "PaletteWeightsQuantizer": quantizer_cls})
     from .keras_model import base_name
 
     for layer in model.layers:  # keep the parent's zeros (its pruning) in every forward pass

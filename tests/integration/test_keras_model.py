@@ -47,3 +47,31 @@ def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
     assert found["depthwise_conv2d"].channels == 64 and found["dense"].channels == 12
     assert all(s.sparsity < 0.05 for s in found.values())  # a dense, unpruned model
     assert separate_relu_layers(model) == []  # Conv -> BN -> Activation everywhere
+
+
+@pytest.mark.requires_data
+def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
+    """Arm's DS-CNN-S reshapes with `tf.reshape` (TFOpLambda), which TFMOT's QAT registry refuses."""
+    from edgedeploy import tfenv
+    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
+
+    model = keras.models.load_model(shared_data / "kws" / "ds_cnn_s_arm_float.h5", compile=False)
+    assert unsupported_for_qat(model) == ["tf.reshape", "tf.reshape_1"]
+    with pytest.raises(RuntimeError, match="TFOpLambda"):
+        tfenv.load().tfmot.quantization.keras.quantize_model(model)
+    qat = quantize_for_qat(model)
+    # every conv, depthwise and dense layer is quantization-aware; the batch norms were folded into them
+    wrapped = [layer.layer.__class__.__name__ for layer in qat.layers if hasattr(layer, "quantize_config")]
+    assert wrapped.count("Conv2D") == 5 and wrapped.count("DepthwiseConv2D") == 4 and "Dense" in wrapped
+    d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz")
+    fit, ev = d["split"] == 0, d["split"] == 1
+    x_fit, y_fit = d["x"][fit][::3].astype(np.float32), d["y"][fit][::3]
+    x = d["x"][ev][::4].astype(np.float32)
+    # one epoch at a tiny learning rate sets the fake-quantization ranges and hardly moves the weights:
+    # the QAT model then decides (almost) as the float model does
+    qat.compile(optimizer=keras.optimizers.Adam(1e-6), loss="sparse_categorical_crossentropy")
+    qat.fit(x_fit, y_fit, batch_size=64, epochs=1, verbose=0, shuffle=False)
+    float_pred = model.predict(x, verbose=0).argmax(-1)
+    qat_pred = qat.predict(x, verbose=0).argmax(-1)
+    agreement = np.mean(float_pred == qat_pred)
+    assert agreement > 0.9
