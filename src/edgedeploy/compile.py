@@ -90,9 +90,13 @@ def resolve_targets(names: Sequence[str]) -> list[Target]:
 
 
 def variant_names(models: Sequence[Path]) -> list[str]:
+    """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
+    ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
+    bases = [m.stem.removesuffix("_int8") or m.stem for m in models]
     names: list[str] = []
-    for m in models:
-        base = m.stem.removesuffix("_int8") or m.stem
+    for m, base in zip(models, bases):
+        if bases.count(base) > 1 and m.parent.name:
+            base = m.parent.name if base == "model" else f"{m.parent.name}_{base}"
         name, i = base, 2
         while name in names:
             name, i = f"{base}_{i}", i + 1
