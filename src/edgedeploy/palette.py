@@ -37,6 +37,7 @@ import io
 import json
 import logging
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, replace
@@ -556,14 +557,20 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
             raise UsageError("palette executor 'ray' needs Ray", "pip install -e .[ray]") from exc
         started = not ray.is_initialized()
         if started:
-            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+            from .ray_executor import init_ray
+
+            address = os.environ.get("RAY_ADDRESS")  # a cluster sets its own CPUs
+            init_ray(ray, {"include_dashboard": False, "log_to_driver": False,
+                           **({} if address else {"num_cpus": max(1, workers)})}, address)
         try:
             task = ray.remote(_ray_item)
             xr, yr = ray.put(x), ray.put(y)
             return ray.get([task.remote(str(model_path), xr, yr, layer, setting, seed) for layer, setting in items])
         finally:
             if started:
-                ray.shutdown()
+                from .ray_executor import shutdown_ray
+
+                shutdown_ray(ray)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool

@@ -43,6 +43,47 @@ def _remote_compile(model_name: str, model: bytes, ini: bytes, args: list[str]) 
                 "files": files, "log": log}
 
 
+_AUTH_MODE = "RAY_AUTH_MODE"
+_SET_BY_RAY: list[bool] = []  # whether the local head we started set RAY_AUTH_MODE itself
+
+
+def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
+    """``ray.init``, with a start-up wait that suits a busy machine and a one-line error when Ray won't start.
+
+    A local head of Ray 2.60 turns token authentication on by setting ``RAY_AUTH_MODE=token`` in this process
+    for good (the token itself lives in ``~/.ray/auth_token``); :func:`shutdown_ray` puts the variable back as
+    it was, so a later start in the same process follows the user's setting again.
+    """
+    if not address:
+        _SET_BY_RAY[:] = [_AUTH_MODE not in os.environ]
+    # Ray waits 30 s for a new local head's GCS to publish its port; on a loaded 2-core machine that is too
+    # short. The user's own setting wins.
+    key = "RAY_gcs_server_port_wait_time_s"
+    previous = os.environ.get(key)
+    if previous is None and not address:
+        os.environ[key] = str(LOCAL_START_WAIT_S)
+    try:
+        ray.init(**kwargs)
+    except (RuntimeError, ConnectionError, TimeoutError, OSError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolFailedError(
+            f"could not start or join {where}: {first}",
+            "check the Ray logs under /tmp/ray/session_latest/logs, give --ray-address of a running cluster, "
+            "or compile with --executor local") from exc
+    finally:
+        if previous is None and not address:
+            os.environ.pop(key, None)
+
+
+def shutdown_ray(ray) -> None:
+    """``ray.shutdown``, and forget the authentication mode a local head of ours set in this process."""
+    ray.shutdown()
+    if _SET_BY_RAY and _SET_BY_RAY[0]:
+        os.environ.pop(_AUTH_MODE, None)
+    _SET_BY_RAY.clear()
+
+
 class RayExecutor:
     """The same interface as :class:`~edgedeploy.vela_pool.VelaPool`, on Ray."""
 
@@ -73,25 +114,7 @@ class RayExecutor:
         return self._task
 
     def _init(self, kwargs: dict[str, Any]) -> None:
-        """``ray.init``, with a start-up wait that suits a busy machine and a one-line error when Ray won't start."""
-        # Ray waits 30 s for a new local head's GCS to publish its port; on a loaded 2-core machine that is too
-        # short. The user's own setting wins.
-        key = "RAY_gcs_server_port_wait_time_s"
-        previous = os.environ.get(key)
-        if previous is None and not self._address:
-            os.environ[key] = str(LOCAL_START_WAIT_S)
-        try:
-            self._ray.init(**kwargs)
-        except (RuntimeError, ConnectionError, TimeoutError, OSError) as exc:
-            where = f"the Ray cluster at {self._address}" if self._address else "a local Ray instance"
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ToolFailedError(
-                f"could not start or join {where}: {first}",
-                "check the Ray logs under /tmp/ray/session_latest/logs, give --ray-address of a running cluster, "
-                "or compile with --executor local") from exc
-        finally:
-            if previous is None and not self._address:
-                os.environ.pop(key, None)
+        init_ray(self._ray, kwargs, self._address)
 
     def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
         model = Path(args[0])
@@ -124,7 +147,7 @@ class RayExecutor:
 
     def close(self, now: bool = False) -> None:
         if self._started_here and self._ray.is_initialized():
-            self._ray.shutdown()
+            shutdown_ray(self._ray)
         self._started_here = False
         self._task = None
 

@@ -44,3 +44,19 @@ def reverse_tflite(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("reverse") / "reverse_int8.tflite"
     path.write_bytes(converter.convert())
     return path
+
+
+@pytest.fixture(scope="session")
+def _ray_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ray-home")
+
+
+@pytest.fixture
+def ray_home(_ray_home, monkeypatch) -> Path:
+    """One HOME for every test that starts a local Ray head.
+
+    Ray keeps the authentication token of a local head under ``~/.ray`` and caches it in the process; with a
+    new HOME per test, a second head in the same process would look for it where it never was written.
+    """
+    monkeypatch.setenv("HOME", str(_ray_home))
+    return _ray_home

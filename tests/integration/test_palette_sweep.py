@@ -52,7 +52,7 @@ def test_items_in_a_process_pool_match_in_process(folded, tmp_path):
     assert results[0]["accuracy"] <= results[1]["accuracy"] + 100 * 2 / len(y)
 
 
-def test_items_as_ray_tasks_match_the_process_pool(folded, tmp_path):
+def test_items_as_ray_tasks_match_the_process_pool(folded, tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     from edgedeploy import palette
 

@@ -6,12 +6,10 @@ import pytest
 
 from edgedeploy.compile import CompileOptions, compile_tflite
 
-# Starting a local Ray head (GCS, raylet, workers) takes 20-60 s and a good share of a small machine, so this
-# runs with the slow tests; tests/unit/test_ray_executor.py covers start-up errors in the default run.
-pytestmark = [pytest.mark.requires_data, pytest.mark.slow]
+pytestmark = pytest.mark.requires_data
 
 
-def test_ray_executor_matches_local_pool(shared_data, tmp_path):
+def test_ray_executor_matches_local_pool(shared_data, tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
     models = [shared_data / "kws" / "dscnn_mlperf_int8.tflite", shared_data / "ic" / "resnet8_mlperf_int8.tflite"]
     targets = ["ethos-u55-128", "ethos-u85-256"]

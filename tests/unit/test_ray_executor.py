@@ -50,3 +50,19 @@ def test_users_wait_and_cluster_address_are_kept(monkeypatch):
         RayExecutor(address="10.0.0.5:6379", jobs=2)._start()
     assert seen[0][0] == "7" and seen[0][1]["address"] == "10.0.0.5:6379" and "num_cpus" not in seen[0][1]
     assert os.environ[KEY] == "7"
+
+
+def test_palette_sweep_starts_ray_the_same_way(monkeypatch, tmp_path):
+    import numpy as np
+
+    from edgedeploy import palette
+
+    seen = []
+    monkeypatch.delenv(KEY, raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", _failing_init(seen))
+    with pytest.raises(ToolFailedError, match="a local Ray instance"):
+        palette.run_items([("dense", {"clusters": 4, "sparsity": 0.0})], tmp_path / "m.h5", np.zeros((1, 2)),
+                          np.zeros(1), tmp_path, "ray", workers=2)
+    assert seen[0][0] == str(LOCAL_START_WAIT_S) and seen[0][1]["num_cpus"] == 2
