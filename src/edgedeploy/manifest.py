@@ -229,8 +229,8 @@ class Manifest:
                 self._texts[rec.id] = cached
             texts.append(cached[1])
         stages = "[\n" + ",\n".join(texts) + "\n  ]" if texts else "[]"
-        text = json.dumps(head, indent=2, default=str)
-        text = (text[:-2] + ",\n" if head else "{\n") + f'  "stages": {stages}\n}}\n'
+        text = json.dumps(head, indent=2, default=str)[:-2]  # the header without its closing "\n}"
+        text += f',\n  "stages": {stages}\n}}\n'
         atomic_write_text(self.path, text)
 
 

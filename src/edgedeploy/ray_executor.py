@@ -44,7 +44,7 @@ def _remote_compile(model_name: str, model: bytes, ini: bytes, args: list[str]) 
 
 
 _AUTH_MODE = "RAY_AUTH_MODE"
-_SET_BY_RAY: list[bool] = []  # whether the local head we started set RAY_AUTH_MODE itself
+_auth_mode_unset = False  # RAY_AUTH_MODE was unset when we started a local head (Ray then sets it)
 
 
 def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
@@ -54,13 +54,14 @@ def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
     for good (the token itself lives in ``~/.ray/auth_token``); :func:`shutdown_ray` puts the variable back as
     it was, so a later start in the same process follows the user's setting again.
     """
+    global _auth_mode_unset
     if not address:
-        _SET_BY_RAY[:] = [_AUTH_MODE not in os.environ]
+        _auth_mode_unset = _AUTH_MODE not in os.environ
     # Ray waits 30 s for a new local head's GCS to publish its port; on a loaded 2-core machine that is too
     # short. The user's own setting wins.
     key = "RAY_gcs_server_port_wait_time_s"
-    previous = os.environ.get(key)
-    if previous is None and not address:
+    set_wait = key not in os.environ and not address
+    if set_wait:
         os.environ[key] = str(LOCAL_START_WAIT_S)
     try:
         ray.init(**kwargs)
@@ -72,16 +73,17 @@ def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
             "check the Ray logs under /tmp/ray/session_latest/logs, give --ray-address of a running cluster, "
             "or compile with --executor local") from exc
     finally:
-        if previous is None and not address:
+        if set_wait:
             os.environ.pop(key, None)
 
 
 def shutdown_ray(ray) -> None:
     """``ray.shutdown``, and forget the authentication mode a local head of ours set in this process."""
+    global _auth_mode_unset
     ray.shutdown()
-    if _SET_BY_RAY and _SET_BY_RAY[0]:
+    if _auth_mode_unset:
         os.environ.pop(_AUTH_MODE, None)
-    _SET_BY_RAY.clear()
+    _auth_mode_unset = False
 
 
 class RayExecutor:
@@ -108,13 +110,10 @@ class RayExecutor:
                     kwargs["address"] = self._address
                 elif self._jobs:
                     kwargs["num_cpus"] = self._jobs
-                self._init(kwargs)
+                init_ray(ray, kwargs, self._address)
                 self._started_here = True
             self._task = ray.remote(num_cpus=1)(_remote_compile)
         return self._task
-
-    def _init(self, kwargs: dict[str, Any]) -> None:
-        init_ray(self._ray, kwargs, self._address)
 
     def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
         model = Path(args[0])
