@@ -2,8 +2,8 @@
 
 For the MLPerf Tiny DS-CNN (Speech Commands: fine-tune split == 0 -> eval split == 1) and the MLPerf Tiny
 ResNet-8 (CIFAR-10 JPEG subset: x_train -> x_test) it runs `edgedeploy optimize` with the leaves ptq, pcqat,
-pruned_clustered_palette and pcqat_palette (the palette node runs the per-layer sensitivity sweep on a hold-out
-slice of the fine-tune split), compiles every leaf with Vela (debug database on) and prints per leaf:
+pruned_clustered_palette and pcqat_palette (the palette node runs the per-layer sensitivity sweep on samples
+of the fine-tune split), compiles every leaf with Vela (debug database on) and prints per leaf:
 
 - int8 accuracy on the evaluation split and its difference to the ptq leaf;
 - Vela-encoded weights and NPU cycles on ethos-u55-128 and ethos-u85-256 (built-in targets, --optimise
@@ -11,13 +11,15 @@ slice of the fine-tune split), compiles every leaf with Vela (debug database on)
 - weight-read cycles (Vela's debug database, est_weight_read_cycles summed over layers) and total cycles on two
   weight-bandwidth-bound configurations: ethos-u55-128 with --optimise Size (weights streamed from its 0.5 GB/s
   flash) and the user target bench/targets/ethos-u85-256-flash.toml (Ethos_U85_SYS_Flash_High, Shared_Sram);
-- the largest number of distinct int8 values in one weight tensor (Vela's palette holds 32).
+- the largest number of distinct int8 values in one weight tensor (Vela's palette holds 32);
+- the paired standard error of each leaf's accuracy difference to ptq (the same evaluation samples scored by
+  both int8 models): on small evaluation splits it is as large as the accuracy budget itself.
 
 The "best palette-aware leaf" is the one with the smallest encoded weights on ethos-u55-128 among the palette
 leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
 
 Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
-     [--data ../shared/data] [--no-search]
+     [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy] [--seed N]
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def run_model(key: str, args) -> dict:
     table = {"leaves": LEAVES, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
                                            "target": "ethos-u55-128", "workers": args.workers,
                                            "measure_on": args.measure_on, "budget_from": args.budget_from,
+                                           "projection": args.projection, "drop_estimate": args.drop_estimate,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
                                               if args.sparsities else {})}}
     overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": args.seed}
@@ -92,6 +95,7 @@ def run_model(key: str, args) -> dict:
     size = compile_variants(size_ctx, variants, [get_target("ethos-u55-128")],
                             CompileOptions(optimise="Size", debug_db=True, jobs=2))
     t_comp = time.perf_counter() - t1
+    paired = paired_deltas(leaves, out)
     comp = {(r.variant, r.target): r for r in perf.records}
     comp_size = {r.variant: r for r in size.records}
     rows = {}
@@ -99,7 +103,8 @@ def run_model(key: str, args) -> dict:
         row = {"int8_accuracy": rec.metric("int8_accuracy"), "float_accuracy": rec.metric("float_accuracy"),
                "gzip_bytes": rec.metric("gzip_bytes"),
                "max_distinct_per_tensor": max((len_distinct(r) for r in rec.details.get("preservation", [])),
-                                              default=None)}
+                                              default=None),
+               **paired.get(leaf, {})}
         for t in MAIN_TARGETS:
             c = comp.get((leaf, t))
             row[t] = {"encoded_weights_bytes": _m(c, "encoded_weights_bytes"), "npu_cycles": _m(c, "npu_cycles"),
@@ -118,8 +123,35 @@ def run_model(key: str, args) -> dict:
     sweep = nodes.get("pruned_clustered_palette")
     return {"title": title, "rows": rows, "failed": failed, "optimize_seconds": round(t_opt), "compile_seconds": round(t_comp),
             "sweep": None if sweep is None else {k: v for k, v in sweep.details.get("sweep", {}).items()
-                                                 if k in ("holdout", "checks", "seconds", "budget_points", "executor")},
+                                                 if k in ("measured_on", "checks", "seconds", "budget_points", "executor",
+                                                          "points_per_nat", "projection", "drop_estimate")},
             "recipe": recipe.to_dict()}
+
+
+def paired_deltas(leaves: dict, out: Path) -> dict:
+    """Per leaf: accuracy difference to ptq on the evaluation split and its paired standard error (points)."""
+    import numpy as np
+
+    from edgedeploy.convert import tflite_predict
+    from edgedeploy.data import load_dataset
+
+    if "ptq" not in leaves:
+        return {}
+    info = leaves["ptq"].details["data"]
+    data = load_dataset(Path(info["path"]), tuple(info["input_shape"]), len(info["labels"] or []) or 1000)
+
+    def correct(rec) -> np.ndarray:
+        outputs = tflite_predict((out / rec.output("int8_model").path).read_bytes(), data.x_eval)
+        return (np.argmax(outputs.reshape(len(data.x_eval), -1), axis=-1) == data.y_eval).astype(np.float64)
+
+    base = correct(leaves["ptq"])
+    result = {}
+    for leaf, rec in leaves.items():
+        diff = correct(rec) - base
+        result[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
+                        "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
+                        "eval_samples": int(len(diff))}
+    return result
 
 
 def len_distinct(row: dict) -> int | None:
@@ -135,13 +167,18 @@ def best_palette(rows: dict, budget: float) -> str | None:
     return max(cands, key=lambda leaf: rows[leaf]["int8_accuracy"]) if cands else None
 
 
+def _delta(row: dict, ptq: dict) -> str:
+    delta = row["int8_accuracy"] - ptq["int8_accuracy"]
+    return f"{delta:+.2f}" + (f" ± {row['delta_se']:.2f}" if row.get("delta_se") is not None else "")
+
+
 def render(result: dict, budget: float) -> str:
     rows = result["rows"]
     ptq = rows["ptq"]
     best = best_palette(rows, budget)
     lines = [f"### {result['title']}", "",
              *[f"leaf {leaf} FAILED: {why}" for leaf, why in result.get("failed", {}).items()],
-             ("| leaf | int8 acc (%) | Δ vs ptq (pt) | U55-128 enc. weights (B) | vs ptq | U55-128 NPU cycles | "
+             ("| leaf | int8 acc (%) | Δ vs ptq ± paired SE (pt) | U55-128 enc. weights (B) | vs ptq | U55-128 NPU cycles | "
               "U85-256 enc. weights (B) | U85-256 NPU cycles | U55-128 Size: weight-read / total cycles | "
               "U85-256 flash: weight-read / total cycles | max distinct int8 / tensor |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -155,7 +192,7 @@ def render(result: dict, budget: float) -> str:
         ratio = "n/a" if not base_w or u55["encoded_weights_bytes"] is None else f"{u55['encoded_weights_bytes'] / base_w:.3f}"
         name = leaf + (" (best palette)" if leaf == best else "")
         lines.append(
-            f"| {name} | {r['int8_accuracy']:.2f} | {r['int8_accuracy'] - ptq['int8_accuracy']:+.2f} | "
+            f"| {name} | {r['int8_accuracy']:.2f} | {_delta(r, ptq)} | "
             f"{_fmt(u55['encoded_weights_bytes'])} | {ratio} | {_fmt(u55['npu_cycles'])} | "
             f"{_fmt(u85['encoded_weights_bytes'])} | {_fmt(u85['npu_cycles'])} | "
             f"{_fmt(size['weight_read_cycles'])} / {_fmt(size['total_cycles'])} | "
@@ -166,15 +203,16 @@ def render(result: dict, budget: float) -> str:
         drop = ptq["int8_accuracy"] - b["int8_accuracy"]
         met = ratio is not None and ratio <= 0.40 and drop <= budget
         lines += ["", f"best palette-aware leaf: {best}: encoded weights {_fmt(ratio, '.3f')} of ptq on ethos-u55-128, "
-                  f"int8 accuracy {-drop:+.2f} points against ptq; goal (≤ 0.40 of ptq at ≤ {budget} points lost): "
-                  + ("met" if met else "NOT met")]
+                  f"int8 accuracy {_delta(b, ptq)} points against ptq; goal (≤ 0.40 of ptq at ≤ {budget} points lost): "
+                  + ("met" if met else "NOT met") + " on the point estimate"]
         pc = rows.get("pcqat")
         if pc:
             lines.append(f"TFMOT pcqat: encoded weights {pc['ethos-u55-128']['encoded_weights_bytes'] / base_w:.3f} of ptq, "
-                         f"int8 accuracy {pc['int8_accuracy'] - ptq['int8_accuracy']:+.2f} points against ptq")
+                         f"int8 accuracy {_delta(pc, ptq)} points against ptq")
     if result.get("sweep"):
         s = result["sweep"]
-        lines.append(f"sweep: {s.get('seconds')} s, hold-out {s.get('holdout')}, joint checks {s.get('checks')}")
+        lines.append(f"sweep: {s.get('seconds')} s, measured on {s.get('measured_on')}, "
+                     f"{s.get('points_per_nat')} points per nat, joint checks {s.get('checks')}")
     lines.append(f"wall time: optimize {result['optimize_seconds']} s, compile {result['compile_seconds']} s "
                  "(stages reused from an earlier run of the same folder are not re-run)")
     return "\n".join(lines)
@@ -195,6 +233,10 @@ def main() -> None:
                     help="samples the sweep measures accuracy drops on ([palette] measure_on)")
     ap.add_argument("--sweep-budget", type=float, default=None,
                     help="accuracy budget (points on the hold-out) of the sweep alone, before QAT (default: --budget)")
+    ap.add_argument("--projection", default="gptq", choices=["gptq", "nearest"],
+                    help="how kernels are snapped to their palettes ([palette] projection)")
+    ap.add_argument("--drop-estimate", default="loss", choices=["loss", "accuracy"],
+                    help="how the sweep judges a drop ([palette] drop_estimate)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-search", action="store_true", help="no per-layer sweep: every layer at --clusters")
     ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))

@@ -39,6 +39,18 @@ class Dataset:
     # the float model's log-probabilities on x_fit (set by optimize when it distils)
     soft_targets: np.ndarray | None = None
 
+    def calibration(self, n: int, seed: int = 0) -> tuple[np.ndarray, str]:
+        """``n`` fine-tune samples for int8 calibration, and where they come from.
+
+        A seeded random choice, not the first ``n``: data sets are often stored sorted by class, and ranges
+        calibrated on a few classes clip the others. All of the split when it has ``n`` or fewer samples.
+        """
+        if n >= len(self.x_fit):
+            return self.x_fit, f"all {len(self.x_fit)} samples of the fine-tune split ({self.describe()['fit_split']})"
+        idx = np.sort(np.random.default_rng(seed).choice(len(self.x_fit), n, replace=False))
+        return self.x_fit[idx], (f"{n} random samples of the fine-tune split ({self.describe()['fit_split']}, "
+                                 f"seed {seed})")
+
     def describe(self) -> dict[str, Any]:
         return {
             "path": str(self.path.resolve()),

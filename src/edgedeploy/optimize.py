@@ -520,6 +520,7 @@ def optimize(
         if node in QAT_NODES:
             inputs["parent_model"] = paths[NODES[node][0]]
         params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
+                  "calibration_choice": "random",
                   "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
                   "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
         spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
@@ -613,10 +614,10 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
     node = LEAVES[leaf]
     if node in QAT_NODES:
         model = load_qat(env, inputs["parent_model"], inputs["model"], node)
-        calibration = None
+        calibration, calibrated_on = None, None
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
-        calibration = data.x_fit[: recipe.calibration_samples]
+        calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
     float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
     int8 = convert_int8(model, calibration, float_io=recipe.float_io)
     target = out / INT8_MODEL
@@ -640,8 +641,7 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
             "node": node,
             "preservation": verdict.rows,
             "data": data.describe(),
-            "calibration": None if calibration is None else
-            f"first {len(calibration)} samples of the fine-tune split ({data.describe()['fit_split']})",
+            "calibration": calibrated_on,
             "accuracy_split": data.describe()["eval_split"],
             "float_io": recipe.float_io,
         },

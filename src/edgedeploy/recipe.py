@@ -158,6 +158,8 @@ class Recipe:
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
+                       projection=self.palette.get("projection", "gptq"), calibration_choice="random",
+                       drop_estimate=self.palette.get("drop_estimate", "loss"),
                        cluster_epochs=self.stage("cluster").epochs,
                        cluster_learning_rate=self.stage("cluster").learning_rate)
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -339,9 +341,12 @@ QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
                                  "measure_on": str, "measure_samples": int,
-                                 "budget_from": str}
+                                 "budget_from": str, "projection": str, "hessian_samples": int,
+                                 "drop_estimate": str}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
+PALETTE_PROJECTIONS = ("gptq", "nearest")
+PALETTE_DROP_ESTIMATES = ("loss", "accuracy")
 
 
 def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -392,6 +397,14 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         if key == "budget_from" and value not in ("parent", "palette"):
             raise UsageError(f"{source}: `palette.budget_from` is '{value}'; allowed values: parent, palette",
                              "fix the recipe")
+        if key == "projection" and value not in PALETTE_PROJECTIONS:
+            raise UsageError(f"{source}: `palette.projection` is '{value}'; allowed values: "
+                             f"{', '.join(PALETTE_PROJECTIONS)}", "fix the recipe")
+        if key == "drop_estimate" and value not in PALETTE_DROP_ESTIMATES:
+            raise UsageError(f"{source}: `palette.drop_estimate` is '{value}'; allowed values: "
+                             f"{', '.join(PALETTE_DROP_ESTIMATES)}", "fix the recipe")
+        if key == "hessian_samples" and value < 16:
+            raise UsageError(f"{source}: `palette.hessian_samples` is {value}; it must be >= 16", "fix the recipe")
         if key == "measure_samples" and value < 100:
             raise UsageError(f"{source}: `palette.measure_samples` is {value}; it must be >= 100", "fix the recipe")
         if key == "workers" and value < 1:

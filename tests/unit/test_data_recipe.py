@@ -26,6 +26,23 @@ def test_split_layout(tmp_path):
     assert d.describe()["eval_split"] == "split == 1"
 
 
+def test_calibration_samples_are_a_seeded_random_choice_not_the_first_ones(tmp_path):
+    """Data sets are often sorted by class: the first samples would calibrate on one class only."""
+    y = np.repeat(np.arange(10), 100)  # sorted, as the CIFAR-10 and Speech Commands files here are
+    x = np.arange(1000, dtype=np.float32).reshape(1000, 1)
+    d = load_dataset(_npz(tmp_path, x_train=x, y_train=y, x_test=x[:10], y_test=y[:10]), (1,), 10)
+    calib, where = d.calibration(200, seed=3)
+    assert len(calib) == 200 and "random" in where and "seed 3" in where
+    classes = np.unique(y[calib[:, 0].astype(int)])
+    assert len(classes) == 10  # every class, where the first 200 would give two
+    again, _ = d.calibration(200, seed=3)
+    np.testing.assert_array_equal(calib, again)
+    other, _ = d.calibration(200, seed=4)
+    assert not np.array_equal(calib, other)
+    everything, where = d.calibration(5000, seed=3)
+    assert len(everything) == 1000 and where.startswith("all 1000")
+
+
 def test_train_test_layout_with_uint8_images_and_one_hot_labels(tmp_path):
     path = _npz(tmp_path, x_train=np.zeros((4, 2, 2, 3), np.uint8), y_train=np.eye(3)[[0, 1, 2, 0]],
                 x_test=np.ones((2, 2, 2, 3), np.uint8), y_test=np.array([[1], [2]]).ravel())

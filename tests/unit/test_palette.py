@@ -160,6 +160,91 @@ def test_per_tensor_projection_for_per_tensor_quantizers():
     assert len(np.unique(palette.int8_symmetric(p.kernel, per_tensor=True))) <= 8
 
 
+# --------------------------------------------------------------------------- error-compensating projection
+
+
+def _correlated_inputs(rng, n=4000, d=36, rank=6):
+    """Layer inputs whose features move together (as neighbouring pixels and channels do): low rank + noise."""
+    z = rng.normal(size=(n, rank))
+    return z @ rng.normal(size=(rank, d)) + 0.1 * rng.normal(size=(n, d))
+
+
+@pytest.mark.parametrize("clusters", [4, 8, 16])
+def test_compensated_projection_keeps_one_palette_per_tensor_scales_and_zeros(clusters):
+    rng = np.random.default_rng(clusters)
+    kernel = _bn_like_kernel(rng, (2, 2, 9, 24))
+    kernel[rng.random(kernel.shape) < 0.4] = 0.0  # the parent's pruning
+    x = _correlated_inputs(rng)
+    p = palette.project_compensated(kernel, "Conv2D", x.T @ x / len(x), clusters)
+    q = palette.int8_symmetric(palette.channels_last(p.kernel, "Conv2D"))
+    assert len(np.unique(q)) <= clusters and p.distinct_int8 == len(np.unique(q))
+    assert set(np.unique(q).tolist()) <= set(p.palette.tolist())
+    assert np.all(np.abs(q).max(axis=0) == palette.QMAX)  # each channel keeps its converter scale
+    flat, out = palette.channels_last(kernel, "Conv2D"), palette.channels_last(p.kernel, "Conv2D")
+    np.testing.assert_allclose(np.abs(out).max(axis=0), np.abs(flat).max(axis=0), rtol=1e-6)
+    assert np.all(p.kernel[kernel == 0] == 0)  # pruned weights stay pruned
+
+
+def test_identity_hessian_gives_the_nearest_projection():
+    """With uncorrelated unit inputs no error can be moved elsewhere: the result is the nearest-level projection."""
+    rng = np.random.default_rng(1)
+    kernel = _bn_like_kernel(rng, (3, 3, 4, 16))
+    near = palette.project(kernel, "Conv2D", 8)
+    comp = palette.project_compensated(kernel, "Conv2D", np.eye(36), 8)
+    assert comp.palette.tolist() == near.palette.tolist()
+    np.testing.assert_allclose(comp.kernel, near.kernel, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("clusters,sparsity", [(4, 0.0), (8, 0.0), (16, 0.0), (8, 0.6)])
+def test_compensation_lowers_the_layer_output_error(clusters, sparsity):
+    rng = np.random.default_rng(11)
+    kernel = _bn_like_kernel(rng, (2, 2, 9, 24))
+    x = _correlated_inputs(rng)
+    flat = palette.channels_last(kernel, "Conv2D")
+
+    def output_error(p):
+        return float(np.mean((x @ (palette.channels_last(p.kernel, "Conv2D") - flat)) ** 2))
+
+    near = output_error(palette.project(kernel, "Conv2D", clusters, sparsity))
+    comp = output_error(palette.project_compensated(kernel, "Conv2D", x.T @ x / len(x), clusters, sparsity))
+    assert comp < 0.5 * near, (comp, near)
+
+
+def test_saliency_pruning_keeps_parent_zeros_and_channel_peaks():
+    rng = np.random.default_rng(2)
+    kernel = rng.normal(size=(1, 1, 40, 16))
+    kernel[rng.random(kernel.shape) < 0.5] = 0.0
+    x = _correlated_inputs(rng, d=40)
+    p = palette.project_compensated(kernel, "Conv2D", x.T @ x / len(x), 8, sparsity=0.7)
+    out, flat = p.kernel.reshape(40, 16), kernel.reshape(40, 16)
+    assert np.all(out[flat == 0] == 0)
+    assert np.all((out == 0).sum(axis=0) >= int(0.7 * 40))  # every channel reaches the target
+    peaks = np.abs(flat).argmax(axis=0)
+    assert np.all(out[peaks, np.arange(16)] != 0)
+
+
+def test_depthwise_takes_one_hessian_per_channel():
+    rng = np.random.default_rng(4)
+    kernel = _bn_like_kernel(rng, (3, 3, 4, 2))  # 8 output channels
+    hs = []
+    for _ in range(8):
+        x = _correlated_inputs(rng, n=500, d=9, rank=3)
+        hs.append(x.T @ x / len(x))
+    p = palette.project_compensated(kernel, "DepthwiseConv2D", np.stack(hs), 6)
+    q = palette.int8_symmetric(palette.channels_last(p.kernel, "DepthwiseConv2D"))
+    assert len(np.unique(q)) <= 6 and np.all(np.abs(q).max(axis=0) == palette.QMAX)
+    with pytest.raises(ValueError, match="does not fit"):
+        palette.project_compensated(kernel, "DepthwiseConv2D", np.stack(hs[:4]), 6)
+
+
+def test_inverse_cholesky_survives_dead_and_duplicate_inputs():
+    x = np.random.default_rng(0).normal(size=(100, 5))
+    x[:, 2] = 0.0  # an input that never fires
+    x[:, 4] = x[:, 3]  # two identical inputs: a singular hessian
+    u = palette.inverse_cholesky(x.T @ x / len(x))
+    assert np.all(np.isfinite(u)) and np.allclose(u, np.triu(u))
+
+
 def test_fit_palette_fixes_the_extremes_and_zero():
     x = np.concatenate([np.linspace(-127, 127, 255), np.zeros(50)])
     levels = palette.fit_palette(x, 6, keep_zero=True)
@@ -205,6 +290,28 @@ def test_greedy_plan_checks_every_step_on_the_whole_model():
     # a generous budget takes the smallest option of every layer
     plan, _ = palette.greedy_plan(options, _joint(drops), budget=5.0)
     assert plan == {"a": {"clusters": 4, "sparsity": 0.0}, "b": {"clusters": 4, "sparsity": 0.0}}
+
+
+def test_greedy_plan_records_what_the_joint_check_returns():
+    options = {"a": [_opt(None, 1000, 0.0), _opt(8, 400, 0.1)]}
+    plan, steps = palette.greedy_plan(options, lambda p: {"drop": 0.2, "measured_drop": -0.1, "loss_rise": 0.007},
+                                      budget=0.3)
+    assert plan["a"]["clusters"] == 8
+    assert steps == [{"layer": "a", "setting": {"clusters": 8, "sparsity": 0.0}, "joint_drop": 0.2, "kept": True,
+                      "encoded_bytes": 400, "measured_drop": -0.1, "loss_rise": 0.007}]
+
+
+def test_drop_per_loss_fits_the_linear_regime_only():
+    rng = np.random.default_rng(0)
+    rises = rng.uniform(0.0, 0.1, size=40)
+    drops = 30.0 * rises + rng.normal(0, 0.1, size=40)  # 30 points per nat, noisy
+    # saturated items (a broken layer: chance accuracy, loss still growing) must not pull the slope down
+    drops = np.concatenate([drops, [80.0, 85.0]])
+    rises = np.concatenate([rises, [20.0, 40.0]])
+    assert palette.drop_per_loss(drops, rises) == pytest.approx(30.0, rel=0.05)
+    assert palette.drop_per_loss([0.1, 0.2], [0.01, 0.02]) is None  # too few items
+    assert palette.drop_per_loss([-0.1] * 6, [0.01] * 6) is None  # no positive relation
+    assert palette.drop_per_loss([1.0] * 6, [-0.01] * 6) is None  # the loss never rose
 
 
 def test_greedy_plan_skips_moves_over_budget_alone_and_keeps_layers_without_options():
@@ -260,6 +367,12 @@ def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
     params = r.node_params("pruned_clustered_palette")
     assert params["layers"] == {"conv2d_1": {"sparsity": 0.7, "clusters": 8}} and params["palette"]["search"]
     assert "layers" not in r.node_params("pruned_clustered")
+    # the projection is part of the palette node's cache key, default included
+    assert params["projection"] == "gptq"
+    path.write_text('[palette]\nprojection = "nearest"\nhessian_samples = 256\n')
+    nearest = load_recipe(path)
+    assert nearest.node_params("pruned_clustered_palette")["projection"] == "nearest"
+    assert nearest.palette["hessian_samples"] == 256
 
 
 @pytest.mark.parametrize("text,fragment", [
@@ -272,6 +385,8 @@ def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
     ('[palette]\nmeasure_on = "eval"\n', "palette.measure_on"),
     ("[palette]\nmeasure_samples = 10\n", "palette.measure_samples"),
     ('[palette]\nbudget_from = "eval"\n', "palette.budget_from"),
+    ('[palette]\nprojection = "adaround"\n', "palette.projection"),
+    ("[palette]\nhessian_samples = 4\n", "palette.hessian_samples"),
 ])
 def test_recipe_rejects_bad_palette_keys(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
