@@ -53,6 +53,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import InvalidInputError, PreservationError, UsageError
+from .recipe import PALETTE_DEFAULTS
 
 log = logging.getLogger("edgedeploy")
 
@@ -740,7 +741,7 @@ HESSIAN_SAMPLES = 1000  # fine-tune samples (random, seeded) whose layer inputs 
 
 def projection_method(recipe) -> str:
     """``[palette] projection``: "gptq" (default, error-compensating) or "nearest" (each weight to its nearest value)."""
-    return str(_palette_opt(recipe, "projection", "gptq"))
+    return str(_palette_opt(recipe, "projection", PALETTE_DEFAULTS["projection"]))
 
 
 # --------------------------------------------------------------------------- the sensitivity sweep
@@ -949,7 +950,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
              len(hold), executor)
     results = run_items(items, model_path, x_hold, y_hold, work, executor, workers, recipe.seed, hessians,
                         from_logits)
-    estimate = str(_palette_opt(recipe, "drop_estimate", "loss"))
+    estimate = str(_palette_opt(recipe, "drop_estimate", PALETTE_DEFAULTS["drop_estimate"]))
     slope = drop_per_loss([base_acc - r["accuracy"] for r in results], [r["loss"] - base_loss for r in results])
     if estimate == "loss" and slope is None:
         log.warning("palette sweep: too few single-layer items to relate loss to accuracy; judging measured drops")

@@ -158,8 +158,8 @@ class Recipe:
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
-                       projection=self.palette.get("projection", "gptq"), calibration_choice="random",
-                       drop_estimate=self.palette.get("drop_estimate", "loss"),
+                       **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
+                       calibration_choice="random",
                        cluster_epochs=self.stage("cluster").epochs,
                        cluster_learning_rate=self.stage("cluster").learning_rate)
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -345,8 +345,12 @@ PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "hold
                                  "drop_estimate": str}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
-PALETTE_PROJECTIONS = ("gptq", "nearest")
-PALETTE_DROP_ESTIMATES = ("loss", "accuracy")
+# [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
+PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
+    "executor": PALETTE_EXECUTORS, "measure_on": PALETTE_MEASURE_ON, "budget_from": ("parent", "palette"),
+    "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"),
+}
+PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss"}
 
 
 def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -381,12 +385,9 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         if key not in PALETTE_KEYS:
             raise UsageError(f"{source}: unknown key `palette.{key}`", f"allowed keys: {', '.join(PALETTE_KEYS)}")
         value = _typed(source, f"palette.{key}", value, PALETTE_KEYS[key])
-        if key == "executor" and value not in PALETTE_EXECUTORS:
-            raise UsageError(f"{source}: `palette.executor` is '{value}'; allowed values: "
-                             f"{', '.join(PALETTE_EXECUTORS)}", "fix the recipe")
-        if key == "measure_on" and value not in PALETTE_MEASURE_ON:
-            raise UsageError(f"{source}: `palette.measure_on` is '{value}'; allowed values: "
-                             f"{', '.join(PALETTE_MEASURE_ON)}", "fix the recipe")
+        if key in PALETTE_CHOICES and value not in PALETTE_CHOICES[key]:
+            raise UsageError(f"{source}: `palette.{key}` is '{value}'; allowed values: "
+                             f"{', '.join(PALETTE_CHOICES[key])}", "fix the recipe")
         if key == "clusters" and not all(isinstance(v, int) and 2 <= v <= 32 for v in value):
             raise UsageError(f"{source}: `palette.clusters` is {value}; each must be an integer from 2 to 32",
                              "fix the recipe")
@@ -394,15 +395,6 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise UsageError(f"{source}: `palette.sparsities` is {value}; each must be in [0, 1)", "fix the recipe")
         if key in ("accuracy_budget", "holdout") and not 0 <= value < (100 if key == "accuracy_budget" else 0.5):
             raise UsageError(f"{source}: `palette.{key}` is {value}; out of range", "fix the recipe")
-        if key == "budget_from" and value not in ("parent", "palette"):
-            raise UsageError(f"{source}: `palette.budget_from` is '{value}'; allowed values: parent, palette",
-                             "fix the recipe")
-        if key == "projection" and value not in PALETTE_PROJECTIONS:
-            raise UsageError(f"{source}: `palette.projection` is '{value}'; allowed values: "
-                             f"{', '.join(PALETTE_PROJECTIONS)}", "fix the recipe")
-        if key == "drop_estimate" and value not in PALETTE_DROP_ESTIMATES:
-            raise UsageError(f"{source}: `palette.drop_estimate` is '{value}'; allowed values: "
-                             f"{', '.join(PALETTE_DROP_ESTIMATES)}", "fix the recipe")
         if key == "hessian_samples" and value < 16:
             raise UsageError(f"{source}: `palette.hessian_samples` is {value}; it must be >= 16", "fix the recipe")
         if key == "measure_samples" and value < 100:
