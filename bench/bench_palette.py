@@ -13,13 +13,16 @@ of the fine-tune split), compiles every leaf with Vela (debug database on) and p
   flash) and the user target bench/targets/ethos-u85-256-flash.toml (Ethos_U85_SYS_Flash_High, Shared_Sram);
 - the largest number of distinct int8 values in one weight tensor (Vela's palette holds 32);
 - the paired standard error of each leaf's accuracy difference to ptq (the same evaluation samples scored by
-  both int8 models): on small evaluation splits it is as large as the accuracy budget itself.
+  both int8 models): on small evaluation splits it is as large as the accuracy budget itself. With --seeds
+  the whole run repeats per seed (fine-tuning, sweep samples, calibration) and a last table gives the mean
+  difference over the seeds with its paired standard error, and the mean encoded-weights fraction.
 
 The "best palette-aware leaf" is the one with the smallest encoded weights on ethos-u55-128 among the palette
 leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
 
 Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
-     [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy] [--seed N]
+     [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy]
+     [--seed N | --seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def _fmt(v, spec=","):
     return "n/a" if v is None else format(v, spec)
 
 
-def run_model(key: str, args) -> dict:
+def run_model(key: str, args, seed: int | None = None, out: Path | None = None) -> dict:
     from dataclasses import replace
 
     from edgedeploy.compile import CompileOptions, compile_variants
@@ -62,7 +65,7 @@ def run_model(key: str, args) -> dict:
     from edgedeploy.targets import get_target
 
     title, model, data = MODELS[key]
-    out = args.out / key
+    out = (out or args.out) / key
     sweep_budget = args.budget if args.sweep_budget is None else args.sweep_budget
     table = {"leaves": LEAVES, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
                                            "target": "ethos-u55-128", "workers": args.workers,
@@ -70,7 +73,7 @@ def run_model(key: str, args) -> dict:
                                            "projection": args.projection, "drop_estimate": args.drop_estimate,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
                                               if args.sparsities else {})}}
-    overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": args.seed}
+    overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
     recipe = load_recipe(table=table, overrides=overrides)
     t0 = time.perf_counter()
     # One leaf at a time (shared nodes are trained once and reused), so that a leaf whose stage fails (e.g. a
@@ -95,7 +98,7 @@ def run_model(key: str, args) -> dict:
     size = compile_variants(size_ctx, variants, [get_target("ethos-u55-128")],
                             CompileOptions(optimise="Size", debug_db=True, jobs=2))
     t_comp = time.perf_counter() - t1
-    paired = paired_deltas(leaves, out)
+    paired, per_sample = paired_deltas(leaves, out)
     comp = {(r.variant, r.target): r for r in perf.records}
     comp_size = {r.variant: r for r in size.records}
     rows = {}
@@ -125,18 +128,19 @@ def run_model(key: str, args) -> dict:
             "sweep": None if sweep is None else {k: v for k, v in sweep.details.get("sweep", {}).items()
                                                  if k in ("measured_on", "checks", "seconds", "budget_points", "executor",
                                                           "points_per_nat", "projection", "drop_estimate")},
-            "recipe": recipe.to_dict()}
+            "recipe": recipe.to_dict(), "per_sample_delta": per_sample}
 
 
-def paired_deltas(leaves: dict, out: Path) -> dict:
-    """Per leaf: accuracy difference to ptq on the evaluation split and its paired standard error (points)."""
+def paired_deltas(leaves: dict, out: Path) -> tuple[dict, dict]:
+    """Per leaf: accuracy difference to ptq on the evaluation split and its paired standard error (points),
+    and per leaf the per-sample differences (1: only the leaf right, -1: only ptq right) that give them."""
     import numpy as np
 
     from edgedeploy.convert import tflite_predict
     from edgedeploy.data import load_dataset
 
     if "ptq" not in leaves:
-        return {}
+        return {}, {}
     info = leaves["ptq"].details["data"]
     data = load_dataset(Path(info["path"]), tuple(info["input_shape"]), len(info["labels"] or []) or 1000)
 
@@ -145,13 +149,56 @@ def paired_deltas(leaves: dict, out: Path) -> dict:
         return (np.argmax(outputs.reshape(len(data.x_eval), -1), axis=-1) == data.y_eval).astype(np.float64)
 
     base = correct(leaves["ptq"])
-    result = {}
+    result, per_sample = {}, {}
     for leaf, rec in leaves.items():
         diff = correct(rec) - base
+        per_sample[leaf] = diff
         result[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
                         "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
                         "eval_samples": int(len(diff))}
-    return result
+    return result, per_sample
+
+
+def summarize_seeds(key: str, runs: dict[int, dict], budget: float) -> tuple[str, dict]:
+    """Over several seeds of one model: per leaf the mean accuracy difference to ptq, its standard error, and
+    the mean encoded weights as a fraction of ptq's.
+
+    Every seed is scored on the same evaluation samples, so the seeds' differences are not independent: the
+    standard error is that of the per-sample difference averaged over the seeds (paired by sample).
+    """
+    import numpy as np
+
+    seeds = sorted(runs)
+    summary = {}
+    for leaf in LEAVES:
+        if not all(leaf in runs[s]["rows"] and leaf in runs[s]["per_sample_delta"] for s in seeds):
+            continue
+        diff = np.mean([runs[s]["per_sample_delta"][leaf] for s in seeds], axis=0)
+        ratios = [runs[s]["rows"][leaf]["ethos-u55-128"]["encoded_weights_bytes"]
+                  / runs[s]["rows"]["ptq"]["ethos-u55-128"]["encoded_weights_bytes"] for s in seeds]
+        summary[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
+                         "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
+                         "encoded_vs_ptq": round(float(np.mean(ratios)), 4),
+                         "per_seed_delta": [runs[s]["rows"][leaf]["delta_vs_ptq"] for s in seeds],
+                         "per_seed_encoded_vs_ptq": [round(r, 4) for r in ratios]}
+    lines = [f"### {runs[seeds[0]]['title']}: mean over seeds {', '.join(map(str, seeds))}", "",
+             "| leaf | Δ vs ptq ± paired SE (pt) | per seed Δ (pt) | U55-128 enc. weights vs ptq | per seed |",
+             "|---|---|---|---|---|"]
+    for leaf, r in summary.items():
+        lines.append(f"| {leaf} | {r['delta_vs_ptq']:+.2f} ± {r['delta_se']:.2f} | "
+                     f"{' / '.join(f'{d:+.2f}' for d in r['per_seed_delta'])} | {r['encoded_vs_ptq']:.3f} | "
+                     f"{' / '.join(f'{x:.3f}' for x in r['per_seed_encoded_vs_ptq'])} |")
+    palette = [leaf for leaf in PALETTE_LEAVES if leaf in summary]
+    ok = [leaf for leaf in palette if summary[leaf]["delta_vs_ptq"] >= -budget]
+    best = (min(ok, key=lambda leaf: summary[leaf]["encoded_vs_ptq"]) if ok
+            else max(palette, key=lambda leaf: summary[leaf]["delta_vs_ptq"], default=None))
+    if best:
+        b = summary[best]
+        met = b["encoded_vs_ptq"] <= 0.40 and b["delta_vs_ptq"] >= -budget
+        lines += ["", f"best palette-aware leaf over the seeds: {best}: encoded weights {b['encoded_vs_ptq']:.3f} of ptq, "
+                  f"int8 accuracy {b['delta_vs_ptq']:+.2f} ± {b['delta_se']:.2f} points against ptq; goal (≤ 0.40 of ptq "
+                  f"at ≤ {budget} points lost): " + ("met" if met else "NOT met") + " on the mean"]
+    return "\n".join(lines), {"seeds": seeds, "leaves": summary, "best_palette": best}
 
 
 def len_distinct(row: dict) -> int | None:
@@ -225,6 +272,8 @@ def main() -> None:
     ap.add_argument("--sparsity", type=float, default=None)
     ap.add_argument("--clusters", type=int, default=None)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--seeds", default=None,
+                    help="several seeds, e.g. 0,1,2: each runs into OUT/seedN, then the mean over them is printed")
     ap.add_argument("--budget", type=float, default=0.3, help="accuracy budget (points) of the sweep and the goal")
     ap.add_argument("--sparsities", default=None, help="extra-sparsity candidates of the sweep, e.g. 0,0.6,0.75")
     ap.add_argument("--budget-from", default="palette", choices=["parent", "palette"],
@@ -243,11 +292,22 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
     results = {}
     for key in args.models.split(","):
-        results[key] = run_model(key, args)
-        print(render(results[key], args.budget), flush=True)
-        print(flush=True)
+        runs, summary = {}, None
+        for seed in seeds:
+            out = args.out / f"seed{seed}" if args.seeds else args.out
+            runs[seed] = run_model(key, args, seed, out)
+            print(render(runs[seed], args.budget), flush=True)
+            print(flush=True)
+        if args.seeds:
+            text, summary = summarize_seeds(key, runs, args.budget)
+            print(text, flush=True)
+            print(flush=True)
+        stored = {s: {k: v for k, v in r.items() if k != "per_sample_delta"} for s, r in runs.items()}
+        results[key] = ({"seeds": {str(s): r for s, r in stored.items()}, "summary": summary} if args.seeds
+                        else stored[seeds[0]])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_palette.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(f"machine load average at the end: {os.getloadavg()[0]:.2f}; results: {args.out / 'bench_palette.json'}")

@@ -162,6 +162,8 @@ class Recipe:
                        calibration_choice="random",
                        cluster_epochs=self.stage("cluster").epochs,
                        cluster_learning_rate=self.stage("cluster").learning_rate)
+            if technique == "palette_qat":  # one training run over the cluster and QAT stages' epochs
+                out.update(qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
             out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
                        centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
