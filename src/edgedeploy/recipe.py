@@ -159,11 +159,9 @@ class Recipe:
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
-                       calibration_choice="random",
-                       cluster_epochs=self.stage("cluster").epochs,
-                       cluster_learning_rate=self.stage("cluster").learning_rate)
-            if technique == "palette_qat":  # one training run over the cluster and QAT stages' epochs
-                out.update(qat_schedule="one_run")
+                       calibration_choice="random")
+            if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
+                out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
             out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
                        centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
