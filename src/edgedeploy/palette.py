@@ -20,7 +20,9 @@ pruned node straight onto per-tensor palettes, zeros kept (PTQ leaves of the sam
 clustering, whose per-tensor float clusters a folded batch norm would spread again), and ``cqat_palette`` /
 ``pcqat_palette`` run
 quantization-aware training whose weight quantizers snap each kernel to its palette on every step (a
-straight-through estimator), so the palette survives training and conversion.
+straight-through estimator), so the palette survives training and conversion. A layer whose batch norm was
+folded trains in its kernel's units before folding (:func:`palette_qat_model`), as TFMOT's QAT of the unfolded
+model does; the factors are kept in the node's plan file.
 
 By default the projection is error-compensating (:func:`project_compensated`, GPTQ-style): each layer's input
 hessian from real fine-tune samples (:func:`layer_hessians`) lets the error of every snapped weight be pushed
@@ -53,7 +55,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import InvalidInputError, PreservationError, UsageError
-from .recipe import PALETTE_DEFAULTS
+from .recipe import PALETTE_DEFAULTS, PALETTE_PLAN_VERSION
 
 log = logging.getLogger("edgedeploy")
 
@@ -538,15 +540,16 @@ def layer_of_tensor(tensor_name: str, layer_names: Iterable[str]) -> str | None:
 def fold_batch_norm(model):
     """Fold every BatchNormalization that directly follows a Conv2D/DepthwiseConv2D/Dense into its kernel and bias.
 
-    Returns (model, folded layer names). The function is unchanged (inference mode); the converter then has
-    no per-channel factor left to multiply into a palette kernel.
+    Returns (model, {layer name: the per-output-channel factor gamma / sqrt(var + eps) folded into its kernel}).
+    The function is unchanged (inference mode); the converter then has no per-channel factor left to multiply
+    into a palette kernel.
     """
     from . import tfenv
     from .keras_model import bypass_layers, inner
 
     keras = tfenv.load().keras
     if model.__class__.__name__ != "Functional":
-        return model, []
+        return model, {}
     pairs = {}
     for layer in model.layers:
         if inner(layer).__class__.__name__ not in KERNEL_KINDS:
@@ -557,13 +560,14 @@ def fold_batch_norm(model):
             if len(bn._inbound_nodes) == 1 and bn.get_config().get("axis") in (-1, [-1], [3], 3, [1], 1):
                 pairs[layer.name] = bn
     if not pairs:
-        return model, []
+        return model, {}
     config = model.get_config()
     rename = {bn.name: conv for conv, bn in pairs.items()}
     for spec in config["layers"]:
         if spec["name"] in pairs:
             spec["config"]["use_bias"] = True
     new = keras.Model.from_config(bypass_layers(config, rename))
+    factors = {}
     for layer in new.layers:
         old = model.get_layer(layer.name)
         if layer.name not in pairs:
@@ -575,13 +579,14 @@ def fold_batch_norm(model):
         bias = weights[1] if len(weights) > 1 else np.zeros(_out_channels(old, kernel), dtype=np.float32)
         gamma, beta, mean, var = _bn_params(bn)
         factor = gamma / np.sqrt(var + bn.epsilon)
+        factors[layer.name] = factor.astype(np.float32)
         if old.__class__.__name__ == "DepthwiseConv2D":
             kh, kw, cin, mult = kernel.shape
             kernel = (kernel.reshape(kh, kw, cin * mult) * factor).reshape(kernel.shape)
         else:
             kernel = kernel * factor
         layer.set_weights([kernel.astype(np.float32), ((bias - mean) * factor + beta).astype(np.float32)])
-    return new, sorted(pairs)
+    return new, factors
 
 
 def _out_channels(layer, kernel) -> int:
@@ -1058,6 +1063,8 @@ def _quantizer_classes():
             self.snap_enabled = True
             # 1 where the parent's kernel is non-zero (set by palette_qat_model): pruned weights stay zero.
             self.mask = None
+            # Per-channel factor the layer's variable is multiplied by (see palette_qat_model); None once baked.
+            self.gain = None
 
         def build(self, tensor_shape, name, layer):
             if self.per_axis:
@@ -1088,6 +1095,8 @@ def _quantizer_classes():
             return snapped
 
         def __call__(self, inputs, training, weights, **kwargs):
+            if self.gain is not None:
+                inputs = inputs * self.gain
             if self.snap_enabled:
                 inputs = inputs + tf.stop_gradient(self._snap(inputs) - inputs)
             if self.depthwise:
@@ -1139,8 +1148,17 @@ def qat_palettes(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -
     return out
 
 
-def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0):
-    """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers."""
+def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
+                      folded: Mapping[str, Any] | None = None):
+    """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers.
+
+    ``folded`` maps a layer to the batch-norm factors folded into its kernel (:func:`fold_batch_norm`). Those
+    layers train in the units of their kernel before folding, as TFMOT's QAT of the unfolded model does: the
+    variable holds kernel / |factor| and the quantizer multiplies it back. Adam moves every variable by about
+    the learning rate per step whatever its size, and folding scales kernels by up to 100x either way (ResNet-8's
+    first convolution: x0.014; DS-CNN's depthwise ones: x7); trained as folded, such a layer's steps are
+    100x too large (each one moving a weight by a tenth of itself) or several times too small.
+    """
     from . import tfenv
 
     env = tfenv.load()
@@ -1166,20 +1184,42 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
                                                         "PaletteWeightsQuantizer": quantizer_cls})
     from .keras_model import base_name
 
-    for layer in model.layers:  # keep the parent's zeros (its pruning) in every forward pass
+    for layer in model.layers:
         quantizer = getattr(getattr(layer, "quantize_config", None), "weight_quantizer", None)
-        if isinstance(quantizer, quantizer_cls):
-            kernel = parent.get_layer(base_name(layer.name)).get_weights()[0]
-            quantizer.mask = env.tf.constant((kernel != 0).astype(np.float32))
+        if not isinstance(quantizer, quantizer_cls):
+            continue
+        kernel = parent.get_layer(base_name(layer.name)).get_weights()[0]
+        # keep the parent's zeros (its pruning) in every forward pass
+        quantizer.mask = env.tf.constant((kernel != 0).astype(np.float32))
+        factor = (folded or {}).get(base_name(layer.name))
+        if factor is not None:
+            gain = np.abs(np.asarray(factor, np.float32))
+            gain = np.where(gain > 0, gain, 1.0).astype(np.float32)
+            gain = gain.reshape(kernel.shape[2:] if quantizer.depthwise else kernel.shape[-1:])
+            quantizer.gain = env.tf.constant(gain)
+            kernel_variable(layer, quantizer).assign(kernel / gain)
     return model
 
 
-def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0):
+def palette_kind(quantizer) -> str:
+    """The layer kind a palette quantizer stands for (as :func:`channels_last` names it)."""
+    return "DepthwiseConv2D" if quantizer.depthwise else ("Conv2D" if quantizer.per_axis else "Dense")
+
+
+def kernel_variable(layer, quantizer):
+    """The kernel variable of a TFMOT-wrapped palette layer (the wrapper leaves the quantized tensor in the
+    layer's attribute, so it is found by name)."""
+    attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
+    return next(w for w in layer.weights if w.name.split("/")[-1] == f"{attr}:0")
+
+
+def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
+                     folded: Mapping[str, Any] | None = None):
     """The trained QAT model of a palette node, its kernels snapped to their palettes (ready to convert)."""
     from . import tfenv
 
     parent = tfenv.load().keras.models.load_model(parent_path, compile=False)
-    model = palette_qat_model(parent, plan, seed)
+    model = palette_qat_model(parent, plan, seed, folded)
     model.load_weights(weights_path)
     bake_palettes(model)
     return model
@@ -1199,10 +1239,12 @@ def bake_palettes(model) -> list[str]:
         if not isinstance(quantizer, quantizer_cls):
             continue
         attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
-        # (TFMOT's wrapper leaves the quantized tensor in the layer's attribute: find the variable by name)
-        variable = next(w for w in layer.weights if w.name.split("/")[-1] == f"{attr}:0")
+        variable = kernel_variable(layer, quantizer)
         kernel = variable.numpy()
-        kind = "DepthwiseConv2D" if quantizer.depthwise else ("Conv2D" if quantizer.per_axis else "Dense")
+        if quantizer.gain is not None:
+            kernel = kernel * quantizer.gain.numpy()
+            quantizer.gain = None
+        kind = palette_kind(quantizer)
         if quantizer.mask is not None:
             kernel = kernel * quantizer.mask.numpy()
         p = project(kernel, kind, len(quantizer.palette), per_tensor=not quantizer.per_axis and not quantizer.depthwise,
@@ -1227,10 +1269,23 @@ def bake_palettes(model) -> list[str]:
 
 
 def read_plan(folder: Path) -> dict[str, Any]:
+    """A palette node's plan file: its per-layer plan and the batch-norm factors folded into its kernels."""
     path = Path(folder) / PLAN_FILE
     if not path.is_file():
         raise InvalidInputError(f"{path} is missing", "re-run `edgedeploy optimize` (the palette node writes it)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc.get("version") != PALETTE_PLAN_VERSION:
+        raise InvalidInputError(f"{path} was written by an older edgedeploy",
+                                "re-run `edgedeploy optimize` to redo the palette nodes")
+    return doc
+
+
+def write_plan(folder: Path, node: str, plan: Mapping[str, Any], folded: Mapping[str, Any]) -> Path:
+    path = Path(folder) / PLAN_FILE
+    doc = {"version": PALETTE_PLAN_VERSION, "node": node, "plan": dict(plan),
+           "batch_norm_factors": {name: np.asarray(f, np.float32).tolist() for name, f in folded.items()}}
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:
@@ -1342,7 +1397,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     if NODES[node][1] == "palette":
         model, folded = fold_batch_norm(parent)
         model, fused = fuse_separate_relu(model)
-        details.update(folded_batch_norm=folded, fused_relu=fused)
+        details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
         plan = default_plan(model, recipe)
         hessians = None
         if projection_method(recipe) == "gptq":
@@ -1381,8 +1436,9 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         result_model.save(target, include_optimizer=False)
         role = "keras_model"
     else:
-        plan = read_plan(Path(inputs["model"]).parent)["plan"]
-        result_model = palette_qat_model(parent, plan, recipe.seed)
+        doc = read_plan(Path(inputs["model"]).parent)
+        plan, folded = doc["plan"], doc["batch_norm_factors"]
+        result_model = palette_qat_model(parent, plan, recipe.seed, folded)
         # The same training budget as TFMOT's cluster + QAT path (the cluster stage's epochs plus the QAT
         # stage's), as one run: one warm-up and one decay at the QAT stage's rate. Two runs back to back
         # restart the warm-up halfway, which on ResNet-8 (2 + 2 epochs) undid the first run's progress.
@@ -1391,11 +1447,11 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         details["training"] = {"qat": optimize._fit(env, result_model, fit_data, one_run, "qat", loss, node)}
         details["qat_palettes"] = qat_palettes(parent, plan, recipe.seed)
         details["epochs"] = epochs
+        details["trained_in"] = "kernel units before batch-norm folding" if folded else "the kernels as they are"
         target = out / optimize.QAT_WEIGHTS
         result_model.save_weights(target)
         role = "qat_weights"
-    plan_doc = {"node": node, "plan": plan}
-    (out / PLAN_FILE).write_text(json.dumps(plan_doc, indent=2) + "\n", encoding="utf-8")
+    write_plan(out, node, plan, folded)
     details["plan"] = plan
     details["preservation"] = [s.to_dict() for s in keras_weight_stats(result_model)]
     accuracy = keras_accuracy(result_model, data.x_eval, data.y_eval)
@@ -1417,9 +1473,10 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
     optimize.tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
     node = LEAVES[leaf]
-    plan = read_plan(Path(inputs["model"]).parent)["plan"]
+    doc = read_plan(Path(inputs["model"]).parent)
+    plan = doc["plan"]
     if node in QAT_NODES:
-        model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed)
+        model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed, doc["batch_norm_factors"])
         calibration, calibrated_on = None, None
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)

@@ -159,7 +159,7 @@ class Recipe:
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
-                       calibration_choice="random")
+                       calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -351,6 +351,9 @@ PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
     "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"),
 }
 PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss"}
+# The palette plan file's format (palette.py's PLAN_FILE). 2: it records the batch-norm factors folded into each
+# kernel, which palette QAT trains in. Part of the palette nodes' cache key, so older run folders are redone.
+PALETTE_PLAN_VERSION = 2
 
 
 def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -346,6 +346,23 @@ def test_check_palette_judges_per_tensor():
     assert not none and ok[0]["status"] == "ok"
 
 
+
+def test_plan_file_round_trips_and_an_older_one_asks_for_a_rerun(tmp_path):
+    import json
+
+    from edgedeploy.errors import InvalidInputError
+
+    plan = {"conv2d": {"clusters": 8, "sparsity": 0.5}, "dense": {"clusters": None, "sparsity": 0.0}}
+    factors = {"conv2d": np.array([0.5, -2.0], np.float32)}
+    palette.write_plan(tmp_path, "pruned_clustered_palette", plan, factors)
+    doc = palette.read_plan(tmp_path)
+    assert doc["plan"] == plan and doc["batch_norm_factors"] == {"conv2d": [0.5, -2.0]}
+    (tmp_path / palette.PLAN_FILE).write_text(json.dumps({"node": "pruned_clustered_palette", "plan": plan}))
+    with pytest.raises(InvalidInputError, match="older edgedeploy") as err:
+        palette.read_plan(tmp_path)
+    assert "re-run `edgedeploy optimize`" in err.value.hint
+
+
 # --------------------------------------------------------------------------- recipe
 
 
