@@ -94,7 +94,28 @@ def load_model(path: Path, trust_lambda: bool = False):
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise InvalidInputError(f"{path} has {len(model.inputs)} inputs and {len(model.outputs)} outputs",
                                 "the deployment tree needs a single-input, single-output classifier")
-    return model, info
+    return as_functional(model), info
+
+
+def as_functional(model):
+    """A ``Sequential`` model as the same functional model (fresh layers of the same names and weights).
+
+    The graph rewrites (batch norms folded, separate ReLUs fused) and TFMOT's Conv + BatchNorm patterns work
+    on functional models; other models are returned as they are.
+    """
+    if model.__class__.__name__ != "Sequential":
+        return model
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    inputs = keras.Input(batch_shape=model.input_shape)
+    x = inputs
+    for layer in model.layers:
+        x = layer.__class__.from_config(layer.get_config())(x)
+    functional = keras.Model(inputs, x, name=model.name)
+    for layer in model.layers:
+        functional.get_layer(layer.name).set_weights(layer.get_weights())
+    return functional
 
 
 def clone(model):

@@ -1155,9 +1155,9 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     ``folded`` maps a layer to the batch-norm factors folded into its kernel (:func:`fold_batch_norm`). Those
     layers train in the units of their kernel before folding, as TFMOT's QAT of the unfolded model does: the
     variable holds kernel / |factor| and the quantizer multiplies it back. Adam moves every variable by about
-    the learning rate per step whatever its size, and folding scales kernels by up to 100x either way (ResNet-8's
-    first convolution: x0.014; DS-CNN's depthwise ones: x7); trained as folded, such a layer's steps are
-    100x too large (each one moving a weight by a tenth of itself) or several times too small.
+    the learning rate per step whatever its size, and folding scales kernels by x0.014 (ResNet-8's first
+    convolution) to x7 (DS-CNN's depthwise ones); trained as folded, such a layer's steps are some 70x too
+    large (each one moving a weight by up to a tenth of itself) or several times too small.
     """
     from . import tfenv
 
@@ -1281,6 +1281,7 @@ def read_plan(folder: Path) -> dict[str, Any]:
 
 
 def write_plan(folder: Path, node: str, plan: Mapping[str, Any], folded: Mapping[str, Any]) -> Path:
+    """Write the plan file :func:`read_plan` reads (``folded``: :func:`fold_batch_norm`'s factors)."""
     path = Path(folder) / PLAN_FILE
     doc = {"version": PALETTE_PLAN_VERSION, "node": node, "plan": dict(plan),
            "batch_norm_factors": {name: np.asarray(f, np.float32).tolist() for name, f in folded.items()}}

@@ -1,11 +1,11 @@
-"""Keras model helpers on real tf_keras models: the separate-ReLU fix and kernel statistics."""
+"""Keras model helpers on real tf_keras models: loading, the separate-ReLU fix and kernel statistics."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgedeploy.keras_model import fuse_separate_relu, keras_weight_stats, separate_relu_layers
+from edgedeploy.keras_model import fuse_separate_relu, keras_weight_stats, load_model, separate_relu_layers
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,32 @@ def test_separate_relu_is_folded_into_the_layer(keras):
     x = np.random.default_rng(0).normal(size=(4, 8, 8, 3)).astype("float32")
     np.testing.assert_allclose(fused.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
     assert separate_relu_layers(fused) == []
+
+
+
+def test_a_sequential_model_loads_as_the_same_functional_model(keras, tmp_path):
+    """Folding batch norms, fusing ReLUs and TFMOT's Conv + BatchNorm patterns need a functional graph."""
+    from edgedeploy import palette
+
+    keras.utils.set_random_seed(5)
+    layers = keras.layers
+    model = keras.Sequential([
+        layers.InputLayer((12, 10, 1)), layers.Conv2D(8, 3, use_bias=False, name="c1"),
+        layers.BatchNormalization(name="bn1"), layers.ReLU(name="r1"), layers.DepthwiseConv2D(3, name="dw"),
+        layers.BatchNormalization(name="bn2"), layers.ReLU(name="r2"), layers.GlobalAveragePooling2D(),
+        layers.Dense(4, activation="softmax", name="d")])
+    x = np.random.default_rng(0).normal(size=(16, 12, 10, 1)).astype("float32")
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(x, np.arange(16) % 4, epochs=1, verbose=0)  # moving statistics away from 0 / 1
+    model.save(tmp_path / "seq.h5")
+    loaded, _ = load_model(tmp_path / "seq.h5")
+    assert loaded.__class__.__name__ == "Functional"
+    assert [l.name for l in loaded.layers[1:]] == [l.name for l in model.layers]
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
+    folded, factors = palette.fold_batch_norm(loaded)
+    assert sorted(factors) == ["c1", "dw"]
+    np.testing.assert_allclose(folded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5)
+    assert fuse_separate_relu(folded)[1] == ["c1", "dw"]
 
 
 @pytest.mark.requires_data
