@@ -50,7 +50,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -1184,10 +1184,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
                                                         "PaletteWeightsQuantizer": quantizer_cls})
     from .keras_model import base_name
 
-    for layer in model.layers:
-        quantizer = getattr(getattr(layer, "quantize_config", None), "weight_quantizer", None)
-        if not isinstance(quantizer, quantizer_cls):
-            continue
+    for layer, quantizer in palette_layers(model):
         kernel = parent.get_layer(base_name(layer.name)).get_weights()[0]
         # keep the parent's zeros (its pruning) in every forward pass
         quantizer.mask = env.tf.constant((kernel != 0).astype(np.float32))
@@ -1199,6 +1196,15 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
             quantizer.gain = env.tf.constant(gain)
             kernel_variable(layer, quantizer).assign(kernel / gain)
     return model
+
+
+def palette_layers(model) -> Iterator[tuple[Any, Any]]:
+    """(layer, palette weight quantizer) of every palette layer of a palette QAT model."""
+    quantizer_cls, _ = _quantizer_classes()
+    for layer in model.layers:
+        quantizer = getattr(getattr(layer, "quantize_config", None), "weight_quantizer", None)
+        if isinstance(quantizer, quantizer_cls):
+            yield layer, quantizer
 
 
 def palette_kind(quantizer) -> str:
@@ -1231,13 +1237,8 @@ def bake_palettes(model) -> list[str]:
     The forward pass is unchanged (snapping a snapped kernel is the identity); the converter then finds the
     constant -> FakeQuant pattern it turns into an int8 tensor.
     """
-    quantizer_cls, _ = _quantizer_classes()
     baked = []
-    for layer in model.layers:
-        config = getattr(layer, "quantize_config", None)
-        quantizer = getattr(config, "weight_quantizer", None)
-        if not isinstance(quantizer, quantizer_cls):
-            continue
+    for layer, quantizer in palette_layers(model):
         attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
         variable = kernel_variable(layer, quantizer)
         kernel = variable.numpy()

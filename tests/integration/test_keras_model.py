@@ -37,7 +37,6 @@ def test_separate_relu_is_folded_into_the_layer(keras):
     assert separate_relu_layers(fused) == []
 
 
-
 def test_a_sequential_model_loads_as_the_same_functional_model(keras, tmp_path):
     """Folding batch norms, fusing ReLUs and TFMOT's Conv + BatchNorm patterns need a functional graph."""
     from edgedeploy import palette

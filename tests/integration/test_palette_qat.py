@@ -34,16 +34,6 @@ def node(shared_data):
     return original, model, folded, plan, x
 
 
-def _palette_layers(model):
-    from edgedeploy import palette
-
-    cls, _ = palette._quantizer_classes()
-    for layer in model.layers:
-        quantizer = getattr(getattr(layer, "quantize_config", None), "weight_quantizer", None)
-        if isinstance(quantizer, cls):
-            yield layer, quantizer
-
-
 def test_fold_records_each_kernels_factor_per_output_channel(node):
     from edgedeploy import palette
 
@@ -69,7 +59,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
     from edgedeploy.keras_model import base_name
 
     seen = 0
-    for layer, quantizer in _palette_layers(unfolded):
+    for layer, quantizer in palette.palette_layers(unfolded):
         name = base_name(layer.name)
         kernel = model.get_layer(name).get_weights()[0]
         kind = palette.palette_kind(quantizer)
@@ -92,7 +82,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
     unfolded.save_weights(path)
     assert sorted(palette.bake_palettes(unfolded)) == sorted(f"quant_{name}" for name in plan)
     baked = {}
-    for layer, quantizer in _palette_layers(unfolded):
+    for layer, quantizer in palette.palette_layers(unfolded):
         assert quantizer.gain is None
         baked[base_name(layer.name)] = palette.kernel_variable(layer, quantizer).numpy()
     same_kernels(baked, reference)
@@ -110,10 +100,11 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
 
 def effective_kernels(model) -> dict[str, np.ndarray]:
     """Per palette layer, its weight quantizer's output in inference mode (what the layer multiplies with)."""
+    from edgedeploy import palette
     from edgedeploy.keras_model import base_name
 
     out = {}
-    for layer, quantizer in _palette_layers(model):
+    for layer, quantizer in palette.palette_layers(model):
         for weight, q, variables in layer._weight_vars:
             if q is quantizer:
                 out[base_name(layer.name)] = q(weight, training=False, weights=variables).numpy()

@@ -346,7 +346,6 @@ def test_check_palette_judges_per_tensor():
     assert not none and ok[0]["status"] == "ok"
 
 
-
 def test_plan_file_round_trips_and_an_older_one_asks_for_a_rerun(tmp_path):
     import json
 
