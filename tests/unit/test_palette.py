@@ -223,6 +223,19 @@ def test_saliency_pruning_keeps_parent_zeros_and_channel_peaks():
     assert np.all(out[peaks, np.arange(16)] != 0)
 
 
+def test_saliency_pruning_reaches_the_target_in_a_channel_of_nine_weights():
+    """A 3x3 depthwise channel at 50%: 5 zeros of 9 (4 would leave the tensor under the target the int8 check
+    asks for); at 95% every channel still keeps its peak."""
+    rng = np.random.default_rng(5)
+    kernel = _bn_like_kernel(rng, (3, 3, 8, 1))
+    hs = np.stack([np.eye(9)] * 8)
+    for sparsity, zeros in ((0.5, 5), (0.6, 6), (0.95, 8)):
+        p = palette.project_compensated(kernel, "DepthwiseConv2D", hs, 8, sparsity=sparsity)
+        flat = palette.channels_last(p.kernel, "DepthwiseConv2D")
+        assert min((flat == 0).sum(axis=0)) >= zeros, sparsity  # snapping may zero a weight more
+        assert np.all(np.abs(flat).max(axis=0) > 0)
+
+
 def test_depthwise_takes_one_hessian_per_channel():
     rng = np.random.default_rng(4)
     kernel = _bn_like_kernel(rng, (3, 3, 4, 2))  # 8 output channels
