@@ -22,7 +22,7 @@ leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, t
 
 Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
      [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy]
-     [--seed N | --seeds 0,1,2]
+     [--seed N | --seeds 0,1,2] [--size-budget FRACTION]
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
                                            "measure_on": args.measure_on, "budget_from": args.budget_from,
                                            "projection": args.projection, "drop_estimate": args.drop_estimate,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
-                                              if args.sparsities else {})}}
+                                              if args.sparsities else {}),
+                                           **({"size_budget": args.size_budget} if args.size_budget else {})}}
     overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
     recipe = load_recipe(table=table, overrides=overrides)
     t0 = time.perf_counter()
@@ -128,7 +129,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     return {"title": title, "rows": rows, "failed": failed, "optimize_seconds": round(t_opt), "compile_seconds": round(t_comp),
             "sweep": None if sweep is None else {k: v for k, v in sweep.details.get("sweep", {}).items()
                                                  if k in ("measured_on", "checks", "seconds", "budget_points", "executor",
-                                                          "points_per_nat", "projection", "drop_estimate")},
+                                                          "points_per_nat", "projection", "drop_estimate",
+                                                          "size")},
             "recipe": recipe.to_dict(), "per_sample_delta": per_sample}
 
 
@@ -292,6 +294,9 @@ def main() -> None:
                     help="samples the sweep measures accuracy drops on ([palette] measure_on)")
     ap.add_argument("--sweep-budget", type=float, default=None,
                     help="accuracy budget (points on the hold-out) of the sweep alone, before QAT (default: --budget)")
+    ap.add_argument("--size-budget", type=float, default=None,
+                    help="the sweep meets this fraction of the ptq leaf's encoded weights at the least estimated "
+                         f"loss ([palette] size_budget; e.g. {GOAL_RATIO}) instead of the accuracy budget")
     ap.add_argument("--projection", default="gptq", choices=["gptq", "nearest"],
                     help="how kernels are snapped to their palettes ([palette] projection)")
     ap.add_argument("--drop-estimate", default="loss", choices=["loss", "accuracy"],

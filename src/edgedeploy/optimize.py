@@ -508,6 +508,8 @@ def optimize(
     for node in nodes_for(list(recipe.leaves)):
         parent = NODES[node][0]
         inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
+        if NODES[node][1] == "palette" and recipe.palette.get("size_budget") is not None:
+            inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
         spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
                          params=recipe.node_params(node), tool_versions=versions)
         rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: _train_node(env, n, i, d, data, recipe, loss,

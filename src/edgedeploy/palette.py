@@ -382,6 +382,66 @@ def greedy_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, 
     return {k: v["setting"] for k, v in current.items()}, steps
 
 
+def plan_bytes(options: Mapping[str, Sequence[Mapping[str, Any]]], plan: Mapping[str, Mapping[str, Any]]) -> int:
+    """Encoded bytes of ``plan`` (layer -> setting) as the sweep measured them for each layer alone."""
+    total = 0
+    for layer, setting in plan.items():
+        total += next(int(o["bytes"]) for o in options[layer] if o["setting"] == setting)
+    return total
+
+
+def sized_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, max_bytes: int, low: float,
+               resolution: float = 0.02, rounds: int = 16) -> dict[str, Any]:
+    """The plan of least joint drop whose encoded bytes fit ``max_bytes``: :func:`greedy_plan` at bisected budgets.
+
+    A larger budget lets :func:`greedy_plan` take more moves, so its plan gets smaller as the budget grows
+    (not strictly: every budget orders and filters the moves anew). The budget is bisected between ``low``
+    (the drop every plan starts from) and the drop of the smallest plan (hundreds of points when every layer
+    is at its smallest setting), on a log scale above ``low``, to ``resolution`` points or ``rounds`` walks;
+    the fitting plan of least drop over all walks wins. Joint drops are memoised, so walks
+    that share their first moves judge them once. Returns {"plan", "bytes", "drop", "fits", "walks" (budget,
+    bytes, drop of each), "steps" (the chosen walk's)}; when even the smallest plan does not fit, that plan
+    with ``fits`` False.
+    """
+    memo: dict[str, Any] = {}
+
+    def judged(plan: Mapping[str, Mapping[str, Any]]):
+        key = json.dumps(sorted((k, sorted(v.items())) for k, v in plan.items()))
+        if key not in memo:
+            memo[key] = joint_drop(plan)
+        return memo[key]
+
+    def drop_of(plan: Mapping[str, Mapping[str, Any]]) -> float:
+        value = judged(plan)
+        return float(value["drop"] if isinstance(value, Mapping) else value)
+
+    walks: list[dict[str, Any]] = []
+
+    def walk(budget: float) -> dict[str, Any]:
+        plan, steps = greedy_plan(options, judged, budget)
+        result = {"budget": round(budget, 3), "bytes": plan_bytes(options, plan), "drop": round(drop_of(plan), 3),
+                  "plan": plan, "steps": steps}
+        walks.append(result)
+        return result
+
+    smallest = walk(float("inf"))
+    if smallest["bytes"] > max_bytes:
+        best = smallest
+    else:
+        lo, hi = low, max(smallest["drop"], low)
+        for _ in range(rounds):
+            if hi - lo <= resolution:
+                break
+            mid = low - resolution + math.sqrt((lo - low + resolution) * (hi - low + resolution))
+            if walk(mid)["bytes"] <= max_bytes:
+                hi = mid
+            else:
+                lo = mid
+        best = min((w for w in walks if w["bytes"] <= max_bytes), key=lambda w: (w["drop"], w["bytes"]))
+    return {"plan": best["plan"], "bytes": best["bytes"], "drop": best["drop"], "fits": best["bytes"] <= max_bytes,
+            "walks": [{k: w[k] for k in ("budget", "bytes", "drop")} for w in walks], "steps": best["steps"]}
+
+
 LINEAR_REGIME = 5.0  # points: single-layer items beyond this measured drop do not fit the loss-to-accuracy slope
 MIN_SLOPE_ITEMS = 5
 
@@ -870,9 +930,16 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
                                   "set [palette] workers = 1, or guard the script's entry point") from exc
 
 
+ALL_WEIGHTS = "*"  # layer_bytes: the key of a model's encoded weights over every weight operator
+REFERENCE = "reference"  # sensitivity_sweep: the model a size budget is a fraction of
+
+
 def layer_bytes(models: Mapping[str, Path], target_name: str, work: Path, layer_names: Sequence[str]
                 ) -> dict[str, dict[str, int]]:
-    """Vela-encoded weight bytes per Keras layer of each int8 model (key -> layer -> bytes), Vela in workers."""
+    """Vela-encoded weight bytes per Keras layer of each int8 model (key -> layer -> bytes), Vela in workers.
+
+    Each model's entry also holds, under :data:`ALL_WEIGHTS`, its encoded weights over every NPU operator.
+    """
     from . import vela as vela_backend
     from .targets import get_target
     from .tflite_model import read_tflite, read_weight_tensors
@@ -898,7 +965,7 @@ def layer_bytes(models: Mapping[str, Path], target_name: str, work: Path, layer_
                                       "check that the palette sweep's int8 models convert cleanly")
             rows = weight_layers(parse_debug_db(xml.read_text(encoding="utf-8")))
             attach_int8(rows, read_tflite(models[key]).operators, read_weight_tensors(models[key]))
-            sizes: dict[str, int] = {}
+            sizes: dict[str, int] = {ALL_WEIGHTS: int(sum(int(r["encoded_weight_bytes"]) for r in rows))}
             for r in rows:
                 layer = layer_of_tensor(r.get("tensor") or "", layer_names)
                 if layer is not None:
@@ -908,8 +975,13 @@ def layer_bytes(models: Mapping[str, Path], target_name: str, work: Path, layer_
 
 
 def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np.ndarray] | None = None,
-                      from_logits: bool = False) -> dict[str, Any]:
+                      from_logits: bool = False, reference=None) -> dict[str, Any]:
     """Per layer x setting: accuracy drop and Vela-encoded bytes; then the plan that fits the budget.
+
+    The budget is ``[palette] accuracy_budget`` (the plan of fewest bytes within it) or, when
+    ``[palette] size_budget`` is set, a size: the plan of least drop whose encoded weights are at most that
+    fraction of ``reference``'s (a float Keras model, converted to int8 as the ptq leaf is; the tree's
+    baseline), found by :func:`sized_plan`.
 
     ``hessians`` (:func:`layer_hessians` of ``model``) make every projection of the sweep the error-compensating
     one the palette node then applies; without them layers snap to their nearest palette values.
@@ -980,6 +1052,13 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
         path = work / f"{key}.tflite"
         path.write_bytes(convert_int8(m, calibration, float_io=recipe.float_io))
         models[key] = path
+    size_budget = _palette_opt(recipe, "size_budget", None)
+    if size_budget is not None:
+        if reference is None:
+            raise UsageError("the palette sweep's size budget needs the model it is a fraction of",
+                             "run it from `edgedeploy optimize`, which passes the baseline")
+        models[REFERENCE] = work / f"{REFERENCE}.tflite"
+        models[REFERENCE].write_bytes(convert_int8(reference, calibration, float_io=recipe.float_io))
     sizes = layer_bytes(models, target, work, layers)
     options: dict[str, list[dict[str, Any]]] = {layer: [] for layer in layers}
     for r in results:
@@ -1006,7 +1085,25 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     # where the budget counts from the parent model.
     budget_from = str(_palette_opt(recipe, "budget_from", "palette"))
     effective = budget + (max(start_drop, 0.0) if budget_from == "palette" else 0.0)
-    chosen, steps = greedy_plan(options, joint_drop, effective)
+    sized = None
+    if size_budget is None:
+        chosen, steps = greedy_plan(options, joint_drop, effective)
+    else:
+        # Weight operators outside the sweep's layers (skipped layers) keep their bytes in every plan.
+        fixed = max(v[ALL_WEIGHTS] - sum(v.get(layer, 0) for layer in options) for k, v in sizes.items()
+                    if k != REFERENCE)
+        reference_bytes = sizes[REFERENCE][ALL_WEIGHTS]
+        limit = int(float(size_budget) * reference_bytes) - fixed
+        found = sized_plan(options, joint_drop, limit, max(start_drop, 0.0))
+        chosen, steps = found["plan"], found["steps"]
+        sized = {"size_budget": float(size_budget), "reference_encoded_bytes": reference_bytes,
+                 "fixed_encoded_bytes": fixed, "encoded_bytes": found["bytes"] + fixed,
+                 "fraction_of_reference": round((found["bytes"] + fixed) / reference_bytes, 4),
+                 "fits": found["fits"], "walks": found["walks"]}
+        if not found["fits"]:
+            log.warning("palette sweep: even the smallest plan (%d encoded bytes, %.3f of the baseline's) is over "
+                        "the size budget of %.3f; add smaller [palette] clusters or larger sparsities",
+                        found["bytes"] + fixed, sized["fraction_of_reference"], float(size_budget))
     kept = [st for st in steps if st["kept"]]
     checks = {"start": f"every layer at {PALETTE_LIMIT} palette values", "start_drop": round(start_drop, 3),
               "start_measured_drop": start_judged["measured_drop"],
@@ -1017,9 +1114,10 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
               "encoded_bytes": kept[-1]["encoded_bytes"] if kept else int(sum(o["bytes"] for o in start.values()))}
     return {
         "plan": chosen,
-        "budget_points": budget,
+        "budget_points": None if sized else budget,
         "budget_from": budget_from,
-        "effective_budget_points": round(effective, 3),
+        "effective_budget_points": None if sized else round(effective, 3),
+        "size": sized,
         "measured_on": {"samples": len(hold), "from": hold_from,
                         "baseline_accuracy": round(base_acc, 3), "baseline_loss": round(base_loss, 5)},
         "drop_estimate": (estimate if estimate == "accuracy" or slope is not None
@@ -1416,7 +1514,10 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         if big:
             warnings.append(f"{', '.join(big)}: more than {PALETTE_LIMIT} clusters, more values than Vela's palette holds")
         if _palette_opt(recipe, "search", False):
-            sweep = sensitivity_sweep(model, data, recipe, out / "_sweep", hessians, loss.from_logits)
+            reference = inputs.get("baseline_model")
+            if reference is not None:
+                reference = keras.models.load_model(reference, compile=False)
+            sweep = sensitivity_sweep(model, data, recipe, out / "_sweep", hessians, loss.from_logits, reference)
             plan.update({k: v for k, v in sweep["plan"].items()})
             for name, over in (getattr(recipe, "layers", {}) or {}).items():  # explicit settings win
                 if name in plan:

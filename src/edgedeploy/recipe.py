@@ -342,7 +342,7 @@ PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "hold
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
                                  "measure_on": str, "measure_samples": int,
                                  "budget_from": str, "projection": str, "hessian_samples": int,
-                                 "drop_estimate": str}
+                                 "drop_estimate": str, "size_budget": float}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 # [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
@@ -398,6 +398,9 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise UsageError(f"{source}: `palette.sparsities` is {value}; each must be in [0, 1)", "fix the recipe")
         if key in ("accuracy_budget", "holdout") and not 0 <= value < (100 if key == "accuracy_budget" else 0.5):
             raise UsageError(f"{source}: `palette.{key}` is {value}; out of range", "fix the recipe")
+        if key == "size_budget" and not 0 < value <= 1:
+            raise UsageError(f"{source}: `palette.size_budget` is {value}; it must be in (0, 1], a fraction of the "
+                             "ptq leaf's encoded weights", "e.g. [palette] size_budget = 0.4")
         if key == "hessian_samples" and value < 16:
             raise UsageError(f"{source}: `palette.hessian_samples` is {value}; it must be >= 16", "fix the recipe")
         if key == "measure_samples" and value < 100:
@@ -405,6 +408,9 @@ def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         if key == "workers" and value < 1:
             raise UsageError(f"{source}: `palette.workers` is {value}; it must be >= 1", "fix the recipe")
         opts[key] = list(value) if isinstance(value, list) else value
+    if "size_budget" in opts and not opts.get("search", False):
+        raise UsageError(f"{source}: `palette.size_budget` picks the per-layer settings of the palette sweep, "
+                         "which is off", "add [palette] search = true")
     if opts:
         out["palette"] = opts
     return out

@@ -125,3 +125,25 @@ def test_report_shows_npu_weights(palette_run):
     assert entry["npu_weights"]["ethos-u55-128"]["summary"]["layers_over_palette"] == 0
     assert "Vela's debug database" in entry["note"]
     assert doc["compression"]["pcqat"]["status"] == "lost"
+
+
+@pytest.mark.slow
+def test_a_size_budget_holds_on_the_compiled_leaf(shared_data, small_kws, tmp_path):
+    """`[palette] size_budget` through `edgedeploy compile`: the leaf's Vela-encoded weights are within the
+    fraction of the ptq leaf's, as the sweep planned them."""
+    model = shared_data / "kws" / "dscnn_mlperf_float.h5"
+    out = tmp_path / "run"
+    project = tmp_path / "edgedeploy.toml"
+    project.write_text(
+        f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
+        f'[recipe]\nleaves = ["ptq", "clustered_palette"]\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        '[recipe.palette]\nsearch = true\nsize_budget = 0.45\nclusters = [4, 8, 16]\nsparsities = [0.0, 0.5]\n')
+    comp = _cli("compile", str(project), "--json")
+    assert comp.returncode == 0, comp.stderr[-3000:]
+    stages = _stages(out)
+    ptq = stages["compile/ptq/ethos-u55-128"]["metrics"]["encoded_weights_bytes"]["value"]
+    mine = stages["compile/clustered_palette/ethos-u55-128"]["metrics"]["encoded_weights_bytes"]["value"]
+    size = stages["optimize/clustered_palette"]["details"]["sweep"]["size"]
+    assert size["fits"] and mine <= 0.45 * ptq, (mine, ptq)
+    # the sweep's reference is the ptq leaf as compiled, and its planned bytes are what Vela encodes
+    assert size["reference_encoded_bytes"] == ptq and size["encoded_bytes"] == mine

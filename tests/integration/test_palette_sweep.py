@@ -169,3 +169,38 @@ def test_sweep_chooses_a_plan_within_budget_with_vela_sizes(folded, shared_data,
     assert res["checks"]["encoded_bytes"] <= res["checks"]["start_encoded_bytes"]
     if any(st["kept"] for st in res["steps"]):
         assert res["checks"]["encoded_bytes"] < res["checks"]["start_encoded_bytes"]
+
+
+@pytest.mark.slow
+def test_sweep_meets_a_size_budget_that_vela_confirms(folded, shared_data, tmp_path):
+    """``size_budget``: the plan's encoded weights, compiled anew by Vela, are within the fraction of the int8
+    reference's (the published model, as the ptq leaf converts it)."""
+    from edgedeploy import palette, tfenv
+    from edgedeploy.convert import convert_int8
+    from edgedeploy.data import load_dataset
+    from edgedeploy.recipe import load_recipe
+
+    keras = tfenv.load().keras
+    model, _, _, _ = folded
+    reference = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
+    data = load_dataset(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", (49, 10, 1), 12)
+    recipe = load_recipe(table={"palette": {"search": True, "clusters": [8, 16], "sparsities": [0.0, 0.5],
+                                            "size_budget": 0.5, "measure_samples": 1000}})
+    res = palette.sensitivity_sweep(model, data, recipe, tmp_path / "work", reference=reference)
+    size = res["size"]
+    print("size budget:", {k: v for k, v in size.items() if k != "walks"}, "walks:", size["walks"], res["checks"])
+    assert size["fits"] and size["encoded_bytes"] <= 0.5 * size["reference_encoded_bytes"]
+    assert res["budget_points"] is None and len(size["walks"]) > 1
+    # the least drop over the walks that fit
+    limit = 0.5 * size["reference_encoded_bytes"] - size["fixed_encoded_bytes"]
+    fitting = [w for w in size["walks"] if w["bytes"] <= limit]
+    assert res["checks"]["drop"] == min(w["drop"] for w in fitting)
+    # Vela, on the plan applied to a fresh copy (a model the sweep never encoded), agrees with the sweep's sum
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    palette.apply_plan(copy, res["plan"], recipe.seed)
+    calibration, _ = data.calibration(recipe.calibration_samples, recipe.seed)
+    tflite = tmp_path / "plan.tflite"
+    tflite.write_bytes(convert_int8(copy, calibration, float_io=recipe.float_io))
+    sizes = palette.layer_bytes({"plan": tflite}, "ethos-u55-128", tmp_path / "check", list(res["plan"]))
+    assert sizes["plan"][palette.ALL_WEIGHTS] == size["encoded_bytes"]

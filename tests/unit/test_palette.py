@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -314,6 +315,48 @@ def test_greedy_plan_records_what_the_joint_check_returns():
                       "encoded_bytes": 400, "measured_drop": -0.1, "loss_rise": 0.007}]
 
 
+def _sized_options():
+    return {
+        "a": [_opt(None, 1000, 0.0), _opt(16, 600, 0.0), _opt(8, 450, 0.1), _opt(4, 300, 0.4)],
+        "b": [_opt(None, 2000, 0.0), _opt(16, 900, 0.0), _opt(8, 700, 0.05), _opt(4, 500, 0.6)],
+    }
+
+
+def _additive(options):
+    def fn(plan):
+        return sum(next(o["drop"] for o in options[k] if o["setting"] == v) for k, v in plan.items())
+    return fn
+
+
+def test_sized_plan_fits_the_bytes_at_the_least_drop():
+    options = _sized_options()
+    calls = []
+    joint = _additive(options)
+
+    def counted(plan):
+        calls.append(plan)
+        return joint(plan)
+
+    # a16 + b16 (1,500) and a16 + b8 (1,300) are over 1,250 bytes; of the plans that fit, a8 + b8 (1,150
+    # bytes) loses least: 0.15 points
+    found = palette.sized_plan(options, counted, max_bytes=1250, low=0.0)
+    assert found["fits"] and found["bytes"] <= 1250
+    assert found["plan"] == {"a": {"clusters": 8, "sparsity": 0.0}, "b": {"clusters": 8, "sparsity": 0.0}}
+    assert found["drop"] == pytest.approx(0.15)
+    brute = min(joint({"a": oa["setting"], "b": ob["setting"]}) for oa in options["a"] for ob in options["b"]
+                if oa["bytes"] + ob["bytes"] <= 1250)
+    assert found["drop"] == pytest.approx(brute)
+    # the first walk takes every move (the smallest plan); later walks judge shared moves once
+    assert found["walks"][0]["bytes"] == 800 and len(found["walks"]) > 2
+    keys = [json.dumps(sorted((k, sorted(v.items())) for k, v in p.items())) for p in calls]
+    assert len(keys) == len(set(keys))
+    # a roomy size needs no loss at all; one nothing reaches gives the smallest plan, marked as not fitting
+    roomy = palette.sized_plan(options, joint, max_bytes=1500, low=0.0)
+    assert roomy["drop"] == 0.0 and roomy["bytes"] == 1500
+    tight = palette.sized_plan(options, joint, max_bytes=700, low=0.0)
+    assert not tight["fits"] and tight["bytes"] == 800 and len(tight["walks"]) == 1
+
+
 def test_drop_per_loss_fits_the_linear_regime_only():
     rng = np.random.default_rng(0)
     rises = rng.uniform(0.0, 0.1, size=40)
@@ -416,6 +459,9 @@ def test_recipe_reads_per_layer_settings_and_palette_table(tmp_path):
     ('[palette]\nbudget_from = "eval"\n', "palette.budget_from"),
     ('[palette]\nprojection = "adaround"\n', "palette.projection"),
     ("[palette]\nhessian_samples = 4\n", "palette.hessian_samples"),
+    ("[palette]\nsearch = true\nsize_budget = 0\n", "palette.size_budget"),
+    ("[palette]\nsearch = true\nsize_budget = 1.5\n", "palette.size_budget"),
+    ("[palette]\nsize_budget = 0.4\n", "palette.size_budget"),  # without the sweep it would do nothing
 ])
 def test_recipe_rejects_bad_palette_keys(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
