@@ -1271,7 +1271,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
         info = palettes.get(layer.name)
         if info is None:
             return layer
-        attr = "depthwise_kernel" if info["kind"] == "DepthwiseConv2D" else "kernel"
+        attr = kernel_attr(info["kind"] == "DepthwiseConv2D")
         config = config_cls([attr], ["activation"], False, info["palette"], info["per_axis"],
                             info["kind"] == "DepthwiseConv2D")
         return quant.quantize_annotate_layer(layer, quantize_config=config)
@@ -1311,11 +1311,15 @@ def palette_kind(quantizer) -> str:
     return "DepthwiseConv2D" if quantizer.depthwise else ("Conv2D" if quantizer.per_axis else "Dense")
 
 
+def kernel_attr(depthwise: bool) -> str:
+    """The name of a kernel layer's weight attribute (and of its variable and fake-quant ranges)."""
+    return "depthwise_kernel" if depthwise else "kernel"
+
+
 def kernel_variable(layer, quantizer):
     """The kernel variable of a TFMOT-wrapped palette layer (the wrapper leaves the quantized tensor in the
     layer's attribute, so it is found by name)."""
-    attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
-    return next(w for w in layer.weights if w.name.split("/")[-1] == f"{attr}:0")
+    return next(w for w in layer.weights if w.name.split("/")[-1] == f"{kernel_attr(quantizer.depthwise)}:0")
 
 
 def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
@@ -1338,7 +1342,7 @@ def bake_palettes(model) -> list[str]:
     """
     baked = []
     for layer, quantizer in palette_layers(model):
-        attr = "depthwise_kernel" if quantizer.depthwise else "kernel"
+        attr = kernel_attr(quantizer.depthwise)
         variable = kernel_variable(layer, quantizer)
         kernel = variable.numpy()
         if quantizer.gain is not None:
