@@ -15,14 +15,16 @@ of the fine-tune split), compiles every leaf with Vela (debug database on) and p
 - the paired standard error of each leaf's accuracy difference to ptq (the same evaluation samples scored by
   both int8 models): on small evaluation splits it is as large as the accuracy budget itself. With --seeds
   the whole run repeats per seed (fine-tuning, sweep samples, calibration) and a last table gives the mean
-  difference over the seeds with its paired standard error, and the mean encoded-weights fraction.
+  difference over the seeds with its paired standard error, and the mean encoded-weights fraction;
+- each leaf's difference to the float baseline (Keras) on the same samples, with its paired standard error:
+  int8 conversion alone moves the ptq leaf away from the float model by tenths of a point on small splits.
 
 The "best palette-aware leaf" is the one with the smallest encoded weights on ethos-u55-128 among the palette
 leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
 
 Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
      [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy]
-     [--seed N | --seeds 0,1,2] [--size-budget FRACTION]
+     [--seed N | --seeds 0,1,2] [--size-budget FRACTION] [--palette-clusters 4,8,16]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ MODELS = {
 }
 LEAVES = ["ptq", "pcqat", "pruned_clustered_palette", "pcqat_palette"]
 PALETTE_LEAVES = ["pruned_clustered_palette", "pcqat_palette"]
+FLOAT = "float-vs-"  # per_sample_delta key prefix: a leaf's per-sample difference to the float baseline
 GOAL_RATIO = 0.40  # the goal: encoded weights at most this fraction of ptq's, within the accuracy budget
 MAIN_TARGETS = ["ethos-u55-128", "ethos-u85-256"]
 FLASH_TARGET = str(REPO / "bench" / "targets" / "ethos-u85-256-flash.toml")
@@ -74,6 +77,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
                                            "projection": args.projection, "drop_estimate": args.drop_estimate,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
                                               if args.sparsities else {}),
+                                           **({"clusters": [int(v) for v in args.palette_clusters.split(",")]}
+                                              if args.palette_clusters else {}),
                                            **({"size_budget": args.size_budget} if args.size_budget else {})}}
     overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
     recipe = load_recipe(table=table, overrides=overrides)
@@ -100,7 +105,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     size = compile_variants(size_ctx, variants, [get_target("ethos-u55-128")],
                             CompileOptions(optimise="Size", debug_db=True, jobs=2))
     t_comp = time.perf_counter() - t1
-    paired, per_sample = paired_deltas(leaves, out)
+    baseline = nodes.get("baseline")
+    paired, per_sample = paired_deltas(leaves, out, None if baseline is None else out / baseline.output("keras_model").path)
     comp = {(r.variant, r.target): r for r in perf.records}
     comp_size = {r.variant: r for r in size.records}
     rows = {}
@@ -134,11 +140,18 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
             "recipe": recipe.to_dict(), "per_sample_delta": per_sample}
 
 
-def paired_deltas(leaves: dict, out: Path) -> tuple[dict, dict]:
+def paired_deltas(leaves: dict, out: Path, baseline_model: Path | None = None) -> tuple[dict, dict]:
     """Per leaf: accuracy difference to ptq on the evaluation split and its paired standard error (points),
-    and per leaf the per-sample differences (1: only the leaf right, -1: only ptq right) that give them."""
+    and per leaf the per-sample differences (1: only the leaf right, -1: only ptq right) that give them.
+
+    With ``baseline_model`` (the float Keras baseline) each leaf also gets its difference to the float model
+    and its paired standard error (``delta_vs_float``, ``float_se``; per-sample differences under
+    ``FLOAT + leaf``): int8 conversion alone moves accuracy on a small evaluation split by tenths of a point,
+    either way, so the ptq leaf is a noisy reference of its own.
+    """
     import numpy as np
 
+    from edgedeploy import tfenv
     from edgedeploy.convert import tflite_predict
     from edgedeploy.data import load_dataset
 
@@ -159,6 +172,14 @@ def paired_deltas(leaves: dict, out: Path) -> tuple[dict, dict]:
         result[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
                         "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
                         "eval_samples": int(len(diff))}
+    if baseline_model is not None:
+        model = tfenv.load().keras.models.load_model(baseline_model, compile=False)
+        ref = (np.argmax(model.predict(data.x_eval, batch_size=256, verbose=0), axis=-1) == data.y_eval).astype(np.float64)
+        for leaf in leaves:
+            diff = per_sample[leaf] + base - ref
+            per_sample[FLOAT + leaf] = diff
+            result[leaf].update(delta_vs_float=round(100 * float(diff.mean()), 3),
+                                float_se=round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3))
     return result, per_sample
 
 
@@ -179,17 +200,24 @@ def summarize_seeds(runs: dict[int, dict], budget: float) -> tuple[str, dict]:
         diff = np.mean([runs[s]["per_sample_delta"][leaf] for s in seeds], axis=0)
         ratios = [runs[s]["rows"][leaf]["ethos-u55-128"]["encoded_weights_bytes"]
                   / runs[s]["rows"]["ptq"]["ethos-u55-128"]["encoded_weights_bytes"] for s in seeds]
+        vs_float = (np.mean([runs[s]["per_sample_delta"][FLOAT + leaf] for s in seeds], axis=0)
+                    if all(FLOAT + leaf in runs[s]["per_sample_delta"] for s in seeds) else None)
         summary[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
                          "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
+                         **({"delta_vs_float": round(100 * float(vs_float.mean()), 3),
+                             "float_se": round(100 * float(vs_float.std(ddof=1)) / np.sqrt(len(vs_float)), 3)}
+                            if vs_float is not None else {}),
                          "encoded_vs_ptq": round(float(np.mean(ratios)), 4),
                          "per_seed_delta": [runs[s]["rows"][leaf]["delta_vs_ptq"] for s in seeds],
                          "per_seed_encoded_vs_ptq": [round(r, 4) for r in ratios]}
     lines = [f"### {runs[seeds[0]]['title']}: mean over seeds {', '.join(map(str, seeds))}", "",
-             "| leaf | Δ vs ptq ± paired SE (pt) | per seed Δ (pt) | U55-128 enc. weights vs ptq | per seed |",
-             "|---|---|---|---|---|"]
+             "| leaf | Δ vs ptq ± paired SE (pt) | per seed Δ (pt) | Δ vs float baseline ± paired SE (pt) | "
+             "U55-128 enc. weights vs ptq | per seed |",
+             "|---|---|---|---|---|---|"]
     for leaf, r in summary.items():
+        vs_float = f"{r['delta_vs_float']:+.2f} ± {r['float_se']:.2f}" if "delta_vs_float" in r else "n/a"
         lines.append(f"| {leaf} | {r['delta_vs_ptq']:+.2f} ± {r['delta_se']:.2f} | "
-                     f"{' / '.join(f'{d:+.2f}' for d in r['per_seed_delta'])} | {r['encoded_vs_ptq']:.3f} | "
+                     f"{' / '.join(f'{d:+.2f}' for d in r['per_seed_delta'])} | {vs_float} | {r['encoded_vs_ptq']:.3f} | "
                      f"{' / '.join(f'{x:.3f}' for x in r['per_seed_encoded_vs_ptq'])} |")
     best = pick_best({leaf: r["delta_vs_ptq"] for leaf, r in summary.items()},
                      {leaf: r["encoded_vs_ptq"] for leaf, r in summary.items()}, budget)
@@ -237,10 +265,11 @@ def render(result: dict, budget: float) -> str:
     best = best_palette(rows, budget)
     lines = [f"### {result['title']}", "",
              *[f"leaf {leaf} FAILED: {why}" for leaf, why in result.get("failed", {}).items()],
-             ("| leaf | int8 acc (%) | Δ vs ptq ± paired SE (pt) | U55-128 enc. weights (B) | vs ptq | U55-128 NPU cycles | "
+             ("| leaf | int8 acc (%) | Δ vs ptq ± paired SE (pt) | Δ vs float ± paired SE (pt) | U55-128 enc. weights (B) | "
+              "vs ptq | U55-128 NPU cycles | "
               "U85-256 enc. weights (B) | U85-256 NPU cycles | U55-128 Size: weight-read / total cycles | "
               "U85-256 flash: weight-read / total cycles | max distinct int8 / tensor |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base_w = ptq["ethos-u55-128"]["encoded_weights_bytes"]
     for leaf in LEAVES:
         if leaf not in rows:
@@ -252,6 +281,8 @@ def render(result: dict, budget: float) -> str:
         name = leaf + (" (best palette)" if leaf == best else "")
         lines.append(
             f"| {name} | {r['int8_accuracy']:.2f} | {_delta(r, ptq)} | "
+            + (f"{r['delta_vs_float']:+.2f} ± {r['float_se']:.2f}" if r.get("delta_vs_float") is not None else "n/a")
+            + " | "
             f"{_fmt(u55['encoded_weights_bytes'])} | {ratio} | {_fmt(u55['npu_cycles'])} | "
             f"{_fmt(u85['encoded_weights_bytes'])} | {_fmt(u85['npu_cycles'])} | "
             f"{_fmt(size['weight_read_cycles'])} / {_fmt(size['total_cycles'])} | "
@@ -288,6 +319,7 @@ def main() -> None:
                     help="several seeds, e.g. 0,1,2: each runs into OUT/seedN, then the mean over them is printed")
     ap.add_argument("--budget", type=float, default=0.3, help="accuracy budget (points) of the sweep and the goal")
     ap.add_argument("--sparsities", default=None, help="extra-sparsity candidates of the sweep, e.g. 0,0.6,0.75")
+    ap.add_argument("--palette-clusters", default=None, help="palette-size candidates of the sweep, e.g. 4,8,12,16,24")
     ap.add_argument("--budget-from", default="palette", choices=["parent", "palette"],
                     help="where the sweep's budget counts from ([palette] budget_from)")
     ap.add_argument("--measure-on", default="fine-tune", choices=["holdout", "fine-tune"],
