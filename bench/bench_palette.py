@@ -140,6 +140,19 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
             "recipe": recipe.to_dict(), "per_sample_delta": per_sample}
 
 
+def paired_points(diff) -> tuple[float, float]:
+    """The mean of per-sample differences (1, 0 or -1 each, or their mean over seeds) and its standard error,
+    in points."""
+    import numpy as np
+
+    return round(100 * float(diff.mean()), 3), round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3)
+
+
+def _vs_float(row: dict) -> str:
+    """A leaf's difference to the float baseline ± its paired SE, as a table cell."""
+    return f"{row['delta_vs_float']:+.2f} ± {row['float_se']:.2f}" if row.get("delta_vs_float") is not None else "n/a"
+
+
 def paired_deltas(leaves: dict, out: Path, baseline_model: Path | None = None) -> tuple[dict, dict]:
     """Per leaf: accuracy difference to ptq on the evaluation split and its paired standard error (points),
     and per leaf the per-sample differences (1: only the leaf right, -1: only ptq right) that give them.
@@ -169,17 +182,15 @@ def paired_deltas(leaves: dict, out: Path, baseline_model: Path | None = None) -
     for leaf, rec in leaves.items():
         diff = correct(rec) - base
         per_sample[leaf] = diff
-        result[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
-                        "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
-                        "eval_samples": int(len(diff))}
+        delta, se = paired_points(diff)
+        result[leaf] = {"delta_vs_ptq": delta, "delta_se": se, "eval_samples": int(len(diff))}
     if baseline_model is not None:
         model = tfenv.load().keras.models.load_model(baseline_model, compile=False)
         ref = (np.argmax(model.predict(data.x_eval, batch_size=256, verbose=0), axis=-1) == data.y_eval).astype(np.float64)
         for leaf in leaves:
             diff = per_sample[leaf] + base - ref
             per_sample[FLOAT + leaf] = diff
-            result[leaf].update(delta_vs_float=round(100 * float(diff.mean()), 3),
-                                float_se=round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3))
+            result[leaf].update(zip(("delta_vs_float", "float_se"), paired_points(diff)))
     return result, per_sample
 
 
@@ -202,10 +213,8 @@ def summarize_seeds(runs: dict[int, dict], budget: float) -> tuple[str, dict]:
                   / runs[s]["rows"]["ptq"]["ethos-u55-128"]["encoded_weights_bytes"] for s in seeds]
         vs_float = (np.mean([runs[s]["per_sample_delta"][FLOAT + leaf] for s in seeds], axis=0)
                     if all(FLOAT + leaf in runs[s]["per_sample_delta"] for s in seeds) else None)
-        summary[leaf] = {"delta_vs_ptq": round(100 * float(diff.mean()), 3),
-                         "delta_se": round(100 * float(diff.std(ddof=1)) / np.sqrt(len(diff)), 3),
-                         **({"delta_vs_float": round(100 * float(vs_float.mean()), 3),
-                             "float_se": round(100 * float(vs_float.std(ddof=1)) / np.sqrt(len(vs_float)), 3)}
+        summary[leaf] = {**dict(zip(("delta_vs_ptq", "delta_se"), paired_points(diff))),
+                         **(dict(zip(("delta_vs_float", "float_se"), paired_points(vs_float)))
                             if vs_float is not None else {}),
                          "encoded_vs_ptq": round(float(np.mean(ratios)), 4),
                          "per_seed_delta": [runs[s]["rows"][leaf]["delta_vs_ptq"] for s in seeds],
@@ -215,9 +224,8 @@ def summarize_seeds(runs: dict[int, dict], budget: float) -> tuple[str, dict]:
              "U55-128 enc. weights vs ptq | per seed |",
              "|---|---|---|---|---|---|"]
     for leaf, r in summary.items():
-        vs_float = f"{r['delta_vs_float']:+.2f} ± {r['float_se']:.2f}" if "delta_vs_float" in r else "n/a"
         lines.append(f"| {leaf} | {r['delta_vs_ptq']:+.2f} ± {r['delta_se']:.2f} | "
-                     f"{' / '.join(f'{d:+.2f}' for d in r['per_seed_delta'])} | {vs_float} | {r['encoded_vs_ptq']:.3f} | "
+                     f"{' / '.join(f'{d:+.2f}' for d in r['per_seed_delta'])} | {_vs_float(r)} | {r['encoded_vs_ptq']:.3f} | "
                      f"{' / '.join(f'{x:.3f}' for x in r['per_seed_encoded_vs_ptq'])} |")
     best = pick_best({leaf: r["delta_vs_ptq"] for leaf, r in summary.items()},
                      {leaf: r["encoded_vs_ptq"] for leaf, r in summary.items()}, budget)
@@ -280,9 +288,7 @@ def render(result: dict, budget: float) -> str:
         ratio = "n/a" if not base_w or u55["encoded_weights_bytes"] is None else f"{u55['encoded_weights_bytes'] / base_w:.3f}"
         name = leaf + (" (best palette)" if leaf == best else "")
         lines.append(
-            f"| {name} | {r['int8_accuracy']:.2f} | {_delta(r, ptq)} | "
-            + (f"{r['delta_vs_float']:+.2f} ± {r['float_se']:.2f}" if r.get("delta_vs_float") is not None else "n/a")
-            + " | "
+            f"| {name} | {r['int8_accuracy']:.2f} | {_delta(r, ptq)} | {_vs_float(r)} | "
             f"{_fmt(u55['encoded_weights_bytes'])} | {ratio} | {_fmt(u55['npu_cycles'])} | "
             f"{_fmt(u85['encoded_weights_bytes'])} | {_fmt(u85['npu_cycles'])} | "
             f"{_fmt(size['weight_read_cycles'])} / {_fmt(size['total_cycles'])} | "
