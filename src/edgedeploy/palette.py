@@ -1111,7 +1111,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
               "steps_tried": len(steps), "steps_kept": len(kept),
               "drop": kept[-1]["joint_drop"] if kept else round(start_drop, 3),
               "measured_drop": kept[-1]["measured_drop"] if kept else start_judged["measured_drop"],
-              "encoded_bytes": kept[-1]["encoded_bytes"] if kept else int(sum(o["bytes"] for o in start.values()))}
+              "encoded_bytes": plan_bytes(options, chosen)}
     return {
         "plan": chosen,
         "budget_points": None if sized else budget,
