@@ -343,6 +343,24 @@ def candidate_settings(clusters: Sequence[int], sparsities: Sequence[float]) -> 
     return [LayerSetting(int(k), float(s)) for k in clusters for s in sparsities]
 
 
+def start_options(options: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Mapping[str, Any]]:
+    """Per layer, the option a walk starts from: the most bytes (the sweep's largest palette), then least drop."""
+    return {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items() if opts}
+
+
+def memoized(joint_drop):
+    """``joint_drop`` judging each plan (layer -> setting) once, however often it is asked."""
+    memo: dict[str, Any] = {}
+
+    def judged(plan: Mapping[str, Mapping[str, Any]]):
+        key = json.dumps(sorted((k, sorted(v.items())) for k, v in plan.items()))
+        if key not in memo:
+            memo[key] = joint_drop(plan)
+        return memo[key]
+
+    return judged
+
+
 def greedy_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, budget: float
                 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """Per layer, a setting such that the *joint* accuracy drop stays within ``budget``, fewest bytes first.
@@ -355,7 +373,7 @@ def greedy_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, 
     drop, or a mapping with the drop under ``"drop"`` and more facts to record with the step. Returns (plan,
     steps tried).
     """
-    start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items() if opts}
+    start = start_options(options)
     current = dict(start)
     moves = []
     for layer, opts in options.items():
@@ -403,13 +421,7 @@ def sized_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, m
     bytes, drop of each), "steps" (the chosen walk's)}; when even the smallest plan does not fit, that plan
     with ``fits`` False.
     """
-    memo: dict[str, Any] = {}
-
-    def judged(plan: Mapping[str, Mapping[str, Any]]):
-        key = json.dumps(sorted((k, sorted(v.items())) for k, v in plan.items()))
-        if key not in memo:
-            memo[key] = joint_drop(plan)
-        return memo[key]
+    judged = memoized(joint_drop)
 
     def drop_of(plan: Mapping[str, Mapping[str, Any]]) -> float:
         value = judged(plan)
@@ -1070,13 +1082,15 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
                                     "accuracy": round(r["accuracy"], 3)})
     options = {k: v for k, v in options.items() if v}
     # Single-layer drops do not add up: walk the moves and check each on the whole model.
+    # Memoized: a size-budget walk that keeps no move asks again for the start plan judged here.
+    @memoized
     def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
         m = keras.models.clone_model(model)
         m.set_weights(model.get_weights())
         apply_plan(m, plan, recipe.seed, hessians)
         return judge(*_scores(m, x_hold, y_hold, from_logits))
 
-    start = {layer: max(opts, key=lambda o: (o["bytes"], -max(o["drop"], 0.0))) for layer, opts in options.items()}
+    start = start_options(options)
     start_judged = joint_drop({k: v["setting"] for k, v in start.items()})
     start_drop = start_judged["drop"]
     # "palette" (default): the budget counts from the start (every layer at Vela's 32 values, which every

@@ -357,6 +357,26 @@ def test_sized_plan_fits_the_bytes_at_the_least_drop():
     assert not tight["fits"] and tight["bytes"] == 800 and len(tight["walks"]) == 1
 
 
+def test_a_start_judged_before_the_walks_is_not_judged_again():
+    options = {"a": [_opt(None, 1000, 0.0), _opt(4, 300, 5.0)], "b": [_opt(16, 900, 0.0), _opt(None, 900, 0.2)]}
+    start = palette.start_options(options)
+    # the most bytes per layer, the least drop among equals
+    assert start["a"]["setting"]["clusters"] is None and start["b"]["setting"]["clusters"] == 16
+    start_plan = {k: v["setting"] for k, v in start.items()}
+    calls = []
+
+    def joint(plan):
+        calls.append(plan)
+        return 5.0 if plan["a"]["clusters"] == 4 else 0.0
+
+    judged = palette.memoized(joint)
+    assert judged(start_plan) == 0.0
+    # the bisected walks below 5 points keep no move, so their plan is the start: already judged
+    found = palette.sized_plan(options, judged, max_bytes=1900, low=0.0)
+    assert found["plan"] == start_plan and len(found["walks"]) > 1
+    assert sum(p == start_plan for p in calls) == 1
+
+
 def test_drop_per_loss_fits_the_linear_regime_only():
     rng = np.random.default_rng(0)
     rises = rng.uniform(0.0, 0.1, size=40)
