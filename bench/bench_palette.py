@@ -2,8 +2,8 @@
 
 For the MLPerf Tiny DS-CNN (Speech Commands: fine-tune split == 0 -> eval split == 1) and the MLPerf Tiny
 ResNet-8 (CIFAR-10 JPEG subset: x_train -> x_test) it runs `edgedeploy optimize` with the leaves ptq, pcqat,
-pruned_clustered_palette and pcqat_palette (the palette node runs the per-layer sensitivity sweep on samples
-of the fine-tune split), compiles every leaf with Vela (debug database on) and prints per leaf:
+pruned_clustered_palette and pcqat_palette, or those of --leaves (the palette node runs the per-layer sensitivity
+sweep on samples of the fine-tune split), compiles every leaf with Vela (debug database on) and prints per leaf:
 
 - int8 accuracy on the evaluation split and its difference to the ptq leaf;
 - Vela-encoded weights and NPU cycles on ethos-u55-128 and ethos-u85-256 (built-in targets, --optimise
@@ -24,7 +24,7 @@ leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, t
 
 Run: python bench/bench_palette.py [--models kws,ic] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
      [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy]
-     [--seed N | --seeds 0,1,2] [--size-budget FRACTION] [--palette-clusters 4,8,16]
+     [--seed N | --seeds 0,1,2] [--size-budget FRACTION] [--palette-clusters 4,8,16] [--leaves ptq,cqat_palette]
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ MODELS = {
     "ic": ("MLPerf ResNet-8, CIFAR-10 JPEG subset (x_train -> x_test)", "ic/resnet8_mlperf_float.h5",
            "ic/cifar10_jpeg_subset.npz"),
 }
-LEAVES = ["ptq", "pcqat", "pruned_clustered_palette", "pcqat_palette"]
-PALETTE_LEAVES = ["pruned_clustered_palette", "pcqat_palette"]
+PALETTE_LEAVES = ["clustered_palette", "cqat_palette", "pruned_clustered_palette", "pcqat_palette"]
+LEAVES = ["ptq", "pcqat", *PALETTE_LEAVES]  # the order of the tables; --leaves picks which run
+DEFAULT_LEAVES = "ptq,pcqat,pruned_clustered_palette,pcqat_palette"
 FLOAT = "float-vs-"  # per_sample_delta key prefix: a leaf's per-sample difference to the float baseline
 GOAL_RATIO = 0.40  # the goal: encoded weights at most this fraction of ptq's, within the accuracy budget
 MAIN_TARGETS = ["ethos-u55-128", "ethos-u85-256"]
@@ -71,7 +72,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     title, model, data = MODELS[key]
     out = (out or args.out) / key
     sweep_budget = args.budget if args.sweep_budget is None else args.sweep_budget
-    table = {"leaves": LEAVES, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
+    run_leaves = args.leaves.split(",")
+    table = {"leaves": run_leaves, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
                                            "target": "ethos-u55-128", "workers": args.workers,
                                            "measure_on": args.measure_on, "budget_from": args.budget_from,
                                            "projection": args.projection, "drop_estimate": args.drop_estimate,
@@ -86,7 +88,7 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     # One leaf at a time (shared nodes are trained once and reused), so that a leaf whose stage fails (e.g. a
     # TFMOT preservation failure) is reported as such while the others are still measured.
     leaves, failed, nodes = {}, {}, {}
-    for leaf in [*[x for x in LEAVES if x != "pcqat"], "pcqat"]:
+    for leaf in sorted(run_leaves, key=lambda x: x == "pcqat"):  # pcqat last
         try:
             outcome = optimize(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))
         except EdgeDeployError as exc:
@@ -131,7 +133,7 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
         if rec.details.get("plan"):
             row["plan"] = rec.details["plan"]
         rows[leaf] = row
-    sweep = nodes.get("pruned_clustered_palette")
+    sweep = next((nodes[n] for n in ("pruned_clustered_palette", "clustered_palette") if n in nodes), None)
     return {"title": title, "rows": rows, "failed": failed, "optimize_seconds": round(t_opt), "compile_seconds": round(t_comp),
             "sweep": None if sweep is None else {k: v for k, v in sweep.details.get("sweep", {}).items()
                                                  if k in ("measured_on", "checks", "seconds", "budget_points", "executor",
@@ -317,6 +319,8 @@ def render(result: dict, budget: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="kws,ic")
+    ap.add_argument("--leaves", default=DEFAULT_LEAVES,
+                    help=f"comma-separated leaves to run, ptq among them (palette leaves: {', '.join(PALETTE_LEAVES)})")
     ap.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs per stage (recipe default)")
     ap.add_argument("--sparsity", type=float, default=None)
     ap.add_argument("--clusters", type=int, default=None)
@@ -344,6 +348,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args()
+    if "ptq" not in args.leaves.split(","):
+        ap.error("--leaves needs ptq: every difference is measured against it")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
     seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
     results = {}
