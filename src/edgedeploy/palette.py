@@ -1119,12 +1119,12 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
                         "the size budget of %.3f; add smaller [palette] clusters or larger sparsities",
                         found["bytes"] + fixed, sized["fraction_of_reference"], float(size_budget))
     kept = [st for st in steps if st["kept"]]
+    final = joint_drop(chosen)  # judged already (as the start or a step), so read from the memo
     checks = {"start": f"every layer at {PALETTE_LIMIT} palette values", "start_drop": round(start_drop, 3),
               "start_measured_drop": start_judged["measured_drop"],
               "start_encoded_bytes": int(sum(o["bytes"] for o in start.values())),
               "steps_tried": len(steps), "steps_kept": len(kept),
-              "drop": kept[-1]["joint_drop"] if kept else round(start_drop, 3),
-              "measured_drop": kept[-1]["measured_drop"] if kept else start_judged["measured_drop"],
+              "drop": final["drop"], "measured_drop": final["measured_drop"],
               "encoded_bytes": plan_bytes(options, chosen)}
     return {
         "plan": chosen,
