@@ -14,11 +14,16 @@ from .errors import ToolFailedError
 log = logging.getLogger("edgedeploy")
 
 
-def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False) -> bytes:
+class FloatOperatorsLeft(ToolFailedError):
+    """Int8 conversion left operators computing in float (no int8 kernel, or no range to quantize them with)."""
+
+
+def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False, source: str | None = None) -> bytes:
     """Convert ``model`` to full-int8 TFLite with a fixed batch size of 1.
 
     PTQ models are calibrated on ``calibration_x`` (real samples from the fine-tune split); QAT models carry
-    their own ranges, and ``calibration_x`` is None for them.
+    their own ranges, and ``calibration_x`` is None for them (see :func:`convert_qat_int8`). ``source`` (e.g.
+    the leaf) starts the message of a failure.
     """
     from . import tfenv
 
@@ -45,13 +50,33 @@ def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False
             result = converter.convert()
     except Exception as exc:  # the converter raises assorted errors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ToolFailedError(f"int8 conversion failed: {first}",
+        raise ToolFailedError(f"{_prefix(source)}int8 conversion failed: {first}",
                               "a layer may have no int8 kernel in TFLite; check the model's operators") from exc
-    _require_full_int8(result)
+    _require_full_int8(result, source)
     return result
 
 
-def _require_full_int8(data: bytes) -> None:
+def convert_qat_int8(model, calibration, float_io: bool = False, source: str | None = None) -> tuple[bytes, str | None]:
+    """Convert a QAT model to full-int8 TFLite; returns (the model, what calibrated some of it, or None).
+
+    A QAT model carries its own ranges. Layers TFMOT left without fake quantization (see
+    :func:`edgedeploy.keras_model.unsupported_for_qat`) have none, and some (a SeparableConv2D, a batch norm it
+    cannot fold) then stay in float: only then is the model converted again with a representative dataset,
+    ``calibration()`` -> (samples, description), which gives those tensors ranges and keeps every QAT range.
+    """
+    try:
+        return convert_int8(model, None, float_io, source), None
+    except FloatOperatorsLeft as exc:
+        x, described = calibration()
+        log.info("%s; calibrating the layers without QAT ranges on %s", exc.message, described)
+        return convert_int8(model, x, float_io, source), f"{described}, for the layers without QAT ranges only"
+
+
+def _prefix(source: str | None) -> str:
+    return f"{source}: " if source else ""
+
+
+def _require_full_int8(data: bytes, source: str | None = None) -> None:
     import tempfile
 
     from .tflite_model import read_tflite
@@ -61,8 +86,9 @@ def _require_full_int8(data: bytes) -> None:
         path.write_bytes(data)
         floats = read_tflite(path).float_compute_ops()
     if floats:
-        raise ToolFailedError(
-            f"int8 conversion left {len(floats)} operators in float ({', '.join(sorted({o.op for o in floats}))})",
+        raise FloatOperatorsLeft(
+            f"{_prefix(source)}int8 conversion left {len(floats)} operators in float "
+            f"({', '.join(sorted({o.op for o in floats}))})",
             "these layers have no int8 kernel in TFLite; replace them or quantize them with QAT",
         )
 

@@ -166,14 +166,19 @@ def keras_weight_stats(model) -> list[WeightStats]:
     return found
 
 
-def separate_relu_layers(model) -> list[str]:
-    """Conv/Dense layers whose only consumer is a separate ReLU layer (QAT then skips their quantizers)."""
+def separate_relu_layers(model, relu6: bool = False) -> list[str]:
+    """Conv/Dense layers whose only consumer is a separate ReLU layer (QAT then skips their quantizers).
+
+    With ``relu6`` also those followed by a ``ReLU(max_value=6)``: TFMOT's QAT drops their weight quantizers
+    the same way, but cannot take ``relu6`` as a layer's own activation, so only quantize configs of our own
+    (the palette QAT's) can take the fused layer.
+    """
     out = []
     for layer in model.layers:
         if inner(layer).__class__.__name__ not in KERNEL_LAYERS:
             continue
         consumers = [n.outbound_layer for n in layer._outbound_nodes]
-        if len(consumers) == 1 and _is_plain_relu(consumers[0]) and _linear(layer):
+        if len(consumers) == 1 and _relu_kind(consumers[0], relu6) and _linear(layer):
             out.append(base_name(layer.name))
     return out
 
@@ -183,22 +188,28 @@ def _linear(layer) -> bool:
     return act is None or getattr(act, "__name__", "") == "linear"
 
 
-def _is_plain_relu(layer) -> bool:
+def _relu_kind(layer, relu6: bool = False) -> str | None:
+    """``"relu"`` for a plain ReLU layer, ``"relu6"`` (with ``relu6``) for ``ReLU(max_value=6)``, else None."""
     name = layer.__class__.__name__
     if name == "ReLU":
         cfg = layer.get_config()
-        return cfg.get("max_value") is None and not cfg.get("negative_slope") and not cfg.get("threshold")
+        if cfg.get("negative_slope") or cfg.get("threshold"):
+            return None
+        if cfg.get("max_value") is None:
+            return "relu"
+        return "relu6" if relu6 and float(cfg["max_value"]) == 6.0 else None
     if name == "Activation":
-        return layer.get_config().get("activation") == "relu"
-    return False
+        return "relu" if layer.get_config().get("activation") == "relu" else None
+    return None
 
 
-def fuse_separate_relu(model):
-    """Fold a separate ReLU into the Conv/Dense before it (same function, QAT-friendly). Returns (model, fused)."""
+def fuse_separate_relu(model, relu6: bool = False):
+    """Fold a separate ReLU (with ``relu6`` also a ReLU6) into the Conv/Dense before it as its activation (same
+    function, QAT-friendly). Returns (model, fused)."""
     from . import tfenv
 
     keras = tfenv.load().keras
-    targets = set(separate_relu_layers(model))
+    targets = set(separate_relu_layers(model, relu6))
     if not targets or model.__class__.__name__ != "Functional":
         return model, []
     config = model.get_config()
@@ -209,7 +220,7 @@ def fuse_separate_relu(model):
         if layer.name not in targets:
             continue
         relu = layer._outbound_nodes[0].outbound_layer
-        layers[layer.name]["config"]["activation"] = "relu"
+        layers[layer.name]["config"]["activation"] = _relu_kind(relu, relu6)
         rename[relu.name] = layer.name
         fused.append(layer.name)
     new = keras.Model.from_config(bypass_layers(config, rename))
@@ -238,6 +249,11 @@ def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
     return config
 
 
+# the layers whose following batch norm TFMOT's default 8-bit transforms fold (Conv2DBatchNormQuantize and
+# DenseBatchNormQuantize, with their activation variants)
+BATCH_NORM_FOLDED_AFTER = ("Conv2D", "DepthwiseConv2D", "Dense")
+
+
 def unsupported_for_qat(model) -> list[str]:
     """Layers TFMOT's default 8-bit QAT registry has no quantize config for (e.g. ``TFOpLambda`` ``tf.reshape``)."""
     from . import tfenv
@@ -249,11 +265,22 @@ def unsupported_for_qat(model) -> list[str]:
     from tensorflow_model_optimization.python.core.quantization.keras.quantize_annotate import QuantizeAnnotate
 
     registry = registry_module.Default8BitQuantizeRegistry()
-    # batch norms are not in the registry: TFMOT's graph transforms fold them into the layer before them
-    handled = ("InputLayer", "BatchNormalization")
-    return [layer.name for layer in model.layers
-            if layer.__class__.__name__ not in handled and not isinstance(layer, QuantizeAnnotate)
-            and not registry.supports(layer)]
+
+    def supported(layer) -> bool:
+        kind = layer.__class__.__name__
+        if kind == "InputLayer" or isinstance(layer, QuantizeAnnotate):
+            return True
+        if kind == "BatchNormalization":
+            # not in the registry: TFMOT's graph transforms fold a batch norm into the layer before it, where that
+            # is one Conv2D, DepthwiseConv2D or Dense without an activation of its own (any other one, e.g. after a
+            # SeparableConv2D or an Add, makes quantize_apply refuse the whole model)
+            sources = [n.inbound_layers for n in layer._inbound_nodes]
+            source = sources[0] if len(sources) == 1 and not isinstance(sources[0], (list, tuple)) else None
+            return (source is not None and source.__class__.__name__ in BATCH_NORM_FOLDED_AFTER
+                    and source.get_config().get("activation") == "linear" and registry.supports(source))
+        return registry.supports(layer)
+
+    return [layer.name for layer in model.layers if not supported(layer)]
 
 
 def annotate_for_qat(model):
@@ -288,9 +315,14 @@ def annotate_for_qat(model):
     return annotated
 
 
-def quantize_for_qat(model, scheme=None, custom_objects=None):
-    """``quantize_apply`` on :func:`annotate_for_qat` of ``model`` (TFMOT's default scheme unless given)."""
+def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT"):
+    """``quantize_apply`` on :func:`annotate_for_qat` of ``model`` (TFMOT's default scheme unless given).
+
+    A model TFMOT still cannot rewrite raises :class:`~edgedeploy.errors.InvalidInputError`, its message starting
+    with ``what`` (e.g. the stage).
+    """
     from . import tfenv
+    from .errors import InvalidInputError
 
     quant = tfenv.load().tfmot.quantization.keras
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
@@ -298,5 +330,11 @@ def quantize_for_qat(model, scheme=None, custom_objects=None):
     )
 
     annotated = annotate_for_qat(model)
-    with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig, **(custom_objects or {})}):
-        return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)
+    try:
+        with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig, **(custom_objects or {})}):
+            return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)
+    except (RuntimeError, ValueError) as exc:  # what quantize_apply raises for layers and weights it cannot take
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise InvalidInputError(f"{what}: TFMOT cannot build the quantization-aware model ({reason})",
+                                "leave the QAT leaves out (e.g. --leaves ptq,pruned,pruned_clustered,clustered), "
+                                "or report this model") from exc

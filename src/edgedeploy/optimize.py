@@ -14,6 +14,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import preserve
-from .convert import convert_int8, gzip_size, keras_accuracy, tflite_accuracy
+from .convert import convert_int8, convert_qat_int8, gzip_size, keras_accuracy, tflite_accuracy
 from .data import Dataset, load_dataset
 from .errors import InvalidInputError, UsageError
 from .keras_model import (
@@ -368,7 +369,7 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_spa
 def qat_model(env, parent, node: str):
     """The QAT model of ``node`` built from its (float) parent, before training."""
     if node == "qat":
-        return quantize_for_qat(clone(parent))
+        return quantize_for_qat(clone(parent), what=f"stage {node}")
     from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
         default_8bit_cluster_preserve_quantize_scheme as cluster_preserve,
     )
@@ -381,7 +382,7 @@ def qat_model(env, parent, node: str):
         "cqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=False),
         "pcqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=True),
     }[node]()
-    return quantize_for_qat(clone(parent), scheme)
+    return quantize_for_qat(clone(parent), scheme, what=f"stage {node}")
 
 
 def settle_cluster_weights(model) -> int:
@@ -429,8 +430,13 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 # --------------------------------------------------------------------------- preservation
 
 
-def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path) -> list[WeightStats]:
-    """Weight statistics of the int8 TFLite, each tensor matched to its Keras layer by name and shape."""
+def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
+                layer_names: Iterable[str] = ()) -> list[WeightStats]:
+    """Weight statistics of the int8 TFLite, each tensor matched to its Keras layer by name and shape.
+
+    A tensor whose name matches no layer with statistics is matched by kind and size, unless it names another
+    layer of the model (``layer_names``; e.g. the two kernels of a SeparableConv2D, which has no statistics).
+    """
     from .tflite_model import read_weight_tensors
 
     path = tmp / "_probe.tflite"
@@ -439,6 +445,7 @@ def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path) -
     path.unlink()
     kinds = {"CONV_2D": "Conv2D", "DEPTHWISE_CONV_2D": "DepthwiseConv2D", "FULLY_CONNECTED": "Dense"}
     layers = {s.layer: s for s in keras_stats}
+    others = {base_name(n) for n in layer_names} - set(layers)
     used: set[str] = set()
     out = []
     for t in tensors:
@@ -449,6 +456,8 @@ def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path) -
         segments = [seg for part in t.name.split(";") for seg in part.split("/")]
         candidates = [base_name(seg) for seg in segments if base_name(seg) in layers]
         name = next((c for c in candidates if c not in used and layers[c].kind == kind), None)
+        if name is None and not candidates and any(base_name(seg) in others for seg in segments):
+            continue  # another layer's kernel
         if name is None:  # fall back to the next unmatched layer of the same kind and size
             name = next((s.layer for s in keras_stats if s.layer not in used and s.kind == kind
                          and int(np.prod(s.shape)) == values.size), None)
@@ -616,17 +625,19 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
     node = LEAVES[leaf]
     if node in QAT_NODES:
         model = load_qat(env, inputs["parent_model"], inputs["model"], node)
-        calibration, calibrated_on = None, None
+        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+        int8, calibrated_on = convert_qat_int8(
+            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
         calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
-    float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-    int8 = convert_int8(model, calibration, float_io=recipe.float_io)
+        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
     target = out / INT8_MODEL
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)
     keras_stats = keras_weight_stats(model)
-    int8_stats = _int8_stats(int8, keras_stats, out)
+    int8_stats = _int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers])
     verdict = _verdict(node, "int8", int8_stats, recipe, [])
     preserve.raise_failures(verdict, f"{leaf} (int8)")
     metrics = {

@@ -1286,7 +1286,10 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
         if info is None:
             return layer
         attr = kernel_attr(info["kind"] == "DepthwiseConv2D")
-        config = config_cls([attr], ["activation"], False, info["palette"], info["per_axis"],
+        # TFMOT's quantize-aware activations have no relu6 (a fused ReLU6, see fuse_separate_relu): the layer then
+        # keeps its own activation and its output is fake-quantized after it, as the converter fuses them
+        own = layer.get_config().get("activation") == "relu6"
+        config = config_cls([attr], [] if own else ["activation"], own, info["palette"], info["per_axis"],
                             info["kind"] == "DepthwiseConv2D")
         return quant.quantize_annotate_layer(layer, quantize_config=config)
 
@@ -1294,7 +1297,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     annotated = env.keras.models.clone_model(base, clone_function=annotate)
     annotated.set_weights(base.get_weights())
     model = quantize_for_qat(annotated, custom_objects={"PaletteQuantizeConfig": config_cls,
-                                                        "PaletteWeightsQuantizer": quantizer_cls})
+                                                        "PaletteWeightsQuantizer": quantizer_cls}, what="palette QAT")
     from .keras_model import base_name
 
     for layer, quantizer in palette_layers(model):
@@ -1515,7 +1518,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     fit_data = _fit_data(data, recipe)
     if NODES[node][1] == "palette":
         model, folded = fold_batch_norm(parent)
-        model, fused = fuse_separate_relu(model)
+        model, fused = fuse_separate_relu(model, relu6=True)  # palette QAT keeps a relu6 activation (see below)
         details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
         plan = default_plan(model, recipe)
         hessians = None
@@ -1588,7 +1591,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
 def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):
     """The convert stage of a palette leaf (dispatched from :func:`edgedeploy.optimize._convert_leaf`)."""
     from . import optimize
-    from .convert import convert_int8, gzip_size, keras_accuracy, tflite_accuracy
+    from .convert import convert_int8, convert_qat_int8, gzip_size, keras_accuracy, tflite_accuracy
     from .manifest import Metric
     from .stages import StageResult
 
@@ -1599,12 +1602,14 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
     plan = doc["plan"]
     if node in QAT_NODES:
         model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed, doc["batch_norm_factors"])
-        calibration, calibrated_on = None, None
+        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+        int8, calibrated_on = convert_qat_int8(
+            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
         calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
-    float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-    int8 = convert_int8(model, calibration, float_io=recipe.float_io)
+        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
     target = out / optimize.INT8_MODEL
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)

@@ -100,3 +100,111 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     qat_pred = qat.predict(x, verbose=0).argmax(-1)
     agreement = np.mean(float_pred == qat_pred)
     assert agreement > 0.9
+
+
+def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
+    """TFMOT folds a batch norm only into one linear Conv2D/DepthwiseConv2D/Dense before it; any other batch norm
+    (here after a SeparableConv2D, a Conv2D with its own ReLU, and an Add) makes quantize_apply refuse the model."""
+    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
+
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((12, 12, 3))
+    a = keras.layers.Conv2D(8, 3, padding="same", name="conv")(inp)
+    a = keras.layers.BatchNormalization(name="bn_conv")(a)  # folded by TFMOT
+    b = keras.layers.SeparableConv2D(8, 3, padding="same", name="sep")(a)
+    b = keras.layers.BatchNormalization(name="bn_sep")(b)
+    c = keras.layers.Conv2D(8, 1, activation="relu", name="conv_relu")(b)
+    c = keras.layers.BatchNormalization(name="bn_relu")(c)
+    x = keras.layers.Add(name="add")([a, c])
+    x = keras.layers.BatchNormalization(name="bn_add")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    out = keras.layers.Dense(4, activation="softmax", name="head")(x)
+    model = keras.Model(inp, out)
+    assert unsupported_for_qat(model) == ["sep", "bn_sep", "bn_relu", "bn_add"]
+    qat = quantize_for_qat(model)
+    wrapped = {layer.layer.name: type(layer.quantize_config).__name__ for layer in qat.layers
+               if hasattr(layer, "quantize_config")}
+    assert wrapped["conv"] != "NoOpQuantizeConfig" and wrapped["head"] != "NoOpQuantizeConfig"
+    assert all(wrapped[name] == "NoOpQuantizeConfig" for name in ("sep", "bn_sep", "bn_relu", "bn_add"))
+    x = np.random.default_rng(0).normal(size=(64, 12, 12, 3)).astype(np.float32)
+    assert qat.predict(x, verbose=0).shape == (64, 4)
+
+    # their tensors have no QAT range: converted as QAT models are (no calibration) they stay in float, ...
+    from edgedeploy.convert import FloatOperatorsLeft, convert_int8, convert_qat_int8
+
+    qat.compile(optimizer=keras.optimizers.Adam(1e-6), loss="sparse_categorical_crossentropy")
+    qat.fit(x, np.arange(64) % 4, batch_size=16, epochs=1, verbose=0)  # sets the QAT ranges
+    with pytest.raises(FloatOperatorsLeft, match=r"^leaf x: int8 conversion left .* in float \(.*CONV_2D"):
+        convert_int8(qat, None, source="leaf x")
+    # ... so only then are they calibrated (the converter keeps the QAT ranges it finds)
+    asked = []
+    int8, described = convert_qat_int8(qat, lambda: asked.append(1) or (x, "64 samples"), source="leaf x")
+    assert asked == [1] and described == "64 samples, for the layers without QAT ranges only"
+    assert int8[4:8] == b"TFL3"
+    # a QAT model with a range everywhere converts without asking for samples
+    plain = keras.Model(inp, keras.layers.Dense(4, name="plain_head")(keras.layers.Flatten()(a)))
+    q = quantize_for_qat(plain)
+    q.compile(optimizer=keras.optimizers.Adam(1e-6), loss="mse")
+    q.fit(x, np.zeros((64, 4), np.float32), batch_size=16, epochs=1, verbose=0)
+    assert convert_qat_int8(q, lambda: asked.append(2) or (x, "64 samples"))[1] is None and asked == [1]
+
+
+def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(keras, tmp_path):
+    """A SeparableConv2D's pointwise kernel has the size of the 1x1 Conv2D after it; it has no statistics of its
+    own, and must not be taken for that layer's kernel (its sparsity would then be checked on the wrong one)."""
+    from edgedeploy.convert import convert_int8
+    from edgedeploy.optimize import _int8_stats
+
+    keras.utils.set_random_seed(6)
+    inp = keras.Input((10, 10, 8))
+    x = keras.layers.SeparableConv2D(8, 3, padding="same", name="sep")(inp)
+    x = keras.layers.Conv2D(8, 1, name="pointwise")(x)
+    out = keras.layers.Dense(3, name="head")(keras.layers.Flatten()(x))
+    model = keras.Model(inp, out)
+    kernel = model.get_layer("pointwise").get_weights()
+    kernel[0][np.abs(kernel[0]) < np.median(np.abs(kernel[0]))] = 0.0  # half of it pruned
+    model.get_layer("pointwise").set_weights(kernel)
+    x_cal = np.random.default_rng(1).normal(size=(32, 10, 10, 8)).astype(np.float32)
+    int8 = convert_int8(model, x_cal)
+    found = {s.layer: s for s in _int8_stats(int8, keras_weight_stats(model), tmp_path,
+                                             [layer.name for layer in model.layers])}
+    assert set(found) == {"pointwise", "head"}
+    assert found["pointwise"].sparsity == pytest.approx(0.5, abs=0.02)
+
+
+def test_palette_qat_keeps_the_palette_of_a_layer_followed_by_relu6(keras, tmp_path):
+    """MobileNet-style Conv -> BN -> ReLU6: with the batch norm folded, TFMOT's QAT would take the ReLU6 as a
+    separate ReLU and drop the convolution's weight quantizer (its palette with it). The palette node fuses it
+    into the layer as relu6, which the palette QAT keeps as the layer's own activation."""
+    from edgedeploy import palette
+    from edgedeploy.convert import convert_qat_int8
+    from edgedeploy.keras_model import base_name
+    from edgedeploy.tflite_model import read_tflite, read_weight_tensors
+
+    keras.utils.set_random_seed(7)
+    inp = keras.Input((12, 12, 3))
+    x = keras.layers.Conv2D(16, 3, use_bias=False, name="stem")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(6.0, name="relu6")(x)
+    x = keras.layers.Conv2D(16, 1, name="pw")(x)
+    x = keras.layers.ReLU(6.0, name="relu6_b")(x)
+    out = keras.layers.Dense(4, name="head")(keras.layers.GlobalAveragePooling2D()(x))
+    model, folded = palette.fold_batch_norm(keras.Model(inp, out))
+    assert separate_relu_layers(model) == []  # a ReLU6 is not a plain ReLU ...
+    model, fused = fuse_separate_relu(model, relu6=True)  # ... but the palette node fuses it too
+    assert fused == ["stem", "pw"] and model.get_layer("stem").get_config()["activation"] == "relu6"
+    plan = {name: {"clusters": 8, "sparsity": 0.0} for name, _ in palette.kernel_layers(model)}
+    palette.apply_plan(model, plan, seed=0)
+    qat = palette.palette_qat_model(model, plan, 0, folded)
+    assert sorted(base_name(layer.name) for layer, _ in palette.palette_layers(qat)) == ["head", "pw", "stem"]
+    x = np.random.default_rng(2).normal(size=(64, 12, 12, 3)).astype(np.float32)
+    qat.compile(optimizer=keras.optimizers.Adam(1e-5), loss="mse")
+    qat.fit(x, model.predict(x, verbose=0), batch_size=16, epochs=1, verbose=0)
+    palette.bake_palettes(qat)
+    int8, calibrated = convert_qat_int8(qat, lambda: (x, "64 samples"))
+    path = tmp_path / "m.tflite"
+    path.write_bytes(int8)
+    kernels = [t for t in read_weight_tensors(path) if t.op in ("CONV_2D", "FULLY_CONNECTED")]
+    assert len(kernels) == 3 and all(np.unique(t.values()).size <= 8 for t in kernels)
+    ops = [o.op for o in read_tflite(path).operators]
+    assert "RELU6" not in ops and calibrated is None  # fused into the convolutions, every range from QAT
