@@ -277,7 +277,7 @@ def unsupported_for_qat(model) -> list[str]:
             sources = [n.inbound_layers for n in layer._inbound_nodes]
             source = sources[0] if len(sources) == 1 and not isinstance(sources[0], (list, tuple)) else None
             return (source is not None and source.__class__.__name__ in BATCH_NORM_FOLDED_AFTER
-                    and source.get_config().get("activation") == "linear" and registry.supports(source))
+                    and _linear(source) and registry.supports(source))
         return registry.supports(layer)
 
     return [layer.name for layer in model.layers if not supported(layer)]

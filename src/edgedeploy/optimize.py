@@ -615,6 +615,19 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
                        details=details, warnings=warnings)
 
 
+def leaf_int8(model, qat: bool, leaf: str, data: Dataset, recipe: Recipe) -> tuple[float, bytes, str | None]:
+    """A leaf's float accuracy on the evaluation split, its full-int8 TFLite, and what calibrated it (PTQ: the
+    calibration samples; QAT: see :func:`~edgedeploy.convert.convert_qat_int8`)."""
+    float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
+    if qat:
+        int8, calibrated_on = convert_qat_int8(
+            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
+    else:
+        calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
+        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
+    return float_acc, int8, calibrated_on
+
+
 def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
     if NODES[LEAVES[leaf]][1] in ("palette", "palette_qat"):  # palette-aware leaves (edgedeploy.palette)
         from . import palette
@@ -625,14 +638,9 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
     node = LEAVES[leaf]
     if node in QAT_NODES:
         model = load_qat(env, inputs["parent_model"], inputs["model"], node)
-        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-        int8, calibrated_on = convert_qat_int8(
-            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
-        calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
-        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
+    float_acc, int8, calibrated_on = leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
     target = out / INT8_MODEL
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)

@@ -1591,7 +1591,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
 def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):
     """The convert stage of a palette leaf (dispatched from :func:`edgedeploy.optimize._convert_leaf`)."""
     from . import optimize
-    from .convert import convert_int8, convert_qat_int8, gzip_size, keras_accuracy, tflite_accuracy
+    from .convert import gzip_size, tflite_accuracy
     from .manifest import Metric
     from .stages import StageResult
 
@@ -1602,14 +1602,9 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
     plan = doc["plan"]
     if node in QAT_NODES:
         model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed, doc["batch_norm_factors"])
-        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-        int8, calibrated_on = convert_qat_int8(
-            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
-        calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
-        float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
+    float_acc, int8, calibrated_on = optimize.leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
     target = out / optimize.INT8_MODEL
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)
