@@ -249,11 +249,6 @@ def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
     return config
 
 
-# the layers whose following batch norm TFMOT's default 8-bit transforms fold (Conv2DBatchNormQuantize and
-# DenseBatchNormQuantize, with their activation variants)
-BATCH_NORM_FOLDED_AFTER = ("Conv2D", "DepthwiseConv2D", "Dense")
-
-
 def unsupported_for_qat(model) -> list[str]:
     """Layers TFMOT's default 8-bit QAT registry has no quantize config for (e.g. ``TFOpLambda`` ``tf.reshape``)."""
     from . import tfenv
@@ -271,12 +266,13 @@ def unsupported_for_qat(model) -> list[str]:
         if kind == "InputLayer" or isinstance(layer, QuantizeAnnotate):
             return True
         if kind == "BatchNormalization":
-            # not in the registry: TFMOT's graph transforms fold a batch norm into the layer before it, where that
-            # is one Conv2D, DepthwiseConv2D or Dense without an activation of its own (any other one, e.g. after a
-            # SeparableConv2D or an Add, makes quantize_apply refuse the whole model)
+            # not in the registry: TFMOT's graph transforms (Conv2DBatchNormQuantize, DenseBatchNormQuantize and
+            # their activation variants) fold a batch norm into the layer before it, where that is one Conv2D,
+            # DepthwiseConv2D or Dense (KERNEL_LAYERS) without an activation of its own (any other one, e.g. after
+            # a SeparableConv2D or an Add, makes quantize_apply refuse the whole model)
             sources = [n.inbound_layers for n in layer._inbound_nodes]
             source = sources[0] if len(sources) == 1 and not isinstance(sources[0], (list, tuple)) else None
-            return (source is not None and source.__class__.__name__ in BATCH_NORM_FOLDED_AFTER
+            return (source is not None and source.__class__.__name__ in KERNEL_LAYERS
                     and _linear(source) and registry.supports(source))
         return registry.supports(layer)
 

@@ -55,6 +55,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .errors import InvalidInputError, PreservationError, UsageError
+from .keras_model import KERNEL_LAYERS
 from .recipe import PALETTE_DEFAULTS, PALETTE_PLAN_VERSION
 
 log = logging.getLogger("edgedeploy")
@@ -75,7 +76,6 @@ QAT_NODES = {n for n, (_, t) in NODES.items() if t == "palette_qat"}
 PRUNED_NODES = {"pruned_clustered_palette", "pcqat_palette"}
 PLAN_FILE = "palette.json"
 EXECUTORS = ("process", "ray")
-KERNEL_KINDS = ("Conv2D", "DepthwiseConv2D", "Dense")
 
 
 # --------------------------------------------------------------------------- palettes (pure NumPy)
@@ -625,7 +625,7 @@ def fold_batch_norm(model):
         return model, {}
     pairs = {}
     for layer in model.layers:
-        if inner(layer).__class__.__name__ not in KERNEL_KINDS:
+        if inner(layer).__class__.__name__ not in KERNEL_LAYERS:
             continue
         consumers = [n.outbound_layer for n in layer._outbound_nodes]
         if len(consumers) == 1 and consumers[0].__class__.__name__ == "BatchNormalization":
@@ -686,7 +686,7 @@ def kernel_layers(model, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
     out = []
     for layer in model.layers:
         kind = inner(layer).__class__.__name__
-        if kind in KERNEL_KINDS and base_name(layer.name) not in skip:
+        if kind in KERNEL_LAYERS and base_name(layer.name) not in skip:
             out.append((base_name(layer.name), kind))
     return out
 
