@@ -73,7 +73,6 @@ NODES: dict[str, tuple[str, str]] = {
 }
 LEAVES: dict[str, str] = {n: n for n in NODES}
 QAT_NODES = {n for n, (_, t) in NODES.items() if t == "palette_qat"}
-PRUNED_NODES = {"pruned_clustered_palette", "pcqat_palette"}
 PLAN_FILE = "palette.json"
 EXECUTORS = ("process", "ray")
 
@@ -1445,7 +1444,9 @@ def _fit_data(data, recipe):
 
 
 def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]], tmp: Path) -> list[dict[str, Any]]:
-    """Per weight tensor of the int8 model: its Keras layer, distinct values, zeros, and the palette it must fit."""
+    """Per weight tensor of the int8 model: its Keras layer, distinct values, zeros (and those of the layer's kernel
+    in ``model``, the Keras model it was converted from), and the palette it must fit."""
+    from .keras_model import base_name, kernel_of
     from .tflite_model import read_weight_tensors
 
     path = tmp / "_palette_probe.tflite"
@@ -1455,6 +1456,11 @@ def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]],
     finally:
         path.unlink()
     names = [n for n, _ in kernel_layers(model)]
+    keras_zeros = {}
+    for layer in model.layers:
+        kernel = kernel_of(layer) if base_name(layer.name) in names else None
+        if kernel is not None:
+            keras_zeros[base_name(layer.name)] = round(float(np.mean(kernel == 0)), 4)
     rows = []
     for t in tensors:
         if t.op not in WEIGHT_OPS or t.dtype != "int8":
@@ -1464,16 +1470,18 @@ def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]],
         setting = plan.get(layer or "", {})
         rows.append({"layer": layer, "op": t.op, "shape": list(t.shape), "scales": len(t.scale),
                      "distinct": int(np.unique(values).size), "sparsity": round(float(np.mean(values == 0)), 4),
-                     "clusters": setting.get("clusters"), "target_sparsity": setting.get("sparsity")})
+                     "clusters": setting.get("clusters"), "target_sparsity": setting.get("sparsity"),
+                     "keras_sparsity": keras_zeros.get(layer or "")})
     return rows
 
 
-def check_palette(node: str, rows: Sequence[dict[str, Any]], parent_sparsity: float, tolerance: float,
-                  pruned: bool) -> tuple[list[dict[str, Any]], list[str]]:
+def check_palette(node: str, rows: Sequence[dict[str, Any]], tolerance: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Judge int8 weight tensors of a palette leaf: ≤ clusters distinct values per TENSOR, sparsity kept.
 
-    A layer the plan keeps as its parent left it (clusters None) is only held to Vela's palette limit (a
-    warning when over it). Returns (rows with status and note, failures).
+    A planned layer's int8 tensor keeps at least the zeros of its Keras kernel (the pruned parent's, which the
+    palette node and its QAT keep in every layer they were in, plus the plan's extra sparsity), less
+    ``tolerance``. A layer the plan keeps as its parent left it (clusters None) is only held to Vela's palette
+    limit (a warning when over it). Returns (rows with status and note, failures).
     """
     failures, out = [], []
     for r in rows:
@@ -1483,7 +1491,7 @@ def check_palette(node: str, rows: Sequence[dict[str, Any]], parent_sparsity: fl
             limit = int(r["clusters"])
             if r["distinct"] > limit:
                 problems.append(f"{r['distinct']} distinct int8 values per tensor > {limit}")
-            want = max(float(r.get("target_sparsity") or 0.0), parent_sparsity if pruned and r["op"] != "DEPTHWISE_CONV_2D" else 0.0)
+            want = max(float(r.get("target_sparsity") or 0.0), float(r.get("keras_sparsity") or 0.0))
             if want > 0 and r["sparsity"] < want - tolerance:
                 problems.append(f"sparsity {r['sparsity']:.3f} < target {want:.2f} - {tolerance:.2f}")
             r["status"], r["note"] = ("failed", "; ".join(problems)) if problems else (
@@ -1505,7 +1513,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     """The stage of a palette node (dispatched from :func:`edgedeploy.optimize._train_node`)."""
     from . import optimize
     from .convert import keras_accuracy
-    from .keras_model import fuse_separate_relu, keras_weight_stats
+    from .keras_model import fuse_separate_relu, keras_weight_stats, split_separable
     from .manifest import Metric
     from .stages import StageResult
 
@@ -1517,9 +1525,12 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     warnings: list[str] = []
     fit_data = _fit_data(data, recipe)
     if NODES[node][1] == "palette":
-        model, folded = fold_batch_norm(parent)
+        model, split = split_separable(parent)  # so both of its kernels get palettes
+        model, folded = fold_batch_norm(model)
         model, fused = fuse_separate_relu(model, relu6=True)  # palette QAT keeps a relu6 activation (see below)
         details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
+        if split:
+            details["split_separable"] = split
         plan = default_plan(model, recipe)
         hessians = None
         if projection_method(recipe) == "gptq":
@@ -1609,7 +1620,7 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)
     rows = int8_palette_rows(int8, model, plan, out)
-    rows, failures = check_palette(node, rows, recipe.sparsity, recipe.sparsity_tolerance, node in PRUNED_NODES)
+    rows, failures = check_palette(node, rows, recipe.sparsity_tolerance)
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise PreservationError(f"stage {leaf} lost its palette: {failures[0]}{more}",

@@ -208,3 +208,44 @@ def test_palette_qat_keeps_the_palette_of_a_layer_followed_by_relu6(keras, tmp_p
     assert len(kernels) == 3 and all(np.unique(t.values()).size <= 8 for t in kernels)
     ops = [o.op for o in read_tflite(path).operators]
     assert "RELU6" not in ops and calibrated is None  # fused into the convolutions, every range from QAT
+
+
+def test_separable_conv_is_split_so_both_kernels_get_palettes(keras, tmp_path):
+    """A SeparableConv2D (strided, depth multiplier 2, with bias and a batch norm after it) becomes the
+    DepthwiseConv2D and 1x1 Conv2D the converter writes for it: the same function, and then each kernel gets its
+    own palette in the int8 model (left whole, neither would: the palette node knows Conv/Depthwise/Dense only)."""
+    from edgedeploy import palette
+    from edgedeploy.convert import convert_int8
+    from edgedeploy.keras_model import split_separable
+
+    keras.utils.set_random_seed(8)
+    inp = keras.Input((12, 12, 3))
+    x = keras.layers.SeparableConv2D(16, 3, strides=2, padding="same", depth_multiplier=2, name="sep")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.SeparableConv2D(8, 3, activation="relu", use_bias=False, name="sep_b")(x)
+    out = keras.layers.Dense(4, name="head")(keras.layers.GlobalAveragePooling2D()(x))
+    model = keras.Model(inp, out)
+    bn = model.get_layer("bn")  # statistics that are not the identity, so folding has something to do
+    rng = np.random.default_rng(3)
+    bn.set_weights([rng.uniform(0.5, 2, 16), rng.normal(size=16), rng.normal(size=16), rng.uniform(0.5, 2, 16)])
+    x = rng.normal(size=(64, 12, 12, 3)).astype(np.float32)
+
+    split_model, split = split_separable(model)
+    assert split == {"sep": "sep_depthwise", "sep_b": "sep_b_depthwise"}
+    kinds = {layer.name: layer.__class__.__name__ for layer in split_model.layers}
+    assert kinds["sep_depthwise"] == "DepthwiseConv2D" and kinds["sep"] == "Conv2D" and kinds["sep_b"] == "Conv2D"
+    assert split_model.get_layer("sep_depthwise").get_config()["depth_multiplier"] == 2
+    np.testing.assert_allclose(split_model.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-5)
+    assert split_separable(split_model) == (split_model, {})  # nothing left to split
+
+    folded, factors = palette.fold_batch_norm(split_model)
+    assert set(factors) == {"sep"}  # the batch norm folds into the 1x1 half, which kept the layer's name
+    plan = {name: {"clusters": 8, "sparsity": 0.0} for name, _ in palette.kernel_layers(folded)}
+    assert set(plan) == {"sep_depthwise", "sep", "sep_b_depthwise", "sep_b", "head"}
+    palette.apply_plan(folded, plan, seed=0)
+    rows = palette.int8_palette_rows(convert_int8(folded, x), folded, plan, tmp_path)
+    assert sorted(r["layer"] for r in rows) == sorted(plan)
+    assert all(r["distinct"] <= 8 for r in rows)
+    judged, failures = palette.check_palette("clustered_palette", rows, tolerance=0.02)
+    assert failures == [] and {r["status"] for r in judged} == {"ok"}

@@ -409,16 +409,25 @@ def test_candidate_settings_and_holdout():
 
 def test_check_palette_judges_per_tensor():
     rows = [
-        {"layer": "conv2d", "op": "CONV_2D", "distinct": 9, "sparsity": 0.55, "clusters": 8, "target_sparsity": 0.0},
-        {"layer": "conv2d_1", "op": "CONV_2D", "distinct": 8, "sparsity": 0.40, "clusters": 8, "target_sparsity": 0.0},
+        {"layer": "conv2d", "op": "CONV_2D", "distinct": 9, "sparsity": 0.55, "clusters": 8, "target_sparsity": 0.0,
+         "keras_sparsity": 0.55},
+        {"layer": "conv2d_1", "op": "CONV_2D", "distinct": 8, "sparsity": 0.40, "clusters": 8, "target_sparsity": 0.0,
+         "keras_sparsity": 0.5},
         {"layer": "depthwise_conv2d", "op": "DEPTHWISE_CONV_2D", "distinct": 70, "sparsity": 0.0, "clusters": None,
-         "target_sparsity": None},
+         "target_sparsity": None, "keras_sparsity": 0.0},
+        # the 1x1 half of a split SeparableConv2D: TFMOT's pruning left it dense, so no zeros are owed
+        {"layer": "sep", "op": "CONV_2D", "distinct": 8, "sparsity": 0.0, "clusters": 8, "target_sparsity": 0.0,
+         "keras_sparsity": 0.0},
+        # the plan's extra sparsity is owed even where the Keras kernel shows fewer zeros
+        {"layer": "dense", "op": "FULLY_CONNECTED", "distinct": 8, "sparsity": 0.5, "clusters": 8,
+         "target_sparsity": 0.6, "keras_sparsity": 0.5},
     ]
-    judged, failures = palette.check_palette("pcqat_palette", rows, parent_sparsity=0.5, tolerance=0.02, pruned=True)
-    assert [r["status"] for r in judged] == ["failed", "failed", "warning"]
+    judged, failures = palette.check_palette("pcqat_palette", rows, tolerance=0.02)
+    assert [r["status"] for r in judged] == ["failed", "failed", "warning", "ok", "failed"]
     assert "9 distinct int8 values per tensor > 8" in failures[0]
     assert "sparsity 0.400 < target 0.50" in failures[1]
-    ok, none = palette.check_palette("cqat_palette", rows[1:2], parent_sparsity=0.5, tolerance=0.02, pruned=False)
+    assert "sparsity 0.500 < target 0.60" in failures[2]
+    ok, none = palette.check_palette("cqat_palette", [dict(rows[1], keras_sparsity=0.4)], tolerance=0.02)
     assert not none and ok[0]["status"] == "ok"
 
 
