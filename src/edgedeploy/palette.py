@@ -1446,7 +1446,7 @@ def _fit_data(data, recipe):
 def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]], tmp: Path) -> list[dict[str, Any]]:
     """Per weight tensor of the int8 model: its Keras layer, distinct values, zeros (and those of the layer's kernel
     in ``model``, the Keras model it was converted from), and the palette it must fit."""
-    from .keras_model import base_name, kernel_of
+    from .keras_model import keras_weight_stats
     from .tflite_model import read_weight_tensors
 
     path = tmp / "_palette_probe.tflite"
@@ -1456,11 +1456,7 @@ def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]],
     finally:
         path.unlink()
     names = [n for n, _ in kernel_layers(model)]
-    keras_zeros = {}
-    for layer in model.layers:
-        kernel = kernel_of(layer) if base_name(layer.name) in names else None
-        if kernel is not None:
-            keras_zeros[base_name(layer.name)] = round(float(np.mean(kernel == 0)), 4)
+    keras_zeros = {st.layer: round(st.sparsity, 4) for st in keras_weight_stats(model)}
     rows = []
     for t in tensors:
         if t.op not in WEIGHT_OPS or t.dtype != "int8":
