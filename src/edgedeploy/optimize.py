@@ -29,6 +29,7 @@ from .keras_model import (
     base_name,
     clone,
     fuse_separate_relu,
+    split_separable,
     inner,
     keras_weight_stats,
     load_model,
@@ -561,6 +562,12 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
     training: dict[str, Any] = {}
     if node == "baseline":
         model, _ = load_model(inputs["model"], trust_lambda)
+        # TFMOT prunes a SeparableConv2D's pointwise kernel but has no QAT config for it (PQAT/PCQAT would then
+        # train it freely and lose its zeros and clusters): the tree works on the two layers it computes
+        model, split = split_separable(model)
+        if split:
+            details["split_separable"] = split
+            log.info("split %s into a DepthwiseConv2D (NAME_depthwise) and a 1x1 Conv2D each", ", ".join(split))
         relu = separate_relu_layers(model)
         if relu and recipe.fuse_relu:
             model, fused = fuse_separate_relu(model)

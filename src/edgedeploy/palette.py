@@ -1509,7 +1509,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     """The stage of a palette node (dispatched from :func:`edgedeploy.optimize._train_node`)."""
     from . import optimize
     from .convert import keras_accuracy
-    from .keras_model import fuse_separate_relu, keras_weight_stats, split_separable
+    from .keras_model import fuse_separate_relu, keras_weight_stats
     from .manifest import Metric
     from .stages import StageResult
 
@@ -1521,12 +1521,9 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     warnings: list[str] = []
     fit_data = _fit_data(data, recipe)
     if NODES[node][1] == "palette":
-        model, split = split_separable(parent)  # so both of its kernels get palettes
-        model, folded = fold_batch_norm(model)
+        model, folded = fold_batch_norm(parent)  # (the baseline node split each SeparableConv2D)
         model, fused = fuse_separate_relu(model, relu6=True)  # palette QAT keeps a relu6 activation (see below)
         details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
-        if split:
-            details["split_separable"] = split
         plan = default_plan(model, recipe)
         hessians = None
         if projection_method(recipe) == "gptq":

@@ -194,3 +194,42 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
     ok = _optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o", "--trust-lambda", "--leaves", "ptq", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
+
+
+def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
+    """TFMOT prunes and clusters a SeparableConv2D's pointwise kernel but has no QAT config for it, so PCQAT would
+    train it unquantized and lose its zeros and clusters. The tree splits each one into the DepthwiseConv2D and
+    1x1 Conv2D it computes (the two operators the converter writes), so the 1x1 half is pruned, clustered and
+    quantization-aware trained like any convolution; checked here on the pcqat leaf's int8 kernels."""
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import optimize
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(11)
+    inp = keras.Input((49, 10, 1))
+    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
+    x = keras.layers.SeparableConv2D(32, 3, padding="same", name="sep")(x)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    out = keras.layers.Dense(12, activation="softmax", name="head")(x)
+    model = keras.Model(inp, out)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    d = np.load(kws_data)
+    fit = d["split"] == 0
+    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
+    path = tmp_path / "sep.h5"
+    model.save(path)
+
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+                                    "leaves": ["ptq", "pcqat"]})
+    outcome = optimize(path, kws_data, tmp_path / "run", recipe)
+    assert outcome.nodes["baseline"].details["split_separable"] == {"sep": "sep_depthwise"}
+    assert "qat_unquantized_layers" not in outcome.nodes["pcqat"].details
+    kernels = _int8_kernels(outcome, "pcqat")
+    pointwise = [v for op, v, _ in kernels.values() if op == "CONV_2D" and v.shape[1:3] == (1, 1)]
+    assert len(pointwise) == 1 and pointwise[0].shape == (32, 1, 1, 16)
+    assert np.mean(pointwise[0] == 0) >= SPARSITY - 0.02
+    assert max(len(np.unique(c)) for c in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
+    assert sum(op == "DEPTHWISE_CONV_2D" for op, _, _ in kernels.values()) == 1
+    assert read_tflite(outcome.run_dir / outcome.leaves["ptq"].output("int8_model").path).is_integer()

@@ -415,7 +415,7 @@ def test_check_palette_judges_per_tensor():
          "keras_sparsity": 0.5},
         {"layer": "depthwise_conv2d", "op": "DEPTHWISE_CONV_2D", "distinct": 70, "sparsity": 0.0, "clusters": None,
          "target_sparsity": None, "keras_sparsity": 0.0},
-        # the 1x1 half of a split SeparableConv2D: TFMOT's pruning left it dense, so no zeros are owed
+        # a layer the pruned parent left dense (skip_layers): no zeros are owed
         {"layer": "sep", "op": "CONV_2D", "distinct": 8, "sparsity": 0.0, "clusters": 8, "target_sparsity": 0.0,
          "keras_sparsity": 0.0},
         # the plan's extra sparsity is owed even where the Keras kernel shows fewer zeros
