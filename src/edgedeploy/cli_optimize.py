@@ -75,7 +75,8 @@ def optimize_cmd(
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
                     err_console.print(f"[yellow]warning:[/] {rec.id}: {w}", highlight=False)
-            err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}", highlight=False)
+            err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}; compile the leaves with "
+                              f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False)
 
 
 def leaves_json(outcome) -> dict:

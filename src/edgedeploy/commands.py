@@ -85,7 +85,8 @@ def _table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str
 
 @app.command("compile")
 def compile_cmd(
-    models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), or an edgedeploy.toml project file."),
+    models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
+                                        "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
     target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
@@ -113,8 +114,18 @@ def compile_cmd(
 
             outcome = run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
                                   options=options)
+        elif len(models) == 1 and models[0].is_dir():
+            from .compile import compile_run
+
+            if out not in (Path("edgedeploy-out"), models[0]):
+                raise UsageError(f"a run folder is compiled into itself, not into {out}",
+                                 f"leave out --out, or copy {models[0]} to {out} first")
+            pool = cli._PREWARMED if executor == "local" else None
+            outcome = compile_run(models[0], target, options, pool=pool)
         else:
             for m in models:
+                if m.is_dir():
+                    raise UsageError(f"{m} is a folder", "pass a run folder alone: `edgedeploy compile RUN_DIR -t T`")
                 if m.suffix == ".toml":
                     raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
             pool = cli._PREWARMED if executor == "local" else None

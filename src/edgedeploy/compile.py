@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import CpuFallbackError, EdgeDeployError, ToolFailedError, UsageError
+from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from .fsutil import new_staging_dir, promote, sha256_file
-from .manifest import Metric, StageRecord, ToolInfo, now_iso
+from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
 from .tflite_model import BOUNDARY_OPS, check_int8_model
@@ -312,3 +312,31 @@ def compile_tflite(
     finally:
         if own_pool:
             pool.close(now=True)
+
+
+def compile_run(
+    run_dir: Path,
+    target_names: Sequence[str],
+    options: CompileOptions = CompileOptions(),
+    pool: VelaPool | None = None,
+) -> CompileOutcome:
+    """``edgedeploy compile RUN_DIR``: every int8 leaf ``edgedeploy optimize`` converted into ``RUN_DIR``, compiled
+    into that same folder, so that ``report RUN_DIR`` sets each leaf's int8 accuracy beside its NPU figures."""
+    options.check()
+    run_dir = Path(run_dir)
+    manifest = Manifest.load(run_dir)
+    leaves = [r for r in manifest.find(stage="convert") if r.status == "ok" and r.output("int8_model") is not None]
+    if not leaves:
+        raise InvalidInputError(f"{run_dir} holds no int8 leaves",
+                                f"run `edgedeploy optimize MODEL.h5 --data DATA.npz -o {run_dir}` first, "
+                                "or pass .tflite files")
+    targets = resolve_targets(target_names)
+    ctx = RunContext.open(run_dir)
+    variants = []
+    for rec in leaves:
+        model = ctx.manifest.resolve(rec.output("int8_model"))
+        if not model.is_file():
+            raise InvalidInputError(f"{model} (leaf {rec.variant}) is missing",
+                                    f"re-run `edgedeploy optimize` into {run_dir}")
+        variants.append((rec.variant, model, rec.id))
+    return compile_variants(ctx, variants, targets, options, pool)

@@ -160,6 +160,22 @@ def test_vela_output_is_refused(shared_data, tmp_path):
     _assert_clean_failure(proc, 3, "already compiled by Vela", out=tmp_path / "out")
 
 
+def test_a_folder_that_is_not_an_optimize_run_is_refused(shared_data, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _assert_clean_failure(run_cli("compile", empty, "-t", "ethos-u55-128"), 3, "empty has no manifest.json", out=empty)
+    compiled = tmp_path / "compiled"  # a run folder of `compile` itself: it has no converted leaves
+    compile_tflite([shared_data / "kws" / "dscnn_mlperf_int8.tflite"], ["ethos-u55-128"], compiled)
+    before = sorted(p.relative_to(compiled) for p in compiled.rglob("*"))
+    _assert_clean_failure(run_cli("compile", compiled, "-t", "ethos-u85-256"), 3, "compiled holds no int8 leaves",
+                          "edgedeploy optimize")
+    _assert_clean_failure(run_cli("compile", compiled, "-t", "ethos-u85-256", "-o", tmp_path / "elsewhere"), 2,
+                          "compiled into itself", out=tmp_path / "elsewhere")
+    _assert_clean_failure(run_cli("compile", compiled, shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t",
+                                  "ethos-u55-128"), 2, "compiled is a folder")
+    assert sorted(p.relative_to(compiled) for p in compiled.rglob("*")) == before
+
+
 def test_unknown_target(shared_data, tmp_path):
     out = tmp_path / "out"
     proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", "ethos-u56-128", "-o", out)

@@ -130,14 +130,21 @@ def test_rerun_reuses_every_stage(kws_tree, shared_data, kws_data):
 
 
 def test_compile_consumes_optimize_output(kws_tree):
-    from edgedeploy.compile import CompileOptions, compile_variants, resolve_targets
-    from edgedeploy.stages import RunContext
-
-    ctx = RunContext.open(kws_tree.run_dir)
-    variants = [(leaf, ctx.manifest.resolve(r.output("int8_model")), r.id) for leaf, r in kws_tree.leaves.items()]
-    out = compile_variants(ctx, variants, resolve_targets(["ethos-u55-128"]), CompileOptions())
-    enc = {r.variant: r.metric("encoded_weights_bytes") for r in out.records}
+    """`edgedeploy compile RUN_DIR` compiles every leaf optimize converted into that folder, into the same folder."""
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "compile", str(kws_tree.run_dir), "-t", "ethos-u55-128",
+                           "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["run_dir"] == str(kws_tree.run_dir)
+    enc = {r["variant"]: r["metrics"]["encoded_weights_bytes"]["value"] for r in doc["results"]}
+    assert sorted(enc) == sorted(kws_tree.leaves)
     assert enc["pruned_clustered"] < enc["ptq"] and enc["pruned"] < enc["ptq"]
+    for r in doc["results"]:
+        assert (kws_tree.run_dir / r["outputs"]["vela_model"]).is_file()
+    # compiled into the run folder itself: the report sets each leaf's int8 accuracy beside its NPU figures
+    manifest = json.loads((kws_tree.run_dir / "manifest.json").read_text())
+    stages = {s["id"]: s for s in manifest["stages"]}
+    assert stages["compile/pcqat/ethos-u55-128"]["parent"] == "convert/pcqat"
 
 
 # --------------------------------------------------------------------------- bad input (no training)
