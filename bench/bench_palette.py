@@ -25,7 +25,8 @@ The "best palette-aware leaf" is the one with the smallest encoded weights on et
 leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
 
 Run: python bench/bench_palette.py [--models kws,ic,kws_s] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
-     [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--drop-estimate loss|accuracy]
+     [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--scales peak|fitted]
+     [--drop-estimate loss|accuracy]
      [--seed N | --seeds 0,1,2] [--size-budget FRACTION] [--palette-clusters 4,8,16] [--leaves ptq,cqat_palette]
 """
 
@@ -81,7 +82,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     table = {"leaves": run_leaves, "palette": {"search": not args.no_search, "accuracy_budget": sweep_budget,
                                            "target": "ethos-u55-128", "workers": args.workers,
                                            "measure_on": args.measure_on, "budget_from": args.budget_from,
-                                           "projection": args.projection, "drop_estimate": args.drop_estimate,
+                                           "projection": args.projection, "scales": args.scales,
+                                           "drop_estimate": args.drop_estimate,
                                            **({"sparsities": [float(v) for v in args.sparsities.split(",")]}
                                               if args.sparsities else {}),
                                            **({"clusters": [int(v) for v in args.palette_clusters.split(",")]}
@@ -346,6 +348,8 @@ def main() -> None:
                          f"loss ([palette] size_budget; e.g. {GOAL_RATIO}) instead of the accuracy budget")
     ap.add_argument("--projection", default="gptq", choices=["gptq", "nearest"],
                     help="how kernels are snapped to their palettes ([palette] projection)")
+    ap.add_argument("--scales", default="peak", choices=["peak", "fitted"],
+                    help="each channel's int8 scale: its largest weight / 127, or fitted with clipping ([palette] scales)")
     ap.add_argument("--drop-estimate", default="loss", choices=["loss", "accuracy"],
                     help="how the sweep judges a drop ([palette] drop_estimate)")
     ap.add_argument("--workers", type=int, default=2)

@@ -10,9 +10,10 @@ own scale times palette values::
 
     w[..., c] = s_c * P[index],  s_c = max|w[..., c]| / 127,  ±127 in P
 
-Because each channel keeps a weight at ±127, the converter's symmetric per-channel scale is exactly ``s_c`` and
-the int8 kernel holds only values of ``P``: at most ``clusters`` distinct values per tensor, whatever the
-channel scales are. Zero stays a palette value, so pruned weights stay zero. Batch norms are folded into the
+(With ``[palette] scales = "fitted"`` each ``s_c`` is instead the fraction of that which fits the channel's
+weights best, its largest weights clipped to ±127: :func:`fitted_scales`.) Because each channel keeps a weight at
+±127, the converter's symmetric per-channel scale is exactly ``s_c`` and the int8 kernel holds only values of
+``P``: at most ``clusters`` distinct values per tensor, whatever the channel scales are. Zero stays a palette value, so pruned weights stay zero. Batch norms are folded into the
 kernels first, so the converter has nothing left to fold.
 
 Nodes (see :data:`NODES`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
@@ -56,7 +57,7 @@ import numpy as np
 
 from .errors import InvalidInputError, PreservationError, UsageError
 from .keras_model import KERNEL_LAYERS
-from .recipe import PALETTE_DEFAULTS, PALETTE_PLAN_VERSION
+from .recipe import PALETTE_CHOICES, PALETTE_DEFAULTS, PALETTE_PLAN_VERSION
 
 log = logging.getLogger("edgedeploy")
 
@@ -148,6 +149,48 @@ def fit_palette(x: np.ndarray, clusters: int, keep_zero: bool, seed: int = 0, it
     return levels
 
 
+SCALES = PALETTE_CHOICES["scales"]  # [palette] scales: how each channel's scale is chosen (fit_palette_and_scales)
+SHRINKS = np.linspace(1.0, 0.5, 26)  # the fractions of max|w| / 127 that fitted_scales tries
+
+
+def fitted_scales(flat: np.ndarray, palette: np.ndarray, per_tensor: bool = False) -> np.ndarray:
+    """Per column of ``flat``, the scale ``s`` among ``SHRINKS`` x max|w| / 127 whose ``s * P[nearest]`` has the
+    least squared error: weights beyond ``127 s`` clip to ±127, so a few large weights no longer stretch the grid.
+
+    Since ``s <= max|w| / 127``, each column's largest weight still snaps to ±127: the converter's symmetric
+    scale of the projected kernel is exactly ``s``, and its int8 values stay palette values.
+    """
+    flat = np.asarray(flat, dtype=np.float64)
+    peak = channel_scales(flat, per_tensor)
+    safe = np.where(peak > 0, peak, 1.0)
+    errors = []
+    for shrink in SHRINKS:
+        s = safe * shrink
+        err = (flat - snap(flat / s, palette) * s) ** 2
+        errors.append(np.full(flat.shape[1], err.sum()) if per_tensor else err.sum(axis=0))
+    return np.where(peak > 0, peak * SHRINKS[np.argmin(np.stack(errors), axis=0)], 0.0)
+
+
+def fit_palette_and_scales(flat: np.ndarray, clusters: int, keep_zero: bool, seed: int = 0, per_tensor: bool = False,
+                           scales: str = "peak", rounds: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """The shared palette of ``flat`` (channels last) and each channel's scale.
+
+    ``scales = "peak"``: max|w| / 127, every channel's largest weight at ±127. ``"fitted"``: palette and scales
+    fitted together, ``rounds`` times :func:`fitted_scales` then :func:`fit_palette` on the weights divided by
+    their scales (clipped to ±127).
+    """
+    if scales not in SCALES:
+        raise UsageError(f"palette scales '{scales}' are unknown", f"use one of {', '.join(SCALES)}")
+    x, channel = normalized(flat, per_tensor)
+    palette = fit_palette(x, clusters, keep_zero, seed)
+    if scales == "fitted":
+        for _ in range(rounds):
+            channel = fitted_scales(flat, palette, per_tensor)
+            safe = np.where(channel > 0, channel, 1.0)
+            palette = fit_palette(np.clip(flat / safe, -QMAX, QMAX), clusters, keep_zero, seed)
+    return palette, channel
+
+
 def snap(x: np.ndarray, palette: np.ndarray) -> np.ndarray:
     """Each value of ``x`` replaced by the nearest palette level."""
     levels = np.sort(np.asarray(palette, dtype=np.float64))
@@ -179,7 +222,8 @@ class Projection:
 
 
 def project(kernel: np.ndarray, kind: str, clusters: int, sparsity: float = 0.0, per_tensor: bool = False,
-            keep_zero: bool | None = None, seed: int = 0, palette: np.ndarray | None = None) -> Projection:
+            keep_zero: bool | None = None, seed: int = 0, palette: np.ndarray | None = None,
+            scales: str = "peak") -> Projection:
     """Project one kernel onto a shared integer palette (after optional extra magnitude pruning).
 
     The result is a float kernel whose symmetric int8 quantization (per channel, or per tensor) holds only
@@ -188,15 +232,17 @@ def project(kernel: np.ndarray, kind: str, clusters: int, sparsity: float = 0.0,
     shape = np.shape(kernel)
     flat = channels_last(np.asarray(kernel, dtype=np.float64), kind)
     flat = magnitude_prune(flat, sparsity)
-    x, scales = normalized(flat, per_tensor)
     if keep_zero is None:
         keep_zero = bool(np.any(flat == 0))
     if palette is None:
-        palette = fit_palette(x, clusters, keep_zero, seed)
+        palette, channel = fit_palette_and_scales(flat, clusters, keep_zero, seed, per_tensor, scales)
+    else:  # the kernel's own scales (bake_palettes: a trained kernel already on its palette)
+        channel = channel_scales(flat, per_tensor)
+    x = flat / np.where(channel > 0, channel, 1.0)
     q = snap(x, palette)
     if 0 in set(np.asarray(palette).tolist()):
         q[flat == 0] = 0.0  # pruned weights stay zero
-    out = (q * scales[None, :]).astype(np.float32)
+    out = (q * channel[None, :]).astype(np.float32)
     distinct = int(np.unique(int8_symmetric(out, per_tensor)).size)
     return Projection(out.reshape(shape), np.asarray(palette, dtype=np.int64),
                       float(np.mean(out == 0)), distinct)
@@ -280,7 +326,8 @@ def compensate(flat: np.ndarray, hinv: np.ndarray, levels: np.ndarray, scales: n
 
 
 def project_compensated(kernel: np.ndarray, kind: str, hessian: np.ndarray, clusters: int, sparsity: float = 0.0,
-                        keep_zero: bool | None = None, seed: int = 0, damp: float = DAMP) -> Projection:
+                        keep_zero: bool | None = None, seed: int = 0, damp: float = DAMP,
+                        scales: str = "peak") -> Projection:
     """:func:`project` with the layer's inputs taken into account (GPTQ / SparseGPT-style error compensation).
 
     ``hessian`` is the layer's input second moment ``E[x x^T]`` over calibration samples (inputs in the
@@ -293,7 +340,6 @@ def project_compensated(kernel: np.ndarray, kind: str, hessian: np.ndarray, clus
     shape = np.shape(kernel)
     flat = channels_last(np.asarray(kernel, dtype=np.float64), kind)
     d, channels = flat.shape
-    scales = channel_scales(flat)
     peak = np.abs(flat).argmax(axis=0)
     h = np.asarray(hessian, dtype=np.float64)
     depthwise = h.ndim == 3
@@ -307,14 +353,13 @@ def project_compensated(kernel: np.ndarray, kind: str, hessian: np.ndarray, clus
         mask = saliency_mask(flat, np.diag(hinvs[0]), sparsity, peak)
     if keep_zero is None:
         keep_zero = bool(np.any(mask == 0))
-    x, _ = normalized(flat * mask)
-    palette = fit_palette(x, clusters, keep_zero, seed)
+    palette, channel = fit_palette_and_scales(flat * mask, clusters, keep_zero, seed, scales=scales)
     levels = np.sort(palette.astype(np.float64))
     if depthwise:
-        q = np.concatenate([compensate(flat[:, c:c + 1], hinvs[c], levels, scales[c:c + 1], mask[:, c:c + 1],
+        q = np.concatenate([compensate(flat[:, c:c + 1], hinvs[c], levels, channel[c:c + 1], mask[:, c:c + 1],
                                        peak[c:c + 1]) for c in range(channels)], axis=1)
     else:
-        q = compensate(flat, hinvs[0], levels, scales, mask, peak)
+        q = compensate(flat, hinvs[0], levels, channel, mask, peak)
     out = q.astype(np.float32)
     distinct = int(np.unique(int8_symmetric(out)).size)
     return Projection(out.reshape(shape), palette.astype(np.int64), float(np.mean(out == 0)), distinct)
@@ -769,11 +814,12 @@ def layer_hessians(model, x: np.ndarray, layers: Sequence[str], batch_size: int 
 
 
 def apply_plan(model, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
-               hessians: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, Any]]:
+               hessians: Mapping[str, np.ndarray] | None = None, scales: str = "peak") -> dict[str, dict[str, Any]]:
     """Project the layers of ``model`` (in place) as ``plan`` says; returns what was done per layer.
 
     With ``hessians`` (:func:`layer_hessians` of the unprojected model), a layer that has one is projected
     with error compensation (:func:`project_compensated`); the others snap to their nearest palette value.
+    ``scales``: how each channel's scale is chosen (:func:`fit_palette_and_scales`).
     """
     done = {}
     for name, setting in plan.items():
@@ -784,10 +830,10 @@ def apply_plan(model, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
         weights = layer.get_weights()
         clusters, sparsity = int(setting["clusters"]), float(setting.get("sparsity") or 0.0)
         if hessians is not None and name in hessians:
-            p = project_compensated(weights[0], kind, hessians[name], clusters, sparsity, seed=seed)
+            p = project_compensated(weights[0], kind, hessians[name], clusters, sparsity, seed=seed, scales=scales)
             method = "gptq"
         else:
-            p = project(weights[0], kind, clusters, sparsity, seed=seed)
+            p = project(weights[0], kind, clusters, sparsity, seed=seed, scales=scales)
             method = "nearest"
         layer.set_weights([p.kernel, *weights[1:]])
         done[name] = {"palette": p.palette.tolist(), "sparsity": round(p.sparsity, 4),
@@ -821,6 +867,11 @@ def projection_method(recipe) -> str:
     return str(_palette_opt(recipe, "projection", PALETTE_DEFAULTS["projection"]))
 
 
+def scale_method(recipe) -> str:
+    """``[palette] scales``: "peak" (default, max|w| / 127 per channel) or "fitted" (:func:`fitted_scales`)."""
+    return str(_palette_opt(recipe, "scales", PALETTE_DEFAULTS["scales"]))
+
+
 # --------------------------------------------------------------------------- the sensitivity sweep
 
 
@@ -830,7 +881,7 @@ _CLASSES: list[Any] = []  # the palette quantizer classes, made once per process
 
 
 def _worker_init(model_path: str, x_path: str, y_path: str, hessian_path: str | None = None,
-                 from_logits: bool = False) -> None:
+                 from_logits: bool = False, scales: str = "peak") -> None:
     from . import tfenv
 
     env = tfenv.load()
@@ -839,6 +890,7 @@ def _worker_init(model_path: str, x_path: str, y_path: str, hessian_path: str | 
     _WORKER["y"] = np.load(y_path)
     _WORKER["hessians"] = load_hessians(Path(hessian_path)) if hessian_path else None
     _WORKER["from_logits"] = from_logits
+    _WORKER["scales"] = scales
 
 
 def save_hessians(hessians: Mapping[str, np.ndarray], path: Path) -> Path:
@@ -866,7 +918,7 @@ def evaluate_item(layer: str, setting: dict[str, Any], seed: int) -> dict[str, A
     target = model.get_layer(layer)
     saved = target.get_weights()
     try:
-        done = apply_plan(model, {layer: setting}, seed, _WORKER.get("hessians"))
+        done = apply_plan(model, {layer: setting}, seed, _WORKER.get("hessians"), _WORKER.get("scales", "peak"))
         acc, loss = _scores(model, _WORKER["x"], _WORKER["y"], bool(_WORKER.get("from_logits")))
     finally:
         target.set_weights(saved)
@@ -874,19 +926,20 @@ def evaluate_item(layer: str, setting: dict[str, Any], seed: int) -> dict[str, A
 
 
 def _ray_item(model_path: str, x, y, hessians, from_logits: bool, layer: str, setting: dict[str, Any],
-              seed: int) -> dict[str, Any]:
+              seed: int, scales: str = "peak") -> dict[str, Any]:
     if "model" not in _WORKER or _WORKER.get("path") != model_path:
         from . import tfenv
 
         _WORKER["model"] = tfenv.load().keras.models.load_model(model_path, compile=False)
         _WORKER["path"] = model_path
-    _WORKER.update(x=x, y=y, hessians=hessians, from_logits=from_logits)
+    _WORKER.update(x=x, y=y, hessians=hessians, from_logits=from_logits, scales=scales)
     return evaluate_item(layer, setting, seed)
 
 
 def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: np.ndarray, y: np.ndarray,
               work: Path, executor: str = "process", workers: int = 2, seed: int = 0,
-              hessians: Mapping[str, np.ndarray] | None = None, from_logits: bool = False) -> list[dict[str, Any]]:
+              hessians: Mapping[str, np.ndarray] | None = None, from_logits: bool = False,
+              scales: str = "peak") -> list[dict[str, Any]]:
     """Evaluate independent (layer, setting) items in a local process pool, or as Ray tasks.
 
     Each item gives the accuracy (%) and mean cross-entropy (``from_logits``: the model outputs logits) on
@@ -912,7 +965,7 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
         try:
             task = ray.remote(_ray_item)
             xr, yr, hr = ray.put(x), ray.put(y), ray.put(None if hessians is None else dict(hessians))
-            return ray.get([task.remote(str(model_path), xr, yr, hr, from_logits, layer, setting, seed)
+            return ray.get([task.remote(str(model_path), xr, yr, hr, from_logits, layer, setting, seed, scales)
                             for layer, setting in items])
         finally:
             if started:
@@ -931,7 +984,8 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
     h_path = None if hessians is None else str(save_hessians(hessians, work / "hessians.npz"))
     with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_worker_init,
-                             initargs=(str(model_path), str(x_path), str(y_path), h_path, from_logits)) as pool:
+                             initargs=(str(model_path), str(x_path), str(y_path), h_path, from_logits,
+                                       scales)) as pool:
         futures = [pool.submit(evaluate_item, layer, setting, seed) for layer, setting in items]
         try:
             return [f.result() for f in futures]
@@ -1038,7 +1092,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     log.info("palette sweep: %d layers x %d settings on %d samples (%s)", len(layers), len(settings),
              len(hold), executor)
     results = run_items(items, model_path, x_hold, y_hold, work, executor, workers, recipe.seed, hessians,
-                        from_logits)
+                        from_logits, scale_method(recipe))
     estimate = str(_palette_opt(recipe, "drop_estimate", PALETTE_DEFAULTS["drop_estimate"]))
     slope = drop_per_loss([base_acc - r["accuracy"] for r in results], [r["loss"] - base_loss for r in results])
     if estimate == "loss" and slope is None:
@@ -1059,7 +1113,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     for key, setting in [(s.key, s) for s in settings]:
         m = keras.models.clone_model(model)
         m.set_weights(model.get_weights())
-        apply_plan(m, {layer: setting.to_dict() for layer in layers}, recipe.seed, hessians)
+        apply_plan(m, {layer: setting.to_dict() for layer in layers}, recipe.seed, hessians, scale_method(recipe))
         path = work / f"{key}.tflite"
         path.write_bytes(convert_int8(m, calibration, float_io=recipe.float_io))
         models[key] = path
@@ -1086,7 +1140,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
         m = keras.models.clone_model(model)
         m.set_weights(model.get_weights())
-        apply_plan(m, plan, recipe.seed, hessians)
+        apply_plan(m, plan, recipe.seed, hessians, scale_method(recipe))
         return judge(*_scores(m, x_hold, y_hold, from_logits))
 
     start = start_options(options)
@@ -1552,7 +1606,8 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
             import shutil
 
             shutil.rmtree(out / "_sweep", ignore_errors=True)
-        details["projection"] = apply_plan(model, plan, recipe.seed, hessians)
+        details["projection"] = apply_plan(model, plan, recipe.seed, hessians, scale_method(recipe))
+        details["scales"] = scale_method(recipe)
         over = {name: p["distinct_int8_per_channel_quant"] for name, p in details["projection"].items()
                 if p["distinct_int8_per_channel_quant"] > int(plan[name]["clusters"])}
         if over:

@@ -342,15 +342,15 @@ PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "hold
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
                                  "measure_on": str, "measure_samples": int,
                                  "budget_from": str, "projection": str, "hessian_samples": int,
-                                 "drop_estimate": str, "size_budget": float}
+                                 "drop_estimate": str, "size_budget": float, "scales": str}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 # [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
 PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
     "executor": PALETTE_EXECUTORS, "measure_on": PALETTE_MEASURE_ON, "budget_from": ("parent", "palette"),
-    "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"),
+    "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"), "scales": ("peak", "fitted"),
 }
-PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss"}
+PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss", "scales": "peak"}
 # The palette plan file's format (palette.py's PLAN_FILE). 2: it records the batch-norm factors folded into each
 # kernel, which palette QAT trains in. Part of the palette nodes' cache key, so older run folders are redone.
 PALETTE_PLAN_VERSION = 2
