@@ -109,6 +109,7 @@ def compile_cmd(
     with guard():
         options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
                                  ray_address=ray_address, debug_db=debug_db)
+        pool = cli._PREWARMED if executor == "local" else None
         if len(models) == 1 and models[0].suffix == ".toml":
             from .project import run_project
 
@@ -120,7 +121,6 @@ def compile_cmd(
             if out not in (Path("edgedeploy-out"), models[0]):
                 raise UsageError(f"a run folder is compiled into itself, not into {out}",
                                  f"leave out --out, or copy {models[0]} to {out} first")
-            pool = cli._PREWARMED if executor == "local" else None
             outcome = compile_run(models[0], target, options, pool=pool)
         else:
             for m in models:
@@ -128,7 +128,6 @@ def compile_cmd(
                     raise UsageError(f"{m} is a folder", "pass a run folder alone: `edgedeploy compile RUN_DIR -t T`")
                 if m.suffix == ".toml":
                     raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
-            pool = cli._PREWARMED if executor == "local" else None
             outcome = compile_tflite(models, target, out, options, pool=pool)
         cached_ids = outcome.cached_ids
         manifest = Manifest.load(outcome.run_dir)

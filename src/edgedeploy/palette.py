@@ -13,8 +13,9 @@ own scale times palette values::
 (With ``[palette] scales = "fitted"`` each ``s_c`` is instead the fraction of that which fits the channel's
 weights best, its largest weights clipped to ±127: :func:`fitted_scales`.) Because each channel keeps a weight at
 ±127, the converter's symmetric per-channel scale is exactly ``s_c`` and the int8 kernel holds only values of
-``P``: at most ``clusters`` distinct values per tensor, whatever the channel scales are. Zero stays a palette value, so pruned weights stay zero. Batch norms are folded into the
-kernels first, so the converter has nothing left to fold.
+``P``: at most ``clusters`` distinct values per tensor, whatever the channel scales are. Zero stays a palette
+value, so pruned weights stay zero. Batch norms are folded into the kernels first, so the converter has nothing
+left to fold.
 
 Nodes (see :data:`NODES`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
 pruned node straight onto per-tensor palettes, zeros kept (PTQ leaves of the same names; they replace TFMOT's
@@ -918,7 +919,7 @@ def evaluate_item(layer: str, setting: dict[str, Any], seed: int) -> dict[str, A
     target = model.get_layer(layer)
     saved = target.get_weights()
     try:
-        done = apply_plan(model, {layer: setting}, seed, _WORKER.get("hessians"), _WORKER.get("scales", "peak"))
+        done = apply_plan(model, {layer: setting}, seed, _WORKER.get("hessians"), _WORKER["scales"])
         acc, loss = _scores(model, _WORKER["x"], _WORKER["y"], bool(_WORKER.get("from_logits")))
     finally:
         target.set_weights(saved)
@@ -1091,8 +1092,9 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     items = [(layer, s.to_dict()) for layer in layers for s in settings]
     log.info("palette sweep: %d layers x %d settings on %d samples (%s)", len(layers), len(settings),
              len(hold), executor)
+    scales = scale_method(recipe)
     results = run_items(items, model_path, x_hold, y_hold, work, executor, workers, recipe.seed, hessians,
-                        from_logits, scale_method(recipe))
+                        from_logits, scales)
     estimate = str(_palette_opt(recipe, "drop_estimate", PALETTE_DEFAULTS["drop_estimate"]))
     slope = drop_per_loss([base_acc - r["accuracy"] for r in results], [r["loss"] - base_loss for r in results])
     if estimate == "loss" and slope is None:
@@ -1113,7 +1115,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     for key, setting in [(s.key, s) for s in settings]:
         m = keras.models.clone_model(model)
         m.set_weights(model.get_weights())
-        apply_plan(m, {layer: setting.to_dict() for layer in layers}, recipe.seed, hessians, scale_method(recipe))
+        apply_plan(m, {layer: setting.to_dict() for layer in layers}, recipe.seed, hessians, scales)
         path = work / f"{key}.tflite"
         path.write_bytes(convert_int8(m, calibration, float_io=recipe.float_io))
         models[key] = path
@@ -1140,7 +1142,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
         m = keras.models.clone_model(model)
         m.set_weights(model.get_weights())
-        apply_plan(m, plan, recipe.seed, hessians, scale_method(recipe))
+        apply_plan(m, plan, recipe.seed, hessians, scales)
         return judge(*_scores(m, x_hold, y_hold, from_logits))
 
     start = start_options(options)
@@ -1606,8 +1608,8 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
             import shutil
 
             shutil.rmtree(out / "_sweep", ignore_errors=True)
-        details["projection"] = apply_plan(model, plan, recipe.seed, hessians, scale_method(recipe))
         details["scales"] = scale_method(recipe)
+        details["projection"] = apply_plan(model, plan, recipe.seed, hessians, details["scales"])
         over = {name: p["distinct_int8_per_channel_quant"] for name, p in details["projection"].items()
                 if p["distinct_int8_per_channel_quant"] > int(plan[name]["clusters"])}
         if over:
