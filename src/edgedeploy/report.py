@@ -811,6 +811,40 @@ def _shown(manifest: Manifest, path: Path) -> str:
 # --------------------------------------------------------------------------- the report
 
 
+def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[str]:
+    """Palette leaves whose compiled weights exceed the ``[palette] size_budget`` their sweep planned for.
+
+    The sweep plans bytes before palette QAT, which moves them a little (it changes how often each palette
+    value occurs: -128 to +64 bytes of 9,568 over nine DS-CNN runs). Each miss is added to its row's warnings
+    and returned as a note.
+    """
+    from .recipe import LEAVES, NODES
+
+    sweeps = {rec.variant: rec.details["sweep"] for rec in manifest.records.values()
+              if rec.stage == "optimize" and rec.variant and isinstance(rec.details.get("sweep"), Mapping)
+              and rec.details["sweep"].get("size")}
+    notes = []
+    for r in rows:
+        leaf_node = node = LEAVES.get(r["leaf"])
+        while node is not None and node not in sweeps:
+            node = NODES.get(node, (None, None))[0]
+        if node is None or r["target"] != sweeps[node].get("target") or not sweeps[node]["size"].get("fits", True):
+            continue  # (a plan that could not fit was reported by its optimize stage)
+        size, mine = sweeps[node]["size"], value_of(r["values"].get("encoded_weights_bytes"))
+        limit = int(float(size["size_budget"]) * int(size["reference_encoded_bytes"]))
+        if mine is None or mine <= limit:
+            continue
+        why = ("palette QAT then moved them; lower [palette] size_budget a little, or take the plan's PTQ leaf "
+               f"{node}, which keeps them" if leaf_node != node else "this compile's Vela settings encode them "
+               "differently from the sweep's")
+        note = (f"{r['leaf']} on {r['target']}: {mine:,} B of NPU-encoded weights, {mine - limit:,} B over its size "
+                f"budget ({size['size_budget']:g} x ptq's {int(size['reference_encoded_bytes']):,} B); its plan "
+                f"had {int(size['encoded_bytes']):,} B as the sweep encoded them, and {why}")
+        r["warnings"].append(note)
+        notes.append(note)
+    return notes
+
+
 def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True) -> dict:
     """The report document of ``run_dir``: rows, judgments and recommendations (schema ``edgedeploy.report``)."""
     manifest = Manifest.load(Path(run_dir))
@@ -861,6 +895,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         else:
             r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
         r["values"] = {c.key: r["values"][c.key] for c in VALUE_COLUMNS}
+    notes += size_budget_misses(manifest, rows)
     targets = sorted({r["target"] for r in rows if r["target"]})
     pareto: dict[str, Any] = {}
     recommendations: dict[str, Any] = {}

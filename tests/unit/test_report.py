@@ -407,6 +407,50 @@ def test_uncompiled_leaf_and_failed_compile(tmp_path):
         assert "out of memory" in render(doc, fmt)
 
 
+def test_a_palette_leaf_over_its_size_budget_is_flagged(tmp_path):
+    """A copy of the recorded run whose DS-CNN compile records stand in for a palette sweep's two leaves (the
+    sweep's record is stated by this test): the QAT leaf over the budget its plan met gets a note and a row
+    warning; the PTQ leaf under it, and the other target, get none."""
+    import shutil
+
+    from edgedeploy.manifest import StageRecord
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    m = Manifest.load(run)
+    compiled = m.records["compile/dscnn_mlperf/corstone-300-u55-128"]
+    mine = compiled.metrics["encoded_weights_bytes"].value
+    for leaf in ("pcqat_palette", "pruned_clustered_palette"):
+        for target in ("corstone-300-u55-128", "ethos-u85-256"):
+            rec = copy.deepcopy(m.records[f"compile/dscnn_mlperf/{target}"])
+            rec.id, rec.variant = f"compile/{leaf}/{target}", leaf
+            m.records[rec.id] = rec
+    m.records["compile/pruned_clustered_palette/corstone-300-u55-128"].metrics["encoded_weights_bytes"].value = mine - 64
+    reference = (mine - 16) * 5 // 2  # 0.4 x reference = mine - 16
+
+    def sweep(fits: bool) -> StageRecord:
+        return StageRecord(
+            id="optimize/pruned_clustered_palette", stage="optimize", status="ok", variant="pruned_clustered_palette",
+            details={"sweep": {"target": "corstone-300-u55-128", "size": {
+                "size_budget": 0.4, "reference_encoded_bytes": reference, "encoded_bytes": mine - 64, "fits": fits}}})
+
+    m.records["optimize/pruned_clustered_palette"] = sweep(True)
+    m.save()
+    doc = build_report(run)
+    flagged = [n for n in doc["notes"] if "over its size budget" in n]
+    assert len(flagged) == 1 and flagged[0].startswith("pcqat_palette on corstone-300-u55-128: ")
+    assert "16 B over" in flagged[0] and "pruned_clustered_palette, which keeps them" in flagged[0]
+    assert flagged[0] in row(doc, "pcqat_palette", "corstone-300-u55-128")["warnings"]
+    assert not any("size budget" in w for r in doc["rows"] if r["leaf"] != "pcqat_palette" or
+                   r["target"] != "corstone-300-u55-128" for w in r["warnings"])
+    for fmt in ("table", "markdown", "html"):
+        assert "16 B over its size budget" in " ".join(render(doc, fmt).split()), fmt
+    # a sweep whose smallest plan could not fit already said so in its own stage
+    m.records["optimize/pruned_clustered_palette"] = sweep(False)
+    m.save()
+    assert not [n for n in build_report(run)["notes"] if "over its size budget" in n]
+
+
 # --------------------------------------------------------------------------- weights of a real int8 model
 
 
