@@ -76,20 +76,33 @@ def _prefix(source: str | None) -> str:
     return f"{source}: " if source else ""
 
 
+KERNEL_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+
+
 def _require_full_int8(data: bytes, source: str | None = None) -> None:
+    """The converted model computes in int8 only, and no layer's int8 kernel came out all zeros."""
     import tempfile
 
-    from .tflite_model import read_tflite
+    from .tflite_model import read_tflite, read_weight_tensors
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "converted.tflite"
         path.write_bytes(data)
         floats = read_tflite(path).float_compute_ops()
+        zeroed = [t for t in read_weight_tensors(path)
+                  if t.op in KERNEL_OPS and t.dtype == "int8" and not np.any(t.values())]
     if floats:
         raise FloatOperatorsLeft(
             f"{_prefix(source)}int8 conversion left {len(floats)} operators in float "
             f"({', '.join(sorted({o.op for o in floats}))})",
             "these layers have no int8 kernel in TFLite; replace them or quantize them with QAT",
+        )
+    if zeroed:
+        raise ToolFailedError(
+            f"{_prefix(source)}int8 conversion rounded every weight of {len(zeroed)} kernel(s) to zero "
+            f"({zeroed[0].op} '{zeroed[0].name.split(';')[0]}'); the model would compute nothing there",
+            "report this model; a scaling the converter folded into that kernel after quantizing it (e.g. an input "
+            "Rescaling before a QAT layer) is the known cause",
         )
 
 

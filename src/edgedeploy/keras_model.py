@@ -336,13 +336,28 @@ def unsupported_for_qat(model) -> list[str]:
     return [layer.name for layer in model.layers if not supported(layer)]
 
 
+SHAPE_ONLY_LAYERS = {"Reshape", "Flatten", "Permute", "RepeatVector"}
+SHAPE_ONLY_OPS = {"reshape", "squeeze", "expand_dims", "transpose", "identity"}  # TFOpLambda functions
+
+
+def shape_only(layer) -> bool:
+    """Whether ``layer`` only moves values (a reshape), so its int8 output keeps its input's scale."""
+    kind = layer.__class__.__name__
+    if kind == "TFOpLambda":
+        return str(layer.get_config().get("function", "")).rsplit(".", 1)[-1] in SHAPE_ONLY_OPS
+    return kind in SHAPE_ONLY_LAYERS
+
+
 def annotate_for_qat(model):
     """``quantize_annotate_model`` for the layers TFMOT can quantize; the others stay as they are.
 
     TFMOT refuses a whole model over one unsupported layer (Arm's DS-CNN-S has ``tf.reshape`` as TFOpLambda
-    layers). Those layers get TFMOT's no-op quantize config, the one its registry gives keras ``Reshape``: no
-    fake quantization of their own in QAT; the int8 converter quantizes them afterwards (shape-only operations
-    such as reshape keep their input's scale). Layers already annotated (with their own config) are kept.
+    layers). Shape-only ones get TFMOT's no-op quantize config, the one its registry gives keras ``Reshape``: no
+    fake quantization of their own in QAT; the int8 converter quantizes them afterwards (they keep their input's
+    scale). Any other (a ``Rescaling`` of the input, a ``x / 255`` lambda) gets its output fake-quantized, as
+    TFMOT does for an ``Add``: without a range of its own the converter folds an input scaling into the next
+    layer's kernel *after* that kernel's fake quantization, and a 1/255 scaling then rounds every int8 weight of
+    the first convolution to zero. Layers already annotated (with their own config) are kept.
     """
     from . import tfenv
 
@@ -352,6 +367,7 @@ def annotate_for_qat(model):
     if not skip:
         return quant.quantize_annotate_model(model)
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
+        Default8BitOutputQuantizeConfig,
         NoOpQuantizeConfig,
     )
     from tensorflow_model_optimization.python.core.quantization.keras.quantize_annotate import QuantizeAnnotate
@@ -359,8 +375,9 @@ def annotate_for_qat(model):
     def annotate(layer):
         if isinstance(layer, QuantizeAnnotate):
             return layer
-        if layer.name in skip:  # as TFMOT treats keras Reshape: no quantizer of its own
-            return quant.quantize_annotate_layer(layer, quantize_config=NoOpQuantizeConfig())
+        if layer.name in skip:
+            config = NoOpQuantizeConfig() if shape_only(layer) else Default8BitOutputQuantizeConfig()
+            return quant.quantize_annotate_layer(layer, quantize_config=config)
         return quant.quantize_annotate_layer(layer)
 
     annotated = env.keras.models.clone_model(model, clone_function=annotate)
@@ -379,12 +396,15 @@ def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT")
 
     quant = tfenv.load().tfmot.quantization.keras
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
+        Default8BitOutputQuantizeConfig,
         NoOpQuantizeConfig,
     )
 
     annotated = annotate_for_qat(model)
     try:
-        with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig, **(custom_objects or {})}):
+        with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig,
+                                   "Default8BitOutputQuantizeConfig": Default8BitOutputQuantizeConfig,
+                                   **(custom_objects or {})}):
             return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)
     except (RuntimeError, ValueError) as exc:  # what quantize_apply raises for layers and weights it cannot take
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__

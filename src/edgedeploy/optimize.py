@@ -590,8 +590,9 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
             unquantized = unsupported_for_qat(parent)
             if unquantized:
                 details["qat_unquantized_layers"] = unquantized
-                warnings.append(f"{', '.join(unquantized)}: TFMOT has no QAT config for these layers; they train "
-                                "unquantized and the int8 converter quantizes them")
+                warnings.append(f"{', '.join(unquantized)}: TFMOT has no QAT config for these layers; only their "
+                                "outputs are fake-quantized in training (reshapes: not even those), and the int8 "
+                                "converter quantizes the rest")
             _fit(env, result_model, data, recipe, "qat", loss, node, record=training)
             if node in preserve.QAT_CLUSTER_NODES:
                 training["cluster_kernels_settled"] = settle_cluster_weights(result_model)

@@ -87,6 +87,10 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     qat = quantize_for_qat(model)
     # every conv, depthwise and dense layer is quantization-aware; the batch norms were folded into them
     wrapped = [layer.layer.__class__.__name__ for layer in qat.layers if hasattr(layer, "quantize_config")]
+    # the reshapes only move values: no quantizer of their own (their int8 output keeps the input's scale)
+    assert {type(layer.quantize_config).__name__ for layer in qat.layers
+            if getattr(layer, "layer", None) is not None and layer.layer.name.startswith("tf.reshape")} == {
+        "NoOpQuantizeConfig"}
     assert wrapped.count("Conv2D") == 5 and wrapped.count("DepthwiseConv2D") == 4 and "Dense" in wrapped
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz")
     fit, ev = d["split"] == 0, d["split"] == 1
@@ -125,7 +129,8 @@ def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     wrapped = {layer.layer.name: type(layer.quantize_config).__name__ for layer in qat.layers
                if hasattr(layer, "quantize_config")}
     assert wrapped["conv"] != "NoOpQuantizeConfig" and wrapped["head"] != "NoOpQuantizeConfig"
-    assert all(wrapped[name] == "NoOpQuantizeConfig" for name in ("sep", "bn_sep", "bn_relu", "bn_add"))
+    # no QAT config of their own, so only their outputs are fake-quantized
+    assert all(wrapped[name] == "Default8BitOutputQuantizeConfig" for name in ("sep", "bn_sep", "bn_relu", "bn_add"))
     x = np.random.default_rng(0).normal(size=(64, 12, 12, 3)).astype(np.float32)
     assert qat.predict(x, verbose=0).shape == (64, 4)
 
@@ -147,6 +152,77 @@ def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     q.compile(optimizer=keras.optimizers.Adam(1e-6), loss="mse")
     q.fit(x, np.zeros((64, 4), np.float32), batch_size=16, epochs=1, verbose=0)
     assert convert_qat_int8(q, lambda: asked.append(2) or (x, "64 samples"))[1] is None and asked == [1]
+
+
+@pytest.mark.requires_data
+def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, shared_data, tmp_path):
+    """A ``Rescaling(1/255)`` input layer (TFMOT has no QAT config for it) gets its output fake-quantized: with no
+    range of its own the converter folds the 1/255 into the first convolution after that kernel's fake
+    quantization, and every int8 weight of it rounds to zero (a QAT leaf at chance accuracy). The conversion
+    now refuses such a kernel with a one-line error."""
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
+        NoOpQuantizeConfig,
+    )
+
+    from edgedeploy import tfenv
+    from edgedeploy.convert import convert_qat_int8
+    from edgedeploy.errors import ToolFailedError
+    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.tflite_model import read_weight_tensors
+
+    keras.utils.set_random_seed(7)
+    d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
+    x, y = d["x_train"][:512].astype(np.float32), d["y_train"][:512].ravel()
+    inp = keras.Input((32, 32, 3))
+    h = keras.layers.Rescaling(1 / 255.0, name="rescale")(inp)
+    h = keras.layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="conv")(h)
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.ReLU(6.0)(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    model = keras.Model(inp, keras.layers.Dense(10, name="head")(h))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    model.fit(x, y, batch_size=64, epochs=2, verbose=0)
+    assert unsupported_for_qat(model) == ["rescale"]
+
+    def qat_of(annotated_model):
+        annotated_model.compile(optimizer=keras.optimizers.Adam(1e-7), loss=keras.losses.SparseCategoricalCrossentropy(True))
+        annotated_model.fit(x, y, batch_size=64, epochs=1, verbose=0, shuffle=False)  # sets the QAT ranges
+        return annotated_model
+
+    qat = qat_of(quantize_for_qat(model))
+    configs = {layer.layer.name: type(layer.quantize_config).__name__ for layer in qat.layers
+               if hasattr(layer, "quantize_config")}
+    assert configs["rescale"] == "Default8BitOutputQuantizeConfig"
+    int8, _ = convert_qat_int8(qat, lambda: (x, "512 images"), source="leaf qat")
+    path = tmp_path / "qat.tflite"
+    path.write_bytes(int8)
+    first = next(t for t in read_weight_tensors(path) if t.op == "CONV_2D")
+    assert np.count_nonzero(first.values()) > 0.9 * first.values().size
+    interp = tfenv.load().tf.lite.Interpreter(model_content=int8)
+    interp.allocate_tensors()
+    inp_d, out_d = interp.get_input_details()[0], interp.get_output_details()[0]
+    scale, zero = inp_d["quantization"]
+    ev = d["x_test"][:200].astype(np.float32)
+    preds = []
+    for img in ev:
+        interp.set_tensor(inp_d["index"], np.clip(np.round(img[None] / scale + zero), -128, 127).astype(np.int8))
+        interp.invoke()
+        preds.append(int(interp.get_tensor(out_d["index"])[0].argmax()))
+    assert np.mean(np.array(preds) == qat.predict(ev, verbose=0).argmax(-1)) > 0.9
+
+    # the rescaling left without a range, as TFMOT's no-op config leaves it: refused, not written
+    quant = tfenv.load().tfmot.quantization.keras
+
+    def annotate(layer):
+        config = NoOpQuantizeConfig() if layer.name == "rescale" else None
+        return quant.quantize_annotate_layer(layer, quantize_config=config)
+
+    annotated = keras.models.clone_model(model, clone_function=annotate)
+    annotated.set_weights(model.get_weights())
+    with quant.quantize_scope({"NoOpQuantizeConfig": NoOpQuantizeConfig}):
+        broken = qat_of(quant.quantize_apply(annotated))
+    with pytest.raises(ToolFailedError, match=r"^leaf qat: int8 conversion rounded every weight of 1 kernel\(s\) to zero"):
+        convert_qat_int8(broken, lambda: (x, "512 images"), source="leaf qat")
 
 
 def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(keras, tmp_path):
