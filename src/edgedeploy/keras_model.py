@@ -408,6 +408,10 @@ def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT")
             return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)
     except (RuntimeError, ValueError) as exc:  # what quantize_apply raises for layers and weights it cannot take
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise InvalidInputError(f"{what}: TFMOT cannot build the quantization-aware model ({reason})",
-                                "leave the QAT leaves out (e.g. --leaves ptq,pruned,pruned_clustered,clustered), "
-                                "or report this model") from exc
+        leave_out = "leave the QAT leaves out (e.g. --leaves ptq,pruned,pruned_clustered,clustered)"
+        # TFMOT's model cloning misroutes TensorFlow math ops (TFOpLambda), e.g. an input scaling x / 255 - 0.5
+        ops = [layer.name for layer in model.layers if layer.__class__.__name__ == "TFOpLambda" and not shape_only(layer)]
+        fix = (f"write the TensorFlow ops {', '.join(ops[:4])} as Keras layers (an input scaling x / 255 - 0.5 is "
+               f"keras.layers.Rescaling(1 / 255, offset=-0.5)), or {leave_out}" if ops else
+               f"{leave_out}, or report this model")
+        raise InvalidInputError(f"{what}: TFMOT cannot build the quantization-aware model ({reason})", fix) from exc

@@ -225,6 +225,21 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
         convert_qat_int8(broken, lambda: (x, "512 images"), source="leaf qat")
 
 
+def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
+    """TFMOT's cloning misroutes TensorFlow math ops (TFOpLambda) such as an input scaling ``x / 255 - 0.5``;
+    the one-line error names them and the Keras layer that does the same."""
+    from edgedeploy.errors import InvalidInputError
+    from edgedeploy.keras_model import quantize_for_qat
+
+    inp = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(4, 3, strides=2, padding="same")(inp / 255.0 - 0.5)
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(h)))
+    with pytest.raises(InvalidInputError) as err:
+        quantize_for_qat(model, what="stage qat")
+    assert err.value.message.startswith("stage qat: TFMOT cannot build the quantization-aware model")
+    assert "tf.math.truediv, tf.math.subtract" in err.value.hint and "keras.layers.Rescaling(1 / 255" in err.value.hint
+
+
 def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(keras, tmp_path):
     """A SeparableConv2D's pointwise kernel has the size of the 1x1 Conv2D after it; it has no statistics of its
     own, and must not be taken for that layer's kernel (its sparsity would then be checked on the wrong one)."""
