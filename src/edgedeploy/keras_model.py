@@ -6,7 +6,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import InvalidInputError
 from .preserve import WeightStats, stats
@@ -289,6 +289,13 @@ def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
     """Drop the layers named in ``rename`` from a functional model's config; their consumers read
     ``rename[name]`` (the layer before them) instead."""
     config["layers"] = [spec for spec in config["layers"] if spec["name"] not in rename]
+    return redirect_consumers(config, rename)
+
+
+def redirect_consumers(config: dict, rename: dict[str, str], keep: Iterable[str] = ()) -> dict:
+    """In a functional model's config, every layer (but those in ``keep``) and the model's inputs and outputs
+    read ``rename[name]`` where they read ``name``."""
+    keep = set(keep)
 
     def fix(obj):
         if isinstance(obj, list):
@@ -300,10 +307,108 @@ def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
         return obj
 
     for spec in config["layers"]:
-        spec["inbound_nodes"] = fix(spec["inbound_nodes"])
+        if spec["name"] not in keep:
+            spec["inbound_nodes"] = fix(spec["inbound_nodes"])
     config["output_layers"] = fix(config["output_layers"])
     config["input_layers"] = fix(config["input_layers"])
     return config
+
+
+def _per_channel_follower(layer) -> bool:
+    """A layer that computes the same on a (T, C) tensor as on (T, 1, C): a batch norm over the last axis, an
+    activation."""
+    kind = layer.__class__.__name__
+    if kind == "BatchNormalization":
+        return list(layer.get_config()["axis"]) in ([2], [-1])
+    return kind in ("ReLU", "Activation", "LeakyReLU")
+
+
+def conv1d_as_conv2d(model):
+    """Each Conv1D as the Conv2D it computes, between two reshapes, as the converter writes it anyway (a kernel
+    of k x 1 on a T x 1 image). TFMOT has no QAT config for Conv1D and the palette leaves only know 2-D kernels;
+    as a Conv2D the layer is pruned, clustered, quantization-aware trained and paletted like any other. Same
+    function and weights; the Conv2D keeps the layer's name, the reshapes are ``NAME_2d`` and ``NAME_1d``
+    (causal padding: a ``NAME_pad`` before the convolution). A layer called more than once, or with groups, is
+    left as it is. Returns (model, [names])."""
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    if model.__class__.__name__ != "Functional":
+        return model, []
+    targets = {layer.name: layer for layer in model.layers
+               if layer.__class__.__name__ == "Conv1D" and len(layer._inbound_nodes) == 1
+               and layer.get_config().get("groups", 1) == 1
+               and layer.get_config().get("data_format", "channels_last") == "channels_last"}
+    if not targets:
+        return model, []
+    # A batch norm and activations right after the convolution move into the 2-D part with it: there TFMOT's
+    # QAT and the palette leaves fold the batch norm into the kernel, and the converter fuses the activation.
+    followers: dict[str, list[str]] = {}
+    for name, layer in targets.items():
+        chain, last = [], layer
+        while True:
+            outs = last._outbound_nodes
+            nxt = outs[0].outbound_layer if len(outs) == 1 else None
+            if nxt is None or len(nxt._inbound_nodes) != 1 or not _per_channel_follower(nxt):
+                break
+            chain.append(nxt.name)
+            last = nxt
+        followers[name] = chain
+    moved_names = {n for chain in followers.values() for n in chain}
+    config = model.get_config()
+    taken = {layer.name for layer in model.layers}
+
+    def fresh(name: str) -> str:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
+    moved_specs = {spec["name"]: spec for spec in config["layers"] if spec["name"] in moved_names}
+    specs, rename, added, chained = [], {}, set(), set()
+    for spec in config["layers"]:
+        if spec["name"] in moved_names:
+            continue  # placed with its convolution
+        layer = targets.get(spec["name"])
+        if layer is None:
+            specs.append(spec)
+            continue
+        c, name = spec["config"], spec["name"]
+        k, stride, dilation = c["kernel_size"][0], c["strides"][0], c["dilation_rate"][0]
+        chain = [keras.layers.Reshape((-1, 1, int(layer.input_shape[-1])), name=fresh(f"{name}_2d"))]
+        if c["padding"] == "causal":
+            chain.append(keras.layers.ZeroPadding2D(((dilation * (k - 1), 0), (0, 0)), name=fresh(f"{name}_pad")))
+        chain.append(keras.layers.Conv2D(
+            c["filters"], (k, 1), strides=(stride, 1), padding="valid" if c["padding"] == "causal" else c["padding"],
+            dilation_rate=(dilation, 1), activation=c.get("activation"), use_bias=c["use_bias"],
+            kernel_regularizer=c.get("kernel_regularizer"), bias_regularizer=c.get("bias_regularizer"),
+            activity_regularizer=c.get("activity_regularizer"), kernel_constraint=c.get("kernel_constraint"),
+            bias_constraint=c.get("bias_constraint"), name=name, dtype=c.get("dtype")))
+        pieces = [{**keras.layers.serialize(piece), "name": piece.name} for piece in chain]
+        for follower in followers[name]:
+            moved = json.loads(json.dumps(moved_specs[follower]))
+            if "axis" in moved["config"]:  # a batch norm: the channels' axis of the 4-D tensor
+                moved["config"]["axis"] = [3]
+            pieces.append(moved)
+        back = keras.layers.Reshape((-1, int(c["filters"])), name=fresh(f"{name}_1d"))
+        pieces.append({**keras.layers.serialize(back), "name": back.name})
+        inbound = spec["inbound_nodes"]
+        for piece in pieces:
+            specs.append({**piece, "inbound_nodes": inbound})
+            inbound = [[[piece["name"], 0, 0, {}]]]
+        added.update(p["name"] for p in pieces if p["name"] not in moved_names)
+        chained.update(p["name"] for p in pieces[1:])  # they read the chain itself, not a renamed layer
+        rename[(followers[name] or [name])[-1]] = back.name
+    config["layers"] = specs
+    new = keras.Model.from_config(redirect_consumers(config, rename, keep=chained))
+    for layer in new.layers:
+        if layer.name in added and layer.name not in targets:
+            continue
+        weights = model.get_layer(layer.name).get_weights()
+        if layer.name in targets:  # kernel (k, in, out) -> (k, 1, in, out)
+            weights = [weights[0][:, None], *weights[1:]]
+        layer.set_weights(weights)
+    return new, sorted(targets)
 
 
 def unsupported_for_qat(model) -> list[str]:
@@ -336,12 +441,16 @@ def unsupported_for_qat(model) -> list[str]:
     return [layer.name for layer in model.layers if not supported(layer)]
 
 
-SHAPE_ONLY_LAYERS = {"Reshape", "Flatten", "Permute", "RepeatVector"}
+# layers that only move or pick their input's values (and zeros): their int8 output keeps the input's scale
+SHAPE_ONLY_LAYERS = {"Reshape", "Flatten", "Permute", "RepeatVector", "MaxPooling1D", "MaxPooling3D",
+                     "GlobalMaxPooling1D", "GlobalMaxPooling3D", "Cropping1D", "Cropping3D", "ZeroPadding1D",
+                     "ZeroPadding3D", "UpSampling1D"}
 SHAPE_ONLY_OPS = {"reshape", "squeeze", "expand_dims", "transpose", "identity"}  # TFOpLambda functions
 
 
 def shape_only(layer) -> bool:
-    """Whether ``layer`` only moves values (a reshape), so its int8 output keeps its input's scale."""
+    """Whether ``layer`` only moves or picks values (a reshape, a max pooling), so its int8 output keeps its
+    input's scale and QAT gives it no quantizer of its own."""
     kind = layer.__class__.__name__
     if kind == "TFOpLambda":
         return str(layer.get_config().get("function", "")).rsplit(".", 1)[-1] in SHAPE_ONLY_OPS
@@ -352,9 +461,9 @@ def annotate_for_qat(model):
     """``quantize_annotate_model`` for the layers TFMOT can quantize; the others stay as they are.
 
     TFMOT refuses a whole model over one unsupported layer (Arm's DS-CNN-S has ``tf.reshape`` as TFOpLambda
-    layers). Shape-only ones get TFMOT's no-op quantize config, the one its registry gives keras ``Reshape``: no
-    fake quantization of their own in QAT; the int8 converter quantizes them afterwards (they keep their input's
-    scale). Any other (a ``Rescaling`` of the input, a ``x / 255`` lambda) gets its output fake-quantized, as
+    layers). Shape-only ones (:func:`shape_only`) get TFMOT's no-op quantize config, the one its registry gives
+    keras ``Reshape``: no fake quantization of their own in QAT; the int8 converter quantizes them afterwards
+    (they keep their input's scale). Any other (a ``Rescaling`` of the input) gets its output fake-quantized, as
     TFMOT does for an ``Add``: without a range of its own the converter folds an input scaling into the next
     layer's kernel *after* that kernel's fake quantization, and a 1/255 scaling then rounds every int8 weight of
     the first convolution to zero. Layers already annotated (with their own config) are kept.

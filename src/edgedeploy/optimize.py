@@ -28,6 +28,7 @@ from .errors import InvalidInputError, UsageError
 from .keras_model import (
     base_name,
     clone,
+    conv1d_as_conv2d,
     fuse_separate_relu,
     split_separable,
     inner,
@@ -35,6 +36,7 @@ from .keras_model import (
     load_model,
     quantize_for_qat,
     separate_relu_layers,
+    shape_only,
     unsupported_for_qat,
 )
 from .manifest import Metric, StageRecord
@@ -568,6 +570,12 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
         if split:
             details["split_separable"] = split
             log.info("split %s into a DepthwiseConv2D (NAME_depthwise) and a 1x1 Conv2D each", ", ".join(split))
+        # nor has TFMOT a QAT config for Conv1D, and the palette leaves know 2-D kernels: the tree works on the
+        # Conv2D each one computes (the converter writes it as one anyway)
+        model, as_2d = conv1d_as_conv2d(model)
+        if as_2d:
+            details["conv1d_as_conv2d"] = as_2d
+            log.info("rewrote %s as Conv2D layers between reshapes (NAME_2d, NAME_1d)", ", ".join(as_2d))
         relu = separate_relu_layers(model)
         if relu and recipe.fuse_relu:
             model, fused = fuse_separate_relu(model)
@@ -590,9 +598,11 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
             unquantized = unsupported_for_qat(parent)
             if unquantized:
                 details["qat_unquantized_layers"] = unquantized
-                warnings.append(f"{', '.join(unquantized)}: TFMOT has no QAT config for these layers; only their "
-                                "outputs are fake-quantized in training (reshapes: not even those), and the int8 "
-                                "converter quantizes the rest")
+                # reshapes and max poolings only move values and keep their input's scale: nothing to say
+                computing = [n for n in unquantized if not shape_only(parent.get_layer(n))]
+                if computing:
+                    warnings.append(f"{', '.join(computing)}: TFMOT has no QAT config for these layers; only their "
+                                    "outputs are fake-quantized in training, and the int8 converter quantizes the rest")
             _fit(env, result_model, data, recipe, "qat", loss, node, record=training)
             if node in preserve.QAT_CLUSTER_NODES:
                 training["cluster_kernels_settled"] = settle_cluster_weights(result_model)

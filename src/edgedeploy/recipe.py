@@ -146,7 +146,7 @@ class Recipe:
         """The settings that can change what a node's training produces (its cache key)."""
         kind = stage_kind(node) if NODES[node][1] else None
         common = {"seed": self.seed, "batch_size": self.batch_size, "skip_layers": list(self.skip_layers),
-                  "fuse_relu": self.fuse_relu, "split_separable": True}
+                  "fuse_relu": self.fuse_relu, "split_separable": True, "conv1d_as_conv2d": True}
         if kind is None:
             return common
         s = self.stage(kind)

@@ -240,6 +240,35 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
     assert "tf.math.truediv, tf.math.subtract" in err.value.hint and "keras.layers.Rescaling(1 / 255" in err.value.hint
 
 
+def test_conv1d_layers_become_the_conv2d_they_compute(keras):
+    """Same function and weights: causal, dilated and strided convolutions, one feeding the next, a batch norm
+    and ReLU after one (moved into the 2-D part), a layer without bias; names kept for the convolutions."""
+    from edgedeploy.keras_model import conv1d_as_conv2d
+
+    keras.utils.set_random_seed(21)
+    inp = keras.Input((20, 3))
+    x = keras.layers.Conv1D(4, 3, padding="causal", dilation_rate=2, name="causal")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.Conv1D(5, 3, strides=2, padding="same", activation="relu", name="strided")(x)
+    x = keras.layers.Conv1D(6, 2, use_bias=False, name="valid")(x)
+    out = keras.layers.Dense(2)(keras.layers.Flatten()(x))
+    model = keras.Model(inp, out)
+    bn = model.get_layer("bn")  # statistics other than 0 / 1, so that a wrong axis would show
+    bn.set_weights([w + np.random.default_rng(1).uniform(0.5, 1.5, w.shape).astype(np.float32)
+                    for w in bn.get_weights()])
+    new, names = conv1d_as_conv2d(model)
+    assert names == ["causal", "strided", "valid"]
+    kinds = {layer.name: layer.__class__.__name__ for layer in new.layers}
+    assert all(kinds[n] == "Conv2D" for n in names)
+    order = [layer.name for layer in new.layers]
+    assert order.index("causal") < order.index("bn") < order.index("relu") < order.index("causal_1d")
+    assert new.get_layer("causal").get_weights()[0].shape == (3, 1, 3, 4)
+    x = np.random.default_rng(0).normal(size=(16, 20, 3)).astype(np.float32)
+    np.testing.assert_allclose(new.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5)
+    assert conv1d_as_conv2d(new)[1] == []  # nothing left to rewrite
+
+
 def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(keras, tmp_path):
     """A SeparableConv2D's pointwise kernel has the size of the 1x1 Conv2D after it; it has no statistics of its
     own, and must not be taken for that layer's kernel (its sparsity would then be checked on the wrong one)."""

@@ -203,6 +203,55 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
 
 
+def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_path, kws_data):
+    """TFMOT has no QAT config for Conv1D and the palette leaves know 2-D kernels. The baseline node rewrites each
+    Conv1D as the Conv2D the converter writes for it (between two reshapes; a batch norm and ReLU after it move
+    with it), so its kernel is pruned, clustered and palette-trained, and the QAT leaves' int8 graph is the ptq
+    leaf's: no separate RELU or requantizing QUANTIZE around the max pooling."""
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import optimize
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(13)
+    d = np.load(kws_data)
+    data = tmp_path / "kws1d.npz"
+    np.savez(data, x=d["x"][..., 0], y=d["y"], split=d["split"])
+    inp = keras.Input((49, 10))
+    x = keras.layers.Conv1D(24, 5, padding="same", use_bias=False, name="c1")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.MaxPooling1D(2)(x)
+    x = keras.layers.Conv1D(32, 3, padding="causal", dilation_rate=2, activation="relu", name="c2")(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    fit = d["split"] == 0
+    model.fit(d["x"][fit][..., 0], d["y"][fit], epochs=2, batch_size=64, verbose=0)
+    path = tmp_path / "c1d.h5"
+    model.save(path)
+
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+                                    "leaves": ["ptq", "pcqat", "pcqat_palette"]})
+    outcome = optimize(path, data, tmp_path / "run", recipe)
+    assert outcome.nodes["baseline"].details["conv1d_as_conv2d"] == ["c1", "c2"]
+    # TFMOT has no config for the max pooling either, which only picks values: recorded, not warned about
+    assert outcome.nodes["pcqat"].details["qat_unquantized_layers"] == ["max_pooling1d"]
+    assert not outcome.nodes["pcqat"].warnings
+    for leaf in ("pcqat", "pcqat_palette"):
+        convs = [v for op, v, _ in _int8_kernels(outcome, leaf).values() if op == "CONV_2D"]
+        assert sorted(v.shape for v in convs) == [(24, 5, 1, 10), (32, 3, 1, 24)], leaf
+        assert all(np.mean(v == 0) >= SPARSITY - 0.02 for v in convs), leaf
+        if leaf == "pcqat_palette":
+            assert all(len(np.unique(v)) <= 32 for v in convs)
+        ops = [o.op for o in read_tflite(outcome.run_dir / outcome.leaves[leaf].output("int8_model").path).operators]
+        ptq_ops = read_tflite(outcome.run_dir / outcome.leaves["ptq"].output("int8_model").path).operators
+        assert ops == [o.op for o in ptq_ops], leaf
+    ptq = outcome.leaves["ptq"].metric("int8_accuracy")
+    print("int8 accuracy:", {k: outcome.leaves[k].metric("int8_accuracy") for k in outcome.leaves})
+    for leaf in ("pcqat", "pcqat_palette"):  # working int8 models (chance is 8.3%), near the ptq leaf
+        assert outcome.leaves[leaf].metric("int8_accuracy") > max(ptq - 10, 2 * 100 / 12), (leaf, ptq)
+
+
 def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
     """TFMOT prunes and clusters a SeparableConv2D's pointwise kernel but has no QAT config for it, so PCQAT would
     train it unquantized and lose its zeros and clusters. The tree splits each one into the DepthwiseConv2D and
