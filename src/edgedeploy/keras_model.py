@@ -314,6 +314,50 @@ def redirect_consumers(config: dict, rename: dict[str, str], keep: Iterable[str]
     return config
 
 
+def separate_concat_inputs(model):
+    """A linear ``Activation`` (named ``CONCAT_inI``) between each kernel layer and a ``Concatenate`` it feeds.
+
+    TFMOT's QAT transform for ``Concatenate`` gives every layer feeding one, if it has no quantize config yet,
+    the plain 8-bit config of TFMOT's default registry, whatever the scheme: under PQAT/CQAT/PCQAT those layers
+    then train without the preserving quantizers and lose their zeros and clusters. With an identity layer in
+    between, the transform configures that instead (it has no weights), and the kernel layers keep the scheme's
+    config. The converter drops the identities. Returns (model, [names added])."""
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    if model.__class__.__name__ != "Functional":
+        return model, []
+    kernels = {layer.name for layer in model.layers if layer.__class__.__name__ in KERNEL_LAYERS}
+    config = model.get_config()
+    taken = {layer.name for layer in model.layers}
+    specs, added = [], []
+    for spec in config["layers"]:
+        if spec["class_name"] == "Concatenate" and len(spec["inbound_nodes"]) == 1:
+            refs = []
+            for i, ref in enumerate(spec["inbound_nodes"][0]):
+                if ref[0] not in kernels:
+                    refs.append(ref)
+                    continue
+                name = f"{spec['name']}_in{i}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                identity = keras.layers.Activation("linear", name=name)
+                specs.append({**keras.layers.serialize(identity), "name": name, "inbound_nodes": [[ref]]})
+                refs.append([name, 0, 0, {}])
+                added.append(name)
+            spec = {**spec, "inbound_nodes": [refs]}
+        specs.append(spec)
+    if not added:
+        return model, []
+    config["layers"] = specs
+    new = keras.Model.from_config(config)
+    for layer in new.layers:
+        if layer.name not in added:
+            layer.set_weights(model.get_layer(layer.name).get_weights())
+    return new, added
+
+
 def _per_channel_follower(layer) -> bool:
     """A layer that computes the same on a (T, C) tensor as on (T, 1, C): a batch norm over the last axis, an
     activation."""

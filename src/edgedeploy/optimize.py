@@ -35,6 +35,7 @@ from .keras_model import (
     keras_weight_stats,
     load_model,
     quantize_for_qat,
+    separate_concat_inputs,
     separate_relu_layers,
     shape_only,
     unsupported_for_qat,
@@ -385,7 +386,8 @@ def qat_model(env, parent, node: str):
         "cqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=False),
         "pcqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=True),
     }[node]()
-    return quantize_for_qat(clone(parent), scheme, what=f"stage {node}")
+    model, _ = separate_concat_inputs(clone(parent))  # (else TFMOT's Concatenate transform drops the scheme)
+    return quantize_for_qat(model, scheme, what=f"stage {node}")
 
 
 def settle_cluster_weights(model) -> int:

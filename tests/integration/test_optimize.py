@@ -252,6 +252,44 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
         assert outcome.leaves[leaf].metric("int8_accuracy") > max(ptq - 10, 2 * 100 / 12), (leaf, ptq)
 
 
+def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
+    """TFMOT's QAT transform for Concatenate gives the layers feeding one its default registry's plain config,
+    whatever the scheme, so PCQAT trained them without the preserving quantizers and the stage failed its
+    preservation check (zeros gone). A linear Activation between each such layer and the Concatenate keeps them
+    in the scheme; checked on the pcqat leaf's int8 kernels."""
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import optimize
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(17)
+    inp = keras.Input((49, 10, 1))
+    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
+    a = keras.layers.Conv2D(16, 1, activation="relu", name="branch_1x1")(x)
+    b = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="branch_3x3")(x)
+    c = keras.layers.AveragePooling2D(3, strides=1, padding="same")(x)
+    x = keras.layers.Concatenate(name="cat")([a, b, c])
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    d = np.load(kws_data)
+    fit = d["split"] == 0
+    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
+    path = tmp_path / "cat.h5"
+    model.save(path)
+
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+                                    "leaves": ["ptq", "pcqat"]})
+    outcome = optimize(path, kws_data, tmp_path / "run", recipe)
+    kernels = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D"]
+    branches = [v for v in kernels if v.shape[0] == 16 and v.shape[-1] == 16]  # the two 16 -> 16 branches
+    assert len(branches) == 2
+    for v in branches:
+        assert np.mean(v == 0) >= SPARSITY - 0.02
+        assert max(len(np.unique(ch)) for ch in v) <= CLUSTERS + 1  # per output channel (int8 scales)
+    ops = [o.op for o in read_tflite(outcome.run_dir / outcome.leaves["pcqat"].output("int8_model").path).operators]
+    assert "CONCATENATION" in ops and "DEQUANTIZE" not in ops
+
+
 def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
     """TFMOT prunes and clusters a SeparableConv2D's pointwise kernel but has no QAT config for it, so PCQAT would
     train it unquantized and lose its zeros and clusters. The tree splits each one into the DepthwiseConv2D and
