@@ -203,13 +203,27 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
 
 
+def _fit_and_optimize(model, data, tmp_path, leaves):
+    """Train ``model`` for 2 epochs on the fine-tune split of ``data``, then run the tree on it (1 epoch a stage)."""
+    from edgedeploy.optimize import optimize
+
+    d = np.load(data)
+    fit = d["split"] == 0
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
+    path = tmp_path / "model.h5"
+    model.save(path)
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+                                    "leaves": list(leaves)})
+    return optimize(path, data, tmp_path / "run", recipe)
+
+
 def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_path, kws_data):
     """TFMOT has no QAT config for Conv1D and the palette leaves know 2-D kernels. The baseline node rewrites each
     Conv1D as the Conv2D the converter writes for it (between two reshapes; a batch norm and ReLU after it move
     with it), so its kernel is pruned, clustered and palette-trained, and the QAT leaves' int8 graph is the ptq
     leaf's: no separate RELU or requantizing QUANTIZE around the max pooling."""
     from edgedeploy import tfenv
-    from edgedeploy.optimize import optimize
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(13)
@@ -224,15 +238,7 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
     x = keras.layers.Conv1D(32, 3, padding="causal", dilation_rate=2, activation="relu", name="c2")(x)
     x = keras.layers.GlobalAveragePooling1D()(x)
     model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    fit = d["split"] == 0
-    model.fit(d["x"][fit][..., 0], d["y"][fit], epochs=2, batch_size=64, verbose=0)
-    path = tmp_path / "c1d.h5"
-    model.save(path)
-
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": ["ptq", "pcqat", "pcqat_palette"]})
-    outcome = optimize(path, data, tmp_path / "run", recipe)
+    outcome = _fit_and_optimize(model, data, tmp_path, ["ptq", "pcqat", "pcqat_palette"])
     assert outcome.nodes["baseline"].details["conv1d_as_conv2d"] == ["c1", "c2"]
     # TFMOT has no config for the max pooling either, which only picks values: recorded, not warned about
     assert outcome.nodes["pcqat"].details["qat_unquantized_layers"] == ["max_pooling1d"]
@@ -258,7 +264,6 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
     preservation check (zeros gone). A linear Activation between each such layer and the Concatenate keeps them
     in the scheme; checked on the pcqat leaf's int8 kernels."""
     from edgedeploy import tfenv
-    from edgedeploy.optimize import optimize
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(17)
@@ -270,16 +275,7 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
     x = keras.layers.Concatenate(name="cat")([a, b, c])
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    d = np.load(kws_data)
-    fit = d["split"] == 0
-    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
-    path = tmp_path / "cat.h5"
-    model.save(path)
-
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": ["ptq", "pcqat"]})
-    outcome = optimize(path, kws_data, tmp_path / "run", recipe)
+    outcome = _fit_and_optimize(model, kws_data, tmp_path, ["ptq", "pcqat"])
     kernels = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D"]
     branches = [v for v in kernels if v.shape[0] == 16 and v.shape[-1] == 16]  # the two 16 -> 16 branches
     assert len(branches) == 2
@@ -296,7 +292,6 @@ def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, k
     1x1 Conv2D it computes (the two operators the converter writes), so the 1x1 half is pruned, clustered and
     quantization-aware trained like any convolution; checked here on the pcqat leaf's int8 kernels."""
     from edgedeploy import tfenv
-    from edgedeploy.optimize import optimize
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(11)
@@ -307,17 +302,7 @@ def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, k
     x = keras.layers.ReLU(name="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     out = keras.layers.Dense(12, activation="softmax", name="head")(x)
-    model = keras.Model(inp, out)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    d = np.load(kws_data)
-    fit = d["split"] == 0
-    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
-    path = tmp_path / "sep.h5"
-    model.save(path)
-
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": ["ptq", "pcqat"]})
-    outcome = optimize(path, kws_data, tmp_path / "run", recipe)
+    outcome = _fit_and_optimize(keras.Model(inp, out), kws_data, tmp_path, ["ptq", "pcqat"])
     assert outcome.nodes["baseline"].details["split_separable"] == {"sep": "sep_depthwise"}
     assert "qat_unquantized_layers" not in outcome.nodes["pcqat"].details
     kernels = _int8_kernels(outcome, "pcqat")
