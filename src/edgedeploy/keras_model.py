@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import zipfile
 from dataclasses import dataclass
@@ -251,10 +252,7 @@ def split_separable(model):
             specs.append(spec)
             continue
         c, name = spec["config"], spec["name"]
-        depthwise_name = f"{name}_depthwise"
-        while depthwise_name in taken:
-            depthwise_name += "_"
-        taken.add(depthwise_name)
+        depthwise_name = unique_name(f"{name}_depthwise", taken)
         depthwise = keras.layers.DepthwiseConv2D(
             c["kernel_size"], strides=c["strides"], padding=c["padding"], depth_multiplier=c["depth_multiplier"],
             data_format=c.get("data_format"), dilation_rate=c["dilation_rate"], use_bias=False,
@@ -283,6 +281,14 @@ def split_separable(model):
             weights = weights[1:]
         layer.set_weights(weights)
     return new, split
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """``name``, with ``_`` appended until no layer in ``taken`` has it; the result is added to ``taken``."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 def bypass_layers(config: dict, rename: dict[str, str]) -> dict:
@@ -338,10 +344,7 @@ def separate_concat_inputs(model):
                 if ref[0] not in kernels:
                     refs.append(ref)
                     continue
-                name = f"{spec['name']}_in{i}"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
+                name = unique_name(f"{spec['name']}_in{i}", taken)
                 identity = keras.layers.Activation("linear", name=name)
                 specs.append({**keras.layers.serialize(identity), "name": name, "inbound_nodes": [[ref]]})
                 refs.append([name, 0, 0, {}])
@@ -401,13 +404,6 @@ def conv1d_as_conv2d(model):
     moved_names = {n for chain in followers.values() for n in chain}
     config = model.get_config()
     taken = {layer.name for layer in model.layers}
-
-    def fresh(name: str) -> str:
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        return name
-
     moved_specs = {spec["name"]: spec for spec in config["layers"] if spec["name"] in moved_names}
     specs, rename, added, chained = [], {}, set(), set()
     for spec in config["layers"]:
@@ -419,9 +415,10 @@ def conv1d_as_conv2d(model):
             continue
         c, name = spec["config"], spec["name"]
         k, stride, dilation = c["kernel_size"][0], c["strides"][0], c["dilation_rate"][0]
-        chain = [keras.layers.Reshape((-1, 1, int(layer.input_shape[-1])), name=fresh(f"{name}_2d"))]
+        chain = [keras.layers.Reshape((-1, 1, int(layer.input_shape[-1])), name=unique_name(f"{name}_2d", taken))]
         if c["padding"] == "causal":
-            chain.append(keras.layers.ZeroPadding2D(((dilation * (k - 1), 0), (0, 0)), name=fresh(f"{name}_pad")))
+            chain.append(keras.layers.ZeroPadding2D(((dilation * (k - 1), 0), (0, 0)),
+                                                    name=unique_name(f"{name}_pad", taken)))
         chain.append(keras.layers.Conv2D(
             c["filters"], (k, 1), strides=(stride, 1), padding="valid" if c["padding"] == "causal" else c["padding"],
             dilation_rate=(dilation, 1), activation=c.get("activation"), use_bias=c["use_bias"],
@@ -430,23 +427,23 @@ def conv1d_as_conv2d(model):
             bias_constraint=c.get("bias_constraint"), name=name, dtype=c.get("dtype")))
         pieces = [{**keras.layers.serialize(piece), "name": piece.name} for piece in chain]
         for follower in followers[name]:
-            moved = json.loads(json.dumps(moved_specs[follower]))
+            moved = copy.deepcopy(moved_specs[follower])
             if "axis" in moved["config"]:  # a batch norm: the channels' axis of the 4-D tensor
                 moved["config"]["axis"] = [3]
             pieces.append(moved)
-        back = keras.layers.Reshape((-1, int(c["filters"])), name=fresh(f"{name}_1d"))
+        back = keras.layers.Reshape((-1, int(c["filters"])), name=unique_name(f"{name}_1d", taken))
         pieces.append({**keras.layers.serialize(back), "name": back.name})
         inbound = spec["inbound_nodes"]
         for piece in pieces:
             specs.append({**piece, "inbound_nodes": inbound})
             inbound = [[[piece["name"], 0, 0, {}]]]
-        added.update(p["name"] for p in pieces if p["name"] not in moved_names)
+        added.update(p["name"] for p in pieces if p["name"] not in moved_names and p["name"] != name)  # no weights
         chained.update(p["name"] for p in pieces[1:])  # they read the chain itself, not a renamed layer
         rename[(followers[name] or [name])[-1]] = back.name
     config["layers"] = specs
     new = keras.Model.from_config(redirect_consumers(config, rename, keep=chained))
     for layer in new.layers:
-        if layer.name in added and layer.name not in targets:
+        if layer.name in added:
             continue
         weights = model.get_layer(layer.name).get_weights()
         if layer.name in targets:  # kernel (k, in, out) -> (k, 1, in, out)

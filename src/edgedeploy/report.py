@@ -818,16 +818,15 @@ def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[s
     value occurs: -128 to +64 bytes of 9,568 over nine DS-CNN runs). Each miss is added to its row's warnings
     and returned as a note.
     """
-    from .recipe import LEAVES, NODES
+    from .recipe import LEAVES, nodes_for
 
     sweeps = {rec.variant: rec.details["sweep"] for rec in manifest.records.values()
               if rec.stage == "optimize" and rec.variant and isinstance(rec.details.get("sweep"), Mapping)
               and rec.details["sweep"].get("size")}
     notes = []
     for r in rows:
-        leaf_node = node = LEAVES.get(r["leaf"])
-        while node is not None and node not in sweeps:
-            node = NODES.get(node, (None, None))[0]
+        leaf_node = LEAVES.get(r["leaf"])
+        node = next((n for n in reversed(nodes_for([r["leaf"]])) if n in sweeps), None) if leaf_node else None
         if node is None or r["target"] != sweeps[node].get("target") or not sweeps[node]["size"].get("fits", True):
             continue  # (a plan that could not fit was reported by its optimize stage)
         size, mine = sweeps[node]["size"], value_of(r["values"].get("encoded_weights_bytes"))
