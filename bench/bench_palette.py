@@ -27,7 +27,7 @@ leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, t
 Run: python bench/bench_palette.py [--models kws,ic,kws_s] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
      [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--scales peak|fitted]
      [--drop-estimate loss|accuracy]
-     [--seed N | --seeds 0,1,2] [--size-budget FRACTION] [--palette-clusters 4,8,16] [--leaves ptq,cqat_palette]
+     [--seed N | --seeds 0,1,2] [--qat-ranges calibrated|tfmot] [--size-budget FRACTION] [--palette-clusters 4,8,16] [--leaves ptq,cqat_palette]
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
                                               if args.sparsities else {}),
                                            **({"clusters": [int(v) for v in args.palette_clusters.split(",")]}
                                               if args.palette_clusters else {}),
-                                           **({"size_budget": args.size_budget} if args.size_budget else {})}}
+                                           **({"size_budget": args.size_budget} if args.size_budget else {})},
+             "training": {"qat_ranges": args.qat_ranges}}
     overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
     recipe = load_recipe(table=table, overrides=overrides)
     t0 = time.perf_counter()
@@ -352,6 +353,8 @@ def main() -> None:
                     help="each channel's int8 scale: its largest weight / 127, or fitted with clipping ([palette] scales)")
     ap.add_argument("--drop-estimate", default="loss", choices=["loss", "accuracy"],
                     help="how the sweep judges a drop ([palette] drop_estimate)")
+    ap.add_argument("--qat-ranges", default="calibrated", choices=["calibrated", "tfmot"],
+                    help="where QAT's activation ranges start ([training] qat_ranges)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-search", action="store_true", help="no per-layer sweep: every layer at --clusters")
     ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))

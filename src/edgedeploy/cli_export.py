@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -82,4 +83,4 @@ def register(app: typer.Typer) -> None:
                 out_console.print("  golden     none (pass --data DATA.npz --golden N)", highlight=False)
             out_console.print(f"  files      {', '.join(result.files)}", highlight=False, soft_wrap=True)
             for w in result.warnings:
-                err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+                err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 FVP_SCHEMA = "edgedeploy.fvp"
 FVP_SCHEMA_VERSION = 1
@@ -72,9 +73,9 @@ def fvp_run_cmd(
             table.add_row(name, value, m.unit, m.mode)
         out_console.print(table)
         for w in rec.warnings:
-            err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
-        err_console.print(f"input: {rec.details.get('input', {}).get('description', '')}", highlight=False)
-        err_console.print(f"manifest: {Path(run_dir) / 'manifest.json'}", highlight=False)
+            err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+        err_console.print(f"input: {rec.details.get('input', {}).get('description', '')}", highlight=False, markup=False)
+        err_console.print(f"manifest: {Path(run_dir) / 'manifest.json'}", highlight=False, markup=False)
 
 
 def doctor_cmd(json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout.")) -> None:
@@ -110,7 +111,8 @@ def doctor_cmd(json_out: bool = typer.Option(False, "--json", help="Print only v
             out_console.print(table)
             optional = [c.name for c in report.missing_optional]
             if optional:
-                err_console.print(f"optional parts missing: {', '.join(optional)}", highlight=False, soft_wrap=True)
+                err_console.print(f"optional parts missing: {', '.join(optional)}", highlight=False, soft_wrap=True,
+                                  markup=False)
             if report.ok:
                 err_console.print("the required core is installed and usable", highlight=False)
         if not report.ok:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -74,9 +75,9 @@ def optimize_cmd(
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
-                    err_console.print(f"[yellow]warning:[/] {rec.id}: {w}", highlight=False)
+                    err_console.print(f"[yellow]warning:[/] {escape(f'{rec.id}: {w}')}", highlight=False)
             err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}; compile the leaves with "
-                              f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False)
+                              f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False, markup=False)
 
 
 def leaves_json(outcome) -> dict:

@@ -105,7 +105,7 @@ def report_cmd(
             out = Path(run_dir) / "report.html"
         if out is not None:
             atomic_write_text(out, text)
-            err_console.print(f"report: {out}", highlight=False)
+            err_console.print(f"report: {out}", highlight=False, markup=False)
         else:
             typer.echo(text, nl=False)
         if old is not None and fail_on_regression:

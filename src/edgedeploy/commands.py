@@ -11,6 +11,7 @@ from typing import Iterator, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -64,7 +65,7 @@ def guard() -> Iterator[None]:
     try:
         yield
     except EdgeDeployError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
@@ -139,9 +140,9 @@ def compile_cmd(
             out_console.print(_table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:
-                    err_console.print(f"[yellow]warning:[/] {r.variant} on {r.target}: {w}", highlight=False)
+                    err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
-                              f"`edgedeploy report {manifest.run_dir}`", highlight=False)
+                              f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- targets

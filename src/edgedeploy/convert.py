@@ -80,7 +80,8 @@ KERNEL_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV
 
 
 def _require_full_int8(data: bytes, source: str | None = None) -> None:
-    """The converted model computes in int8 only, and no layer's int8 kernel came out all zeros."""
+    """The converted model computes in int8 only, every bias is quantized for the scales its operator computes
+    with, and no layer's int8 kernel came out all zeros."""
     import tempfile
 
     from .tflite_model import read_tflite, read_weight_tensors
@@ -88,7 +89,9 @@ def _require_full_int8(data: bytes, source: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "converted.tflite"
         path.write_bytes(data)
-        floats = read_tflite(path).float_compute_ops()
+        model = read_tflite(path)
+        floats = model.float_compute_ops()
+        misbiased = model.misbiased_operators()
         zeroed = [t for t in read_weight_tensors(path)
                   if t.op in KERNEL_OPS and t.dtype == "int8" and not np.any(t.values())]
     if floats:
@@ -96,6 +99,15 @@ def _require_full_int8(data: bytes, source: str | None = None) -> None:
             f"{_prefix(source)}int8 conversion left {len(floats)} operators in float "
             f"({', '.join(sorted({o.op for o in floats}))})",
             "these layers have no int8 kernel in TFLite; replace them or quantize them with QAT",
+        )
+    if misbiased:
+        op, ratio = misbiased[0]
+        raise ToolFailedError(
+            f"{_prefix(source)}int8 conversion quantized the bias of {len(misbiased)} operator(s) for another input "
+            f"scale ({op.op} '{op.output_name.split(';')[0]}': {ratio:.2f} x input scale x weight scale); the int8 "
+            "model would compute something else",
+            "a QAT activation range that TFMOT started at [-6, 6] and that still reaches below zero after a ReLU is "
+            'the known cause: set [training] qat_ranges = "calibrated" (the default)',
         )
     if zeroed:
         raise ToolFailedError(

@@ -98,6 +98,39 @@ def load_model(path: Path, trust_lambda: bool = False):
     return as_functional(model), info
 
 
+def check_recurrent_layers(model, path: Path, leaves: Iterable[str], qat_leaves: Iterable[str]) -> None:
+    """Refuse recurrent layers that TFLite's int8 conversion cannot take, before any training.
+
+    Only a Keras ``LSTM`` layer becomes a TFLite operator of its own (UNIDIRECTIONAL_SEQUENCE_LSTM); any other
+    recurrent layer that is not unrolled (GRU, SimpleRNN, RNN over a cell) becomes a loop whose int8
+    calibration crashes the converter (a segmentation fault in TensorFlow 2.21), so no leaf could be converted.
+    TFMOT has no QAT config for an LSTM, and the converter cannot convert its quantization-aware model, so the
+    QAT leaves (``qat_leaves`` of ``leaves``) are refused for it; unrolled layers are plain operators and pass.
+    """
+    looping, lstm = [], []
+    for layer in model.layers:
+        kind = layer.__class__.__name__
+        rnn = layer.forward_layer if kind == "Bidirectional" else layer
+        if not hasattr(rnn, "cell") or getattr(rnn, "unroll", False):
+            continue
+        inside = rnn.__class__.__name__ if rnn is not layer else rnn.cell.__class__.__name__ if kind == "RNN" else ""
+        what = f"{layer.name} ({kind}{f'({inside})' if inside else ''})"
+        (lstm if rnn.__class__.__name__ == "LSTM" else looping).append(what)
+    if looping:
+        raise InvalidInputError(
+            f"{path}: recurrent layer {', '.join(looping)} is not unrolled, and TFLite's int8 converter crashes on "
+            "its loop", "rebuild it with unroll=True (fixed time steps), or use keras.layers.LSTM, which converts "
+            "to one operator")
+    qat = [leaf for leaf in leaves if leaf in set(qat_leaves)]
+    if lstm and qat:
+        others = [leaf for leaf in leaves if leaf not in qat]
+        raise InvalidInputError(
+            f"{path}: TFLite cannot convert the quantization-aware model of LSTM layer {', '.join(lstm)}, so "
+            f"QAT leaf {', '.join(qat)} cannot be built",
+            f"leave them out (e.g. --leaves {','.join(others or ['ptq', 'pruned', 'pruned_clustered'])}), or "
+            "rebuild the LSTM with unroll=True")
+
+
 def as_functional(model):
     """A ``Sequential`` model as the same functional model (fresh layers of the same names and weights).
 
@@ -533,6 +566,50 @@ def annotate_for_qat(model):
     annotated = env.keras.models.clone_model(model, clone_function=annotate)
     annotated.set_weights(model.get_weights())
     return annotated
+
+
+def init_activation_ranges(qat_model, float_model, x, batch_size: int) -> int:
+    """Start each fake-quantized layer output of ``qat_model`` at the range its training would settle at.
+
+    TFMOT starts every activation range at [-6, 6] and moves it towards each training batch's [min, max] by
+    0.1% per step, so after a fine-tuning of a few hundred steps the ranges are still mostly that start: a ReLU
+    output spends a third of its int8 codes on negative values it never takes, and large outputs are clipped.
+    The range of layer L is set instead to the mean over ``batch_size`` batches of ``x`` of the batch's
+    [min(L, 0), max(L, 0)] in ``float_model`` (the model ``qat_model`` was built from): the value TFMOT's moving
+    average tends to. Outputs that are not a layer of ``float_model`` (e.g. before an activation) keep TFMOT's
+    start. Returns the number of layers set.
+    """
+    import numpy as np
+
+    from . import tfenv
+
+    keras = tfenv.load().keras
+    float_layers = {layer.name: layer for layer in float_model.layers}
+    targets = []  # (float layer name, [(min variable, max variable)])
+    for layer in qat_model.layers:
+        inner_layer = getattr(layer, "layer", None)
+        if inner_layer is None or len(getattr(float_layers.get(inner_layer.name), "_inbound_nodes", ())) != 1:
+            continue  # not in the float model, or called more than once there (no single output)
+        by_name = {v.name.split("/")[-1].split(":")[0]: v for v in layer.non_trainable_weights}
+        pairs = [(by_name[f"{p}_min"], by_name[f"{p}_max"]) for p in ("post_activation", "output")
+                 if f"{p}_min" in by_name and f"{p}_max" in by_name]
+        if pairs:
+            targets.append((inner_layer.name, pairs))
+    if not targets or len(x) == 0:
+        return 0
+    probe = keras.Model(float_model.inputs, [float_layers[name].output for name, _ in targets])
+    low, high, batches = np.zeros(len(targets)), np.zeros(len(targets)), 0
+    for start in range(0, len(x), batch_size):
+        outs = probe(x[start:start + batch_size], training=False)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        low += [min(float(np.min(o)), 0.0) for o in outs]
+        high += [max(float(np.max(o)), 0.0) for o in outs]
+        batches += 1
+    for (_, pairs), lo, hi in zip(targets, low / batches, high / batches):
+        for vmin, vmax in pairs:
+            vmin.assign(np.full(vmin.shape, lo, np.float32))
+            vmax.assign(np.full(vmax.shape, hi, np.float32))
+    return len(targets)
 
 
 def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT"):

@@ -27,9 +27,11 @@ from .data import Dataset, load_dataset
 from .errors import InvalidInputError, UsageError
 from .keras_model import (
     base_name,
+    check_recurrent_layers,
     clone,
     conv1d_as_conv2d,
     fuse_separate_relu,
+    init_activation_ranges,
     split_separable,
     inner,
     keras_weight_stats,
@@ -425,6 +427,18 @@ def settle_cluster_weights(model) -> int:
     return settled
 
 
+def start_qat_ranges(model, parent, data: Dataset, recipe: Recipe, details: dict[str, Any]) -> None:
+    """Start the QAT model's activation ranges from its float parent on the fine-tune samples (recipe
+    ``qat_ranges = "calibrated"``), or leave TFMOT's [-6, 6] (``"tfmot"``); see
+    :func:`edgedeploy.keras_model.init_activation_ranges`."""
+    if recipe.qat_ranges == "calibrated":
+        count = init_activation_ranges(model, parent, data.x_fit, recipe.batch_size)
+        details["qat_ranges"] = (f"{count} activation ranges started from the float parent on the "
+                                 f"{len(data.x_fit)} fine-tune samples")
+    else:
+        details["qat_ranges"] = "TFMOT's start of [-6, 6]"
+
+
 def load_qat(env, parent_path: Path, weights_path: Path, node: str):
     parent = env.keras.models.load_model(parent_path, compile=False)
     model = qat_model(env, parent, node)
@@ -499,6 +513,7 @@ def optimize(
     env = tfenv.load()
     # Check every input before anything is written.
     model, info = load_model(model_path, trust_lambda)
+    check_recurrent_layers(model, model_path, recipe.leaves, [leaf for leaf in LEAVES if LEAVES[leaf] in QAT_NODES])
     num_classes = int(model.output_shape[-1])
     data = load_dataset(data_path, tuple(model.input_shape[1:]), num_classes)
     if data.reshaped_from:
@@ -597,6 +612,7 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
             result_model = cluster(env, parent, data, recipe, loss, preserve_sparsity=True, record=training)
         else:
             result_model = qat_model(env, parent, node)
+            start_qat_ranges(result_model, parent, data, recipe, details)
             unquantized = unsupported_for_qat(parent)
             if unquantized:
                 details["qat_unquantized_layers"] = unquantized

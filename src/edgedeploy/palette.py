@@ -1625,6 +1625,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         doc = read_plan(Path(inputs["model"]).parent)
         plan, folded = doc["plan"], doc["batch_norm_factors"]
         result_model = palette_qat_model(parent, plan, recipe.seed, folded)
+        optimize.start_qat_ranges(result_model, parent, data, recipe, details)
         # The same training budget as TFMOT's cluster + QAT path (the cluster stage's epochs plus the QAT
         # stage's), as one run: one warm-up and one decay at the QAT stage's rate. Two runs back to back
         # restart the warm-up halfway, which on ResNet-8 (2 + 2 epochs) undid the first run's progress.

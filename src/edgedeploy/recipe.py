@@ -41,9 +41,10 @@ SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
 LR_SCHEDULES = ("cosine", "constant")
 GRADIENT_AGGREGATIONS = ("sum", "avg")
+QAT_RANGES = ("calibrated", "tfmot")  # where QAT's activation ranges start (keras_model.init_activation_ranges)
 SELECTION_METRICS = ("loss", "accuracy")  # the same as edgedeploy.finetune.SELECTION_METRICS
 # `plain = true`: TFMOT's plain fine-tuning recipe (no distillation, one-shot constant sparsity, constant
-# learning rate, batch norm trained, no hold-out). Keys given explicitly still win.
+# learning rate, batch norm trained, no hold-out, QAT ranges from TFMOT's [-6, 6]). Keys given explicitly still win.
 PLAIN: dict[str, Any] = {
     "distill": False,
     "pruning_schedule": "constant",
@@ -56,6 +57,7 @@ PLAIN: dict[str, Any] = {
     "learning_rate": 1e-4,
     "batch_size": 64,
     "epochs": 4,
+    "qat_ranges": "tfmot",
 }
 
 
@@ -124,6 +126,7 @@ class Recipe:
     patience: int = 3
     restore_best: bool = True
     selection_metric: str = "loss"
+    qat_ranges: str = "calibrated"
     # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
@@ -152,6 +155,8 @@ class Recipe:
         s = self.stage(kind)
         out = {**common, "epochs": s.epochs, "learning_rate": s.learning_rate, **self.training_params()}
         technique = NODES[node][1]
+        if node in QAT_NODES:
+            out.update(qat_ranges=self.qat_ranges)
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
             if self.pruning_schedule == "polynomial":
@@ -217,6 +222,8 @@ def _check(r: Recipe, source: str) -> Recipe:
         raise c.fail("pruning.end_fraction", f"is {r.pruning_end_fraction}; it must be in (0, 1] (e.g. 0.6)")
     if r.lr_schedule not in LR_SCHEDULES:
         raise c.fail("training.lr_schedule", f"is '{r.lr_schedule}'; allowed values: {', '.join(LR_SCHEDULES)}")
+    if r.qat_ranges not in QAT_RANGES:
+        raise c.fail("training.qat_ranges", f"is '{r.qat_ranges}'; allowed values: {', '.join(QAT_RANGES)}")
     if not 0.0 <= r.warmup_fraction < 1.0:
         raise c.fail("training.warmup_fraction", f"is {r.warmup_fraction}; it must be in [0, 1) (e.g. 0.1)")
     if r.freeze_batch_norm_after < 0:
@@ -254,7 +261,7 @@ _TABLES: dict[str, dict[str, tuple[str, type]]] = {
                      "label_weight": ("distill_label_weight", float)},
     "training": {"lr_schedule": ("lr_schedule", str), "warmup_fraction": ("warmup_fraction", float),
                  "freeze_batch_norm": ("freeze_batch_norm", bool),
-                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int)},
+                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int), "qat_ranges": ("qat_ranges", str)},
     "selection": {"validation_fraction": ("validation_fraction", float), "patience": ("patience", int),
                   "restore_best": ("restore_best", bool), "metric": ("selection_metric", str)},
 }

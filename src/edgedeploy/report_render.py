@@ -307,19 +307,19 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
         console.print(_plain_table(title, LAYER_HEADERS, rows, right=[False, False] + [True] * 7))
     uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
     if uncompiled:
-        console.print(f"Not compiled for any target: {', '.join(uncompiled)}")
+        console.print(f"Not compiled for any target: {', '.join(uncompiled)}", markup=False)
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
     for t, p in doc["pareto"].items():
-        console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})")
+        console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})", markup=False)
     for leaf, c in doc.get("compression", {}).items():
         if c.get("status") in ("lost", "kept", "unavailable"):
-            console.print(f"Compression {leaf}: {c['note']}")
+            console.print(f"Compression {leaf}: {c['note']}", markup=False)
     for line in _comparison_lines(doc):
-        console.print(f"Comparison {line}")
+        console.print(f"Comparison {line}", markup=False)
     for n in doc["notes"]:
-        console.print(f"Note: {n}")
+        console.print(f"Note: {n}", markup=False)
     for i, reason in enumerate(notes.reasons, 1):
         console.print(f"[{i}] unavailable: {reason}")
     return console.export_text()

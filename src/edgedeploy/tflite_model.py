@@ -25,6 +25,8 @@ DTYPES = (
 )  # fmt: skip
 FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16"}
 OP_QUANTIZE, OP_DEQUANTIZE, OP_CUSTOM = 114, 6, 32
+BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")  # inputs: data, weights, bias
+BIAS_SCALE_TOLERANCE = 0.02  # the kernels take a bias scale of input scale x weight scale
 # Operators that convert between float and integer at a model's edges.
 BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -63,6 +65,8 @@ class OperatorInfo:
     input_types: tuple[str, ...]
     output_types: tuple[str, ...]
     output_name: str
+    input_scales: tuple[tuple[float, ...], ...] = ()  # each input's quantization scales (empty if none)
+    zero_bias: bool = False  # a third input that is a constant of zeros (a bias that adds nothing)
 
     @property
     def op(self) -> str:
@@ -79,6 +83,18 @@ class OperatorInfo:
     def computes_in_float(self) -> bool:
         first_input = self.input_types[:1]
         return not self.is_boundary and any(t in FLOAT_DTYPES for t in first_input + self.output_types)
+
+    def bias_scale_ratio(self) -> float | None:
+        """For a convolution or fully-connected operator with a non-zero int32 bias: the bias scale over the input
+        scale times the weight scale, the farthest from 1 over the channels (the kernels compute with 1); else
+        None."""
+        if self.op not in BIAS_OPS or len(self.input_types) != 3 or self.input_types[2] != "int32" or self.zero_bias:
+            return None
+        inp, weights, bias = self.input_scales
+        if len(inp) != 1 or not weights or len(weights) not in (1, len(bias)) or not inp[0]:
+            return None
+        ratios = [b / (inp[0] * w) for b, w in zip(bias, weights * len(bias) if len(weights) == 1 else weights) if w]
+        return max(ratios, key=lambda r: abs(r - 1.0), default=None)
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,12 @@ class TfliteModel:
 
     def is_integer(self) -> bool:
         return bool(self.operators) and not self.float_compute_ops()
+
+    def misbiased_operators(self) -> list[tuple[OperatorInfo, float]]:
+        """Operators whose bias is quantized for other scales than they compute with, and by how much
+        (:meth:`OperatorInfo.bias_scale_ratio` off 1 by more than ``BIAS_SCALE_TOLERANCE``)."""
+        ratios = [(o, o.bias_scale_ratio()) for o in self.operators]
+        return [(o, r) for o, r in ratios if r is not None and abs(r - 1.0) > BIAS_SCALE_TOLERANCE]
 
     def has_ethos_u_op(self) -> bool:
         return any(o.code == OP_CUSTOM and o.custom_code == "ethos-u" for o in self.operators)
@@ -184,7 +206,8 @@ def _parse(path: Path, data: bytearray) -> TfliteModel:
     check(root, "root table")
     model = _Table(data, root)
     # Model: version 0, operator_codes 1, subgraphs 2, description 3, buffers 4
-    for i, buf in enumerate(model.tables(4)):
+    buffers = model.tables(4)
+    for i, buf in enumerate(buffers):
         # Buffer: data 0, offset 1, size 2
         offset, length = buf.scalar(1, N.Uint64Flags), buf.scalar(2, N.Uint64Flags)
         if offset > 1 and offset + length > size:
@@ -238,6 +261,8 @@ def _parse(path: Path, data: bytearray) -> TfliteModel:
                 tuple(dtype(j) for j in ins),
                 tuple(dtype(j) for j in outs),
                 tensors[outs[0]].string(3) if outs else "",
+                tuple(tensor(j).scale for j in ins),
+                len(ins) == 3 and not any(_buffer_bytes(data, buffers, tensors[ins[2]].scalar(2, N.Uint32Flags))),
             )
         )
     inputs = tuple(tensor(int(j)) for j in sg.scalars(1, N.Int32Flags))
@@ -290,6 +315,23 @@ class WeightTensor:
         return np.frombuffer(self.data, dtype=kinds[self.dtype]).reshape(self.shape)
 
 
+def _buffer_bytes(data: bytearray, buffers: list[_Table], index: int) -> bytes:
+    """The bytes of buffer ``index`` (stored inline or after the flatbuffer); empty for none (not a constant)."""
+    from flatbuffers import number_types as N
+
+    if not 0 < index < len(buffers):
+        return b""
+    buf = buffers[index]
+    # Buffer: data 0, offset 1, size 2
+    offset, size = buf.scalar(1, N.Uint64Flags), buf.scalar(2, N.Uint64Flags)
+    if offset > 1:
+        return bytes(data[offset : offset + size])
+    if buf.length(0):
+        start = buf.t.Vector(buf._off(0))
+        return bytes(data[start : start + buf.length(0)])
+    return b""
+
+
 def read_weight_tensors(path: Path | str) -> list[WeightTensor]:
     """Constant tensors of rank >= 2 that operators read (filters and fully-connected weights), in operator order."""
     from flatbuffers import encode, packer
@@ -316,14 +358,8 @@ def read_weight_tensors(path: Path | str) -> list[WeightTensor]:
             b = t.scalar(2, N.Uint32Flags)
             if len(shape) < 2 or not 0 < b < len(buffers):
                 continue
-            buf = buffers[b]
-            offset, size = buf.scalar(1, N.Uint64Flags), buf.scalar(2, N.Uint64Flags)
-            if offset > 1:
-                raw = bytes(data[offset : offset + size])
-            elif buf.length(0):
-                start = buf.t.Vector(buf._off(0))
-                raw = bytes(data[start : start + buf.length(0)])
-            else:
+            raw = _buffer_bytes(data, buffers, b)
+            if not raw:
                 continue  # not a constant
             code_t = t.scalar(1, N.Int8Flags)
             q = t.table(4)

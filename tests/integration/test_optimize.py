@@ -312,3 +312,63 @@ def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, k
     assert max(len(np.unique(c)) for c in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
     assert sum(op == "DEPTHWISE_CONV_2D" for op, _, _ in kernels.values()) == 1
     assert read_tflite(outcome.run_dir / outcome.leaves["ptq"].output("int8_model").path).is_integer()
+
+
+def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tmp_path, kws_data):
+    """An MLP of Dense -> BatchNorm -> ReLU blocks. TFMOT starts each activation range at [-6, 6] and moves it by
+    0.1% a step, so after a short QAT a ReLU's range still reaches far below zero; for such a range before a
+    Dense the converter (TF 2.21) quantizes the next layer's bias for another input scale, and the int8 QAT leaf
+    lost 14 points against its own QAT model. The tree starts QAT's ranges from the float parent instead
+    (recipe qat_ranges = "calibrated", the default); with TFMOT's start the conversion is refused."""
+    from edgedeploy import tfenv
+    from edgedeploy.errors import ToolFailedError
+    from edgedeploy.optimize import optimize
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(19)
+    inp = keras.Input((49, 10, 1))
+    x = keras.layers.Flatten()(inp)
+    for i in range(2):
+        x = keras.layers.Dense(64, name=f"fc{i}")(x)
+        x = keras.layers.BatchNormalization(name=f"bn{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
+    outcome = _fit_and_optimize(model, kws_data, tmp_path, ["ptq", "qat"])
+    assert "activation ranges started from the float parent" in outcome.nodes["qat"].details["qat_ranges"]
+    qat = outcome.leaves["qat"]
+    int8_model = read_tflite(outcome.run_dir / qat.output("int8_model").path)
+    assert [o.op for o in int8_model.operators].count("FULLY_CONNECTED") == 3
+    assert all(o.bias_scale_ratio() in (None, pytest.approx(1.0, abs=0.02)) for o in int8_model.operators)
+    print("qat float / int8:", qat.metric("float_accuracy"), qat.metric("int8_accuracy"))
+    assert abs(qat.metric("int8_accuracy") - qat.metric("float_accuracy")) < 2.0
+
+    recipe = load_recipe(table={"training": {"qat_ranges": "tfmot"}},
+                         overrides={"epochs": 1, "seed": 7, "leaves": ["qat"]})
+    with pytest.raises(ToolFailedError, match="quantized the bias of .* for another input scale"):
+        optimize(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe)
+
+
+def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(tmp_path, kws_data):
+    """A GRU that is not unrolled becomes a loop whose int8 calibration crashes TFLite's converter (a segmentation
+    fault), and an LSTM's QAT model does not convert: refused with one line before anything is written. An LSTM
+    itself converts to one operator, so its ptq leaf is built."""
+    from edgedeploy import tfenv
+
+    keras = tfenv.load().keras
+
+    def save(name, rnn):
+        inp = keras.Input((49, 10, 1))
+        x = rnn(keras.layers.Reshape((49, 10))(inp))
+        keras.Model(inp, keras.layers.Dense(12, activation="softmax")(x)).save(tmp_path / f"{name}.h5")
+        return tmp_path / f"{name}.h5"
+
+    gru = save("gru", keras.layers.Bidirectional(keras.layers.GRU(8, name="g"), name="bigru"))
+    _one_line_error(_optimize_cli(gru, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq"), 3,
+                    "gru.h5", "bigru (Bidirectional(GRU)) is not unrolled", "unroll=True")
+    lstm = save("lstm", keras.layers.LSTM(8, name="lstm"))
+    _one_line_error(_optimize_cli(lstm, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq,pcqat"), 3,
+                    "lstm.h5", "QAT leaf pcqat cannot be built", "--leaves ptq")
+    assert not (tmp_path / "o").exists()
+    ok = _optimize_cli(lstm, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"

@@ -97,6 +97,10 @@ def test_recipe_file_and_overrides(tmp_path):
     # pcqat needs the whole prune -> cluster chain; shared parents come once, parents first
     assert nodes_for(list(r.leaves)) == ["baseline", "pruned", "pruned_clustered", "pcqat"]
     assert nodes_for(list(LEAVES)).index("pruned") < nodes_for(list(LEAVES)).index("pqat")
+    # where QAT's activation ranges start changes the QAT nodes only (their cache key), and --plain keeps TFMOT's
+    assert r.qat_ranges == "calibrated" and r.node_params("pcqat")["qat_ranges"] == "calibrated"
+    assert "qat_ranges" not in r.node_params("pruned_clustered")
+    assert load_recipe(path, {"plain": True}).node_params("pcqat")["qat_ranges"] == "tfmot"
 
 
 @pytest.mark.parametrize(
@@ -109,6 +113,7 @@ def test_recipe_file_and_overrides(tmp_path):
         ('[clustering]\ncentroid_init = "kmeans"', "allowed values: kmeans++, linear, density, random"),
         ("[stages.distill]\nepochs = 1", "`stages.distill` is not a stage"),
         ("epoch = 3", "unknown key `epoch`"),
+        ('[training]\nqat_ranges = "ema"', "`training.qat_ranges` is 'ema'; allowed values: calibrated, tfmot"),
         ('epochs = "three"', "`epochs` is 'three'; it must be an integer"),
     ],
 )
@@ -147,3 +152,20 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
             plain.validation_fraction) == (False, "constant", "constant", False, 0.0)
     result = CliRunner().invoke(app, args + ["--pruning-schedule", "cubic"])
     assert result.exit_code == 2 and "pruning.schedule" in result.output and "polynomial" in result.output
+
+
+def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
+    """Messages name recipe tables such as [training]; the terminal prints them as they are, not as markup."""
+    import edgedeploy.optimize as optimize_module
+    from typer.testing import CliRunner
+
+    from edgedeploy.commands import app
+    from edgedeploy.errors import UsageError
+
+    def fail(*args, **kwargs):
+        raise UsageError("set [training] qat_ranges", 'e.g. [training] qat_ranges = "calibrated" [/]')
+
+    monkeypatch.setattr(optimize_module, "optimize", fail)
+    result = CliRunner().invoke(app, ["optimize", str(tmp_path / "m.h5"), "--data", str(tmp_path / "d.npz")])
+    assert result.exit_code == 2
+    assert 'set [training] qat_ranges. e.g. [training] qat_ranges = "calibrated" [/]' in " ".join(result.output.split())

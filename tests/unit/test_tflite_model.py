@@ -75,3 +75,22 @@ def test_check_int8_model_raises_picklable_error(tmp_path):
         check_int8_model(str(tmp_path / "missing.tflite"))
     again = pickle.loads(pickle.dumps(err.value))
     assert again.one_line() == err.value.one_line() and again.hint
+
+
+def test_bias_scales_match_the_scales_their_operators_compute_with(dscnn_int8):
+    """The int8 kernels add a bias in units of input scale x weight scale; MLPerf's own DS-CNN keeps that for
+    each of its 5 convolutions, 4 depthwise ones and the fully-connected head. A bias quantized for another
+    input scale is read as such; a bias of zeros adds nothing whatever its scale."""
+    from dataclasses import replace
+
+    model = read_tflite(dscnn_int8)
+    ops = [o for o in model.operators if o.bias_scale_ratio() is not None]
+    assert len(ops) == 10 and all(o.bias_scale_ratio() == pytest.approx(1.0, abs=1e-4) for o in ops)
+    assert model.misbiased_operators() == []
+    head = next(o for o in ops if o.op == "FULLY_CONNECTED")
+    inp, weights, bias = head.input_scales
+    halved = replace(head, input_scales=(inp, weights, tuple(b / 2 for b in bias)))
+    assert halved.bias_scale_ratio() == pytest.approx(0.5, abs=1e-4)
+    edited = replace(model, operators=tuple(halved if o is head else o for o in model.operators))
+    assert [(o.op, round(r, 3)) for o, r in edited.misbiased_operators()] == [("FULLY_CONNECTED", 0.5)]
+    assert replace(halved, zero_bias=True).bias_scale_ratio() is None
