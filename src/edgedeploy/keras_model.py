@@ -66,11 +66,6 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
         training = config.get("compile_config")
     else:
         raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved with tf_keras (Keras 2)")
-    if version and str(version).startswith("3"):
-        raise InvalidInputError(
-            f"{path} was saved by Keras {version}; TFMOT can only wrap Keras 2 (tf_keras) models",
-            "re-create the model with tf_keras (import tf_keras as keras) and save it as .h5",
-        )
     lambdas = tuple(c.get("config", {}).get("name", "?") for c in _walk(config) if c.get("class_name") == "Lambda")
     return ModelFileInfo(path, version, lambdas, training)
 
@@ -86,12 +81,17 @@ def load_model(path: Path, trust_lambda: bool = False):
             "pass --trust-lambda if you trust this file",
         )
     keras = tfenv.load().keras
-    try:
-        model = keras.models.load_model(path, compile=False, safe_mode=not trust_lambda) if path.suffix == ".keras" \
-            else keras.models.load_model(path, compile=False)
-    except Exception as exc:  # Keras raises many kinds of errors on bad files
-        raise InvalidInputError(f"{path} does not load with tf_keras ({type(exc).__name__}: {exc})".splitlines()[0],
-                                "check the file was saved by tf_keras 2.x") from exc
+    if info.keras_version and str(info.keras_version).startswith("3"):
+        from .keras3 import load_keras3
+
+        model = load_keras3(path, trust_lambda)  # TFMOT wraps Keras 2 (tf_keras) models only
+    else:
+        try:
+            model = keras.models.load_model(path, compile=False, safe_mode=not trust_lambda) \
+                if path.suffix == ".keras" else keras.models.load_model(path, compile=False)
+        except Exception as exc:  # Keras raises many kinds of errors on bad files
+            raise InvalidInputError(f"{path} does not load with tf_keras ({type(exc).__name__}: {exc})".splitlines()[0],
+                                    "check the file was saved by tf_keras 2.x") from exc
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise InvalidInputError(f"{path} has {len(model.inputs)} inputs and {len(model.outputs)} outputs",
                                 "the deployment tree needs a single-input, single-output classifier")

@@ -177,14 +177,53 @@ def test_data_that_does_not_fit_the_model(tmp_path, shared_data):
     assert not (tmp_path / "o").exists()
 
 
-def test_keras3_model_is_refused(tmp_path, kws_data):
-    path = tmp_path / "k3.keras"
-    code = ("import keras; m = keras.Sequential([keras.Input((49, 10, 1)), keras.layers.Flatten(), "
-            f"keras.layers.Dense(12)]); m.save({str(path)!r})")
+@pytest.fixture(scope="module")
+def keras3_models(kws_data, tmp_path_factory) -> Path:
+    """Keras 3 models trained and saved by Keras 3 itself (TF_USE_LEGACY_KERAS unset) in another process."""
+    out = tmp_path_factory.mktemp("keras3")
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
-    _one_line_error(_optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o"), 3, "saved by Keras 3",
-                    "tf_keras")
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("keras3_models.py")), str(out),
+                           str(kws_data)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("name", ["functional.keras", "functional.h5", "sequential.keras", "sequential.h5"])
+def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models, kws_data, name):
+    from edgedeploy import tfenv
+    from edgedeploy.keras_model import load_model
+
+    model, _ = load_model(keras3_models / name)
+    assert isinstance(model, tfenv.load().keras.Model)  # tf_keras, which TFMOT can wrap
+    d = np.load(kws_data)
+    probs = model.predict(d["x"][d["split"] == 1], verbose=0)
+    ref = np.load(keras3_models / (name.split(".")[0] + "_ref.npz"))["probs"]
+    np.testing.assert_allclose(probs, ref, atol=1e-5)
+
+
+def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
+    from edgedeploy.optimize import optimize
+
+    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+                                    "leaves": ["ptq", "pcqat"]})
+    outcome = optimize(keras3_models / "functional.keras", kws_data, tmp_path / "run", recipe)
+    ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
+    assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.06)  # one clip is 0.055
+    assert not outcome.nodes["pcqat"].warnings
+    kernels = {name: v for name, (op, v, _) in _int8_kernels(outcome, "pcqat").items() if op == "CONV_2D"}
+    pointwise = [v for v in kernels.values() if v.shape[1:3] == (1, 1)]  # pw, branch and sep's pointwise half
+    assert len(pointwise) == 3
+    for v in pointwise:
+        assert np.mean(v == 0) >= SPARSITY - 0.02
+        assert max(len(np.unique(ch)) for ch in v) <= CLUSTERS + 1  # per output channel (int8 scales)
+
+
+@pytest.mark.parametrize("name, needles", [("ops.keras", ("Keras 3 operation", "Rescaling")),
+                                           ("lora.keras", ("head", "lora_rank = 2"))])
+def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, kws_data, tmp_path, name, needles):
+    _one_line_error(_optimize_cli(keras3_models / name, "--data", kws_data, "-o", tmp_path / "o"), 3, name,
+                    *needles)
+    assert not (tmp_path / "o").exists()
 
 
 def test_lambda_layers_need_trust(tmp_path, kws_data):

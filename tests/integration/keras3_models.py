@@ -1,0 +1,46 @@
+"""Builds, trains (2 epochs) and saves Keras 3 models for test_optimize.py; run with Keras 3 as `keras`
+(TF_USE_LEGACY_KERAS unset): python keras3_models.py OUT_DIR DATA.npz
+
+Writes functional/sequential as .keras and .h5 with their probabilities and accuracy on the evaluation split
+(NAME_ref.npz); ops.keras has a Keras 3 operation (x / 255) in its graph, lora.keras a LoRA Dense layer.
+"""
+
+import sys
+
+import keras
+import numpy as np
+
+L = keras.layers
+out, data = sys.argv[1], sys.argv[2]
+keras.utils.set_random_seed(5)
+d = np.load(data)
+fit, ev = d["split"] == 0, d["split"] == 1
+
+inp = keras.Input((49, 10, 1))
+x = L.Conv2D(16, (10, 4), strides=2, padding="same", use_bias=False, name="stem")(inp)
+x = L.BatchNormalization(name="stem_bn")(x)
+x = L.ReLU(name="stem_relu")(x)
+y = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
+y = L.Conv2D(16, 1, activation="relu", name="pw")(y)
+x = L.Add(name="add")([x, y])
+a = L.Conv2D(16, 1, activation="relu", name="branch")(x)
+b = L.MaxPooling2D(3, strides=1, padding="same", name="pool")(x)
+x = L.Concatenate(name="cat")([a, b])
+x = L.SeparableConv2D(32, 3, padding="same", activation="relu", name="sep")(x)
+x = L.Dropout(0.2, name="drop")(x)
+x = L.GlobalAveragePooling2D(name="gap")(x)
+functional = keras.Model(inp, L.Dense(12, activation="softmax", name="head")(x))
+sequential = keras.Sequential([keras.Input((49, 10, 1)), L.Rescaling(0.05), L.Flatten(),
+                               L.Dense(64, kernel_regularizer="l2"), L.BatchNormalization(), L.Activation("relu"),
+                               L.Dense(12, activation="softmax")])
+for name, model in (("functional", functional), ("sequential", sequential)):
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
+    model.save(f"{out}/{name}.keras")
+    model.save(f"{out}/{name}.h5")
+    probs = model.predict(d["x"][ev], verbose=0)
+    np.savez(f"{out}/{name}_ref.npz", probs=probs, accuracy=100 * np.mean(probs.argmax(1) == d["y"][ev]))
+
+i = keras.Input((49, 10, 1))
+keras.Model(i, L.Dense(12, name="head")(L.Flatten()(i) / 255.0)).save(f"{out}/ops.keras")
+keras.Model(i, L.Dense(12, lora_rank=2, name="head")(L.Flatten()(i))).save(f"{out}/lora.keras")
