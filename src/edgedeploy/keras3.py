@@ -22,6 +22,13 @@ _BASE_KWARGS = {"trainable", "name", "dtype", "dynamic", "input_dim", "input_sha
                 "batch_size", "weights", "activity_regularizer", "autocast"}
 
 
+# Keras 3 settings tf_keras has under another name
+_RENAMED = {("LeakyReLU", "negative_slope"): "alpha"}
+# Keras 3 activations tf_keras has under another name, or as a layer of its own (the same function)
+_ACTIVATION_NAMES = {"silu": "swish"}
+_ACTIVATION_LAYERS = {"relu6": ("ReLU", {"max_value": 6.0}), "leaky_relu": ("LeakyReLU", {"alpha": 0.2})}
+
+
 def _fail(path: Path, what: str) -> InvalidInputError:
     return InvalidInputError(f"{path}: {what}",
                              "re-create the model with tf_keras (import tf_keras as keras) and save it as .h5")
@@ -89,6 +96,19 @@ def _layer_config(path: Path, entry: dict) -> dict:
     config = {k: _plain(v) for k, v in entry["config"].items()}
     if kind == "InputLayer":
         config["batch_input_shape"] = config.pop("batch_shape", config.pop("batch_input_shape", None))
+    for (klass, key), renamed in _RENAMED.items():
+        if kind == klass and key in config:
+            config[renamed] = config.pop(key)
+    activation = config.get("activation")
+    if isinstance(activation, str):
+        config["activation"] = activation = _ACTIVATION_NAMES.get(activation, activation)
+        if kind == "Activation" and activation in _ACTIVATION_LAYERS:  # the layer itself becomes that layer
+            kind, settings = _ACTIVATION_LAYERS[activation]
+            cls = _tf_keras_class(kind, "keras.layers")
+            config = {"name": config["name"], "trainable": config.get("trainable", True),
+                      "dtype": config.get("dtype"), **settings}
+        elif activation not in _ACTIVATION_LAYERS and not hasattr(_tf_keras_activations(), activation):
+            raise _fail(path, f"layer {name} ({kind}) uses the activation {activation}, which tf_keras does not have")
     accepted = _accepted(cls)
     for key in [k for k in config if k not in accepted]:
         value = config.pop(key)
@@ -97,15 +117,36 @@ def _layer_config(path: Path, entry: dict) -> dict:
     return {"class_name": kind, "config": config, "name": name}
 
 
-def _tensor_refs(path: Path, name: str, args: Any) -> list[list[Any]]:
-    """The [layer, node, tensor, {}] references of the Keras tensors in a node's arguments, in order."""
+def _tf_keras_activations():
+    import tf_keras
+
+    return tf_keras.activations
+
+
+def _activation_layer(layer: dict, taken: set[str]) -> dict | None:
+    """For a layer whose activation tf_keras has only as a layer (``relu6``): that layer, to follow it, and the
+    layer's own activation set to linear. None for any other layer."""
+    from .keras_model import unique_name
+
+    activation = layer["config"].get("activation")
+    if layer["class_name"] == "Activation" or activation not in _ACTIVATION_LAYERS:
+        return None
+    kind, settings = _ACTIVATION_LAYERS[activation]
+    layer["config"]["activation"] = "linear"
+    name = unique_name(f"{layer['name']}_{activation}", taken)
+    return {"class_name": kind, "name": name, "config": {"name": name, "dtype": layer["config"].get("dtype"), **settings}}
+
+
+def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str]) -> list[list[Any]]:
+    """The [layer, node, tensor, {}] references of the Keras tensors in a node's arguments, in order (a layer in
+    ``after`` read through the activation layer that follows it)."""
     refs = []
     for a in args if isinstance(args, (list, tuple)) else [args]:
         if isinstance(a, (list, tuple)):
-            refs += _tensor_refs(path, name, a)
+            refs += _tensor_refs(path, name, a, after)
         elif isinstance(a, dict) and a.get("class_name") == "__keras_tensor__":
             layer, node, index = a["config"]["keras_history"]
-            refs.append([layer, node, index, {}])
+            refs.append([after.get(layer, layer), node, index, {}])
         else:
             raise _fail(path, f"layer {name} is called with a constant argument ({a!r}), which tf_keras cannot "
                               "rebuild")
@@ -113,7 +154,8 @@ def _tensor_refs(path: Path, name: str, args: Any) -> list[list[Any]]:
 
 
 def _functional_config(path: Path, config: dict) -> dict:
-    layers = []
+    layers, after = [], {}
+    taken = {entry.get("name") or entry["config"].get("name") for entry in config["layers"]}
     for entry in config["layers"]:
         out = _layer_config(path, entry)
         nodes = []
@@ -123,15 +165,21 @@ def _functional_config(path: Path, config: dict) -> dict:
             if kwargs:
                 raise _fail(path, f"layer {out['name']} is called with arguments {sorted(kwargs)}, which "
                                   "edgedeploy cannot rebuild in tf_keras")
-            nodes.append(_tensor_refs(path, out["name"], node.get("args", [])))
+            nodes.append(_tensor_refs(path, out["name"], node.get("args", []), after))
         out["inbound_nodes"] = nodes
         layers.append(out)
+        activation = _activation_layer(out, taken)
+        if activation:
+            activation["inbound_nodes"] = [[[out["name"], i, 0, {}]] for i in range(len(nodes))]
+            layers.append(activation)
+            after[out["name"]] = activation["name"]
 
     def ends(value):  # Keras 3 writes one input or output as [name, 0, 0], several as a list of those
         return [value] if value and isinstance(value[0], str) else value
 
+    outputs = [[after.get(layer, layer), *rest] for layer, *rest in ends(config["output_layers"])]
     return {"name": config.get("name", "model"), "layers": layers, "input_layers": ends(config["input_layers"]),
-            "output_layers": ends(config["output_layers"])}
+            "output_layers": outputs}
 
 
 def load_keras3(path: Path, trust_lambda: bool = False):
@@ -155,7 +203,10 @@ def load_keras3(path: Path, trust_lambda: bool = False):
                           "models can be rebuilt in tf_keras")
     config = source.get_config()
     if kind == "Sequential":
-        layers = [_layer_config(path, entry) for entry in config["layers"]]
+        layers, taken = [], {entry["config"].get("name") for entry in config["layers"]}
+        for entry in config["layers"]:
+            layers.append(_layer_config(path, entry))
+            layers += filter(None, [_activation_layer(layers[-1], taken)])
         build = lambda: tf_keras.Sequential.from_config({"name": config.get("name", "sequential"), "layers": layers})  # noqa: E731
     else:
         functional = _functional_config(path, config)

@@ -37,7 +37,7 @@ from .keras_model import (
     keras_weight_stats,
     load_model,
     quantize_for_qat,
-    separate_concat_inputs,
+    separate_kernel_outputs,
     separate_relu_layers,
     shape_only,
     unsupported_for_qat,
@@ -388,7 +388,7 @@ def qat_model(env, parent, node: str):
         "cqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=False),
         "pcqat": lambda: cluster_preserve.Default8BitClusterPreserveQuantizeScheme(preserve_sparsity=True),
     }[node]()
-    model, _ = separate_concat_inputs(clone(parent))  # (else TFMOT's Concatenate transform drops the scheme)
+    model, _ = separate_kernel_outputs(clone(parent))  # (else TFMOT's Concatenate and ReLU transforms drop the scheme)
     return quantize_for_qat(model, scheme, what=f"stage {node}")
 
 

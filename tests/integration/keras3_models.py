@@ -2,7 +2,8 @@
 (TF_USE_LEGACY_KERAS unset): python keras3_models.py OUT_DIR DATA.npz
 
 Writes functional/sequential as .keras and .h5 with their probabilities and accuracy on the evaluation split
-(NAME_ref.npz); ops.keras has a Keras 3 operation (x / 255) in its graph, lora.keras a LoRA Dense layer.
+(NAME_ref.npz); ops.keras has a Keras 3 operation (x / 255) in its graph, lora.keras a LoRA Dense layer,
+hard_silu.keras an activation tf_keras does not have.
 """
 
 import sys
@@ -21,7 +22,7 @@ x = L.Conv2D(16, (10, 4), strides=2, padding="same", use_bias=False, name="stem"
 x = L.BatchNormalization(name="stem_bn")(x)
 x = L.ReLU(name="stem_relu")(x)
 y = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
-y = L.Conv2D(16, 1, activation="relu", name="pw")(y)
+y = L.Conv2D(16, 1, activation="relu6", name="pw")(y)  # tf_keras has relu6 only as a layer
 x = L.Add(name="add")([x, y])
 a = L.Conv2D(16, 1, activation="relu", name="branch")(x)
 b = L.MaxPooling2D(3, strides=1, padding="same", name="pool")(x)
@@ -31,7 +32,7 @@ x = L.Dropout(0.2, name="drop")(x)
 x = L.GlobalAveragePooling2D(name="gap")(x)
 functional = keras.Model(inp, L.Dense(12, activation="softmax", name="head")(x))
 sequential = keras.Sequential([keras.Input((49, 10, 1)), L.Rescaling(0.05), L.Flatten(),
-                               L.Dense(64, kernel_regularizer="l2"), L.BatchNormalization(), L.Activation("relu"),
+                               L.Dense(64, kernel_regularizer="l2"), L.BatchNormalization(), L.LeakyReLU(negative_slope=0.1),
                                L.Dense(12, activation="softmax")])
 for name, model in (("functional", functional), ("sequential", sequential)):
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
@@ -44,3 +45,4 @@ for name, model in (("functional", functional), ("sequential", sequential)):
 i = keras.Input((49, 10, 1))
 keras.Model(i, L.Dense(12, name="head")(L.Flatten()(i) / 255.0)).save(f"{out}/ops.keras")
 keras.Model(i, L.Dense(12, lora_rank=2, name="head")(L.Flatten()(i))).save(f"{out}/lora.keras")
+keras.Model(i, L.Dense(12, activation="hard_silu", name="head")(L.Flatten()(i))).save(f"{out}/hard_silu.keras")

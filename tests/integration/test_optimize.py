@@ -219,7 +219,8 @@ def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
 
 
 @pytest.mark.parametrize("name, needles", [("ops.keras", ("Keras 3 operation", "Rescaling")),
-                                           ("lora.keras", ("head", "lora_rank = 2"))])
+                                           ("lora.keras", ("head", "lora_rank = 2")),
+                                           ("hard_silu.keras", ("head", "activation hard_silu"))])
 def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, kws_data, tmp_path, name, needles):
     _one_line_error(_optimize_cli(keras3_models / name, "--data", kws_data, "-o", tmp_path / "o"), 3, name,
                     *needles)
@@ -323,6 +324,32 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
         assert max(len(np.unique(ch)) for ch in v) <= CLUSTERS + 1  # per output channel (int8 scales)
     ops = [o.op for o in read_tflite(outcome.run_dir / outcome.leaves["pcqat"].output("int8_model").path).operators]
     assert "CONCATENATION" in ops and "DEQUANTIZE" not in ops
+
+
+def test_a_relu6_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
+    """TFMOT's QAT transform for a ReLU layer after a Conv/Dense gives the convolution a no-op quantize config, and
+    a ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), so PCQAT trained the convolution freely
+    and the stage failed its preservation check (zeros gone). An identity layer between the two keeps the
+    scheme's config; the int8 model is the ptq leaf's graph, the ReLU6 fused into its convolution."""
+    from edgedeploy import tfenv
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(23)
+    inp = keras.Input((49, 10, 1))
+    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp)
+    x = keras.layers.ReLU(6.0, name="stem_relu6")(x)
+    x = keras.layers.Conv2D(32, 1, name="pw")(x)
+    x = keras.layers.ReLU(6.0, name="pw_relu6")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
+                                kws_data, tmp_path, ["ptq", "pcqat"])
+    pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D" and v.shape[0] == 32]
+    assert len(pointwise) == 1
+    assert np.mean(pointwise[0] == 0) >= SPARSITY - 0.02
+    assert max(len(np.unique(ch)) for ch in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
+    ops = {leaf: [o.op for o in read_tflite(outcome.run_dir / outcome.leaves[leaf].output("int8_model").path).operators]
+           for leaf in ("ptq", "pcqat")}
+    assert ops["pcqat"] == ops["ptq"] and "RELU6" not in ops["pcqat"], ops
 
 
 def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
