@@ -24,7 +24,7 @@ database on) and prints per leaf:
 The "best palette-aware leaf" is the one with the smallest encoded weights on ethos-u55-128 among the palette
 leaves within --budget points of the ptq leaf's int8 accuracy (or, if none is, the most accurate one).
 
-Run: python bench/bench_palette.py [--models kws,ic,kws_s] [--epochs N] [--sparsity S] [--budget PTS] [--out DIR]
+Run: python bench/bench_palette.py [--goal] [--models kws,ic,kws_s] [--epochs N] [--ic-epochs N] [--sparsity S] [--budget PTS] [--out DIR]
      [--data ../shared/data] [--no-search] [--projection gptq|nearest] [--scales peak|fitted]
      [--drop-estimate loss|accuracy]
      [--seed N | --seeds 0,1,2] [--qat-ranges calibrated|tfmot] [--size-budget FRACTION] [--palette-clusters 4,8,16] [--leaves ptq,cqat_palette]
@@ -90,7 +90,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
                                               if args.palette_clusters else {}),
                                            **({"size_budget": args.size_budget} if args.size_budget else {})},
              "training": {"qat_ranges": args.qat_ranges}}
-    overrides = {"epochs": args.epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
+    epochs = args.ic_epochs if key == "ic" and args.ic_epochs is not None else args.epochs
+    overrides = {"epochs": epochs, "sparsity": args.sparsity, "clusters": args.clusters, "seed": seed}
     recipe = load_recipe(table=table, overrides=overrides)
     t0 = time.perf_counter()
     # One leaf at a time (shared nodes are trained once and reused), so that a leaf whose stage fails (e.g. a
@@ -324,12 +325,21 @@ def render(result: dict, budget: float) -> str:
     return "\n".join(lines)
 
 
+# --goal: the goal's check, one configuration for both models (the flash budget at the least estimated loss)
+GOAL_PRESET = {"seeds": "0,1,2", "size_budget": GOAL_RATIO, "scales": "fitted", "leaves": "ptq,pcqat,pcqat_palette",
+               "ic_epochs": 2}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--goal", action="store_true",
+                    help="the goal's check: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in GOAL_PRESET.items())
+                         + " (options given beside it win)")
     ap.add_argument("--models", default="kws,ic", help=f"comma-separated, of {','.join(MODELS)} (kws and ic: the goal's)")
     ap.add_argument("--leaves", default=DEFAULT_LEAVES,
                     help=f"comma-separated leaves to run, ptq among them (palette leaves: {', '.join(PALETTE_LEAVES)})")
     ap.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs per stage (recipe default)")
+    ap.add_argument("--ic-epochs", type=int, default=None, help="epochs per stage for ResNet-8 (default: --epochs)")
     ap.add_argument("--sparsity", type=float, default=None)
     ap.add_argument("--clusters", type=int, default=None)
     ap.add_argument("--seed", type=int, default=None)
@@ -359,7 +369,11 @@ def main() -> None:
     ap.add_argument("--no-search", action="store_true", help="no per-layer sweep: every layer at --clusters")
     ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    if ap.parse_known_args()[0].goal:
+        ap.set_defaults(**GOAL_PRESET)
     args = ap.parse_args()
+    if args.goal and args.seed is not None and args.seeds == GOAL_PRESET["seeds"]:
+        args.seeds = None  # --goal --seed N: that seed alone
     if "ptq" not in args.leaves.split(","):
         ap.error("--leaves needs ptq: every difference is measured against it")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
