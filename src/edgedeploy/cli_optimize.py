@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def optimize_cmd(
-    model: Path = typer.Argument(..., help="Keras 2 model (.h5 or .keras, loaded with tf_keras)."),
+    model: Path = typer.Argument(..., help="Keras model (.h5 or .keras; saved by tf_keras, or by Keras 3 and rebuilt in tf_keras)."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test."),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),

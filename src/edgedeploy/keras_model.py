@@ -65,13 +65,14 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
         version = meta.get("keras_version")
         training = config.get("compile_config")
     else:
-        raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved with tf_keras (Keras 2)")
+        raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved by tf_keras or Keras 3")
     lambdas = tuple(c.get("config", {}).get("name", "?") for c in _walk(config) if c.get("class_name") == "Lambda")
     return ModelFileInfo(path, version, lambdas, training)
 
 
 def load_model(path: Path, trust_lambda: bool = False):
-    """Load a Keras 2 model; refuse ``Lambda`` layers (they run code stored in the file) unless trusted."""
+    """Load a Keras model as tf_keras (a Keras 3 file rebuilt, see :mod:`edgedeploy.keras3`); refuse ``Lambda`` layers
+    (they run code stored in the file) unless trusted."""
     from . import tfenv
 
     info = inspect_model_file(path)
