@@ -355,16 +355,17 @@ def redirect_consumers(config: dict, rename: dict[str, str], keep: Iterable[str]
 
 
 def separate_kernel_outputs(model):
-    """A linear ``Activation`` (named ``LAYER_inI``) between each kernel layer and a ``Concatenate`` or ``ReLU``
-    layer it feeds, so that TFMOT's QAT transforms leave the kernel layer the scheme's quantize config.
+    """A linear ``Activation`` (named ``LAYER_inI``) between each kernel layer and a ``Concatenate`` or ReLU layer
+    it feeds, so that TFMOT's QAT transforms leave the kernel layer the scheme's quantize config.
 
     TFMOT's transform for ``Concatenate`` gives every layer feeding one, if it has no quantize config yet, the
-    plain 8-bit config of TFMOT's default registry, whatever the scheme, and its transform for a ``ReLU`` layer
-    after a Conv/Dense (a ``ReLU(6)``, which cannot be folded into the layer as TFMOT's QAT has no ``relu6``
-    activation) gives that layer a no-op config: under PQAT/CQAT/PCQAT those layers then trained without the
-    preserving quantizers and lost their zeros and clusters. With an identity layer in between, the transforms
-    configure that instead (it has no weights). The converter drops the identities and still fuses a ReLU6 into
-    the convolution. Returns (model, [names added])."""
+    plain 8-bit config of TFMOT's default registry, whatever the scheme, and its transforms for a ReLU layer
+    (``ReLU`` or ``Activation("relu")``) after a Conv/Dense give that layer a no-op config (a ``ReLU(6)`` cannot
+    be folded into the layer, as TFMOT's QAT has no ``relu6`` activation; a plain ReLU is, unless the recipe
+    says ``fuse_relu = false``): under PQAT/CQAT/PCQAT those layers then trained without the preserving
+    quantizers and lost their zeros and clusters. With an identity layer in between, the transforms configure
+    that instead (it has no weights). The converter drops the identities and still fuses the ReLU into the
+    convolution. Returns (model, [names added])."""
     from . import tfenv
 
     keras = tfenv.load().keras
@@ -375,7 +376,9 @@ def separate_kernel_outputs(model):
     taken = {layer.name for layer in model.layers}
     specs, added = [], []
     for spec in config["layers"]:
-        if spec["class_name"] in ("Concatenate", "ReLU") and len(spec["inbound_nodes"]) == 1:
+        relu = spec["class_name"] == "ReLU" or (spec["class_name"] == "Activation"
+                                                 and spec["config"].get("activation") == "relu")
+        if (spec["class_name"] == "Concatenate" or relu) and len(spec["inbound_nodes"]) == 1:
             refs = []
             for i, ref in enumerate(spec["inbound_nodes"][0]):
                 if ref[0] not in kernels:

@@ -243,7 +243,7 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
 
 
-def _fit_and_optimize(model, data, tmp_path, leaves):
+def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
     """Train ``model`` for 2 epochs on the fine-tune split of ``data``, then run the tree on it (1 epoch a stage)."""
     from edgedeploy.optimize import optimize
 
@@ -254,7 +254,7 @@ def _fit_and_optimize(model, data, tmp_path, leaves):
     path = tmp_path / "model.h5"
     model.save(path)
     recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": list(leaves)})
+                                    "leaves": list(leaves), **recipe_keys})
     return optimize(path, data, tmp_path / "run", recipe)
 
 
@@ -326,30 +326,36 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
     assert "CONCATENATION" in ops and "DEQUANTIZE" not in ops
 
 
-def test_a_relu6_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
-    """TFMOT's QAT transform for a ReLU layer after a Conv/Dense gives the convolution a no-op quantize config, and
-    a ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), so PCQAT trained the convolution freely
-    and the stage failed its preservation check (zeros gone). An identity layer between the two keeps the
-    scheme's config; the int8 model is the ptq leaf's graph, the ReLU6 fused into its convolution."""
+@pytest.mark.parametrize("relu", ["relu6", "unfused relu"])
+def test_a_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data, relu):
+    """TFMOT's QAT transform for a ReLU layer after a Conv/Dense gives the convolution a no-op quantize config. A
+    ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), nor is a ReLU with fuse_relu = false, so
+    PCQAT trained the convolution freely and the stage failed its preservation check (zeros gone). An identity
+    layer between the two keeps the scheme's config; the int8 model is the ptq leaf's graph, the ReLU fused into
+    its convolution."""
     from edgedeploy import tfenv
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(23)
+
+    def act(name):
+        return keras.layers.ReLU(6.0, name=name) if relu == "relu6" else keras.layers.Activation("relu", name=name)
+
     inp = keras.Input((49, 10, 1))
     x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp)
-    x = keras.layers.ReLU(6.0, name="stem_relu6")(x)
+    x = act("stem_relu")(x)
     x = keras.layers.Conv2D(32, 1, name="pw")(x)
-    x = keras.layers.ReLU(6.0, name="pw_relu6")(x)
+    x = act("pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
-                                kws_data, tmp_path, ["ptq", "pcqat"])
+                                kws_data, tmp_path, ["ptq", "pcqat"], fuse_relu=relu == "relu6")
     pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D" and v.shape[0] == 32]
     assert len(pointwise) == 1
     assert np.mean(pointwise[0] == 0) >= SPARSITY - 0.02
     assert max(len(np.unique(ch)) for ch in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
     ops = {leaf: [o.op for o in read_tflite(outcome.run_dir / outcome.leaves[leaf].output("int8_model").path).operators]
            for leaf in ("ptq", "pcqat")}
-    assert ops["pcqat"] == ops["ptq"] and "RELU6" not in ops["pcqat"], ops
+    assert ops["pcqat"] == ops["ptq"] and not {"RELU", "RELU6"} & set(ops["pcqat"]), ops
 
 
 def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
