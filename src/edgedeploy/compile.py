@@ -18,7 +18,7 @@ from .fsutil import new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
-from .tflite_model import BOUNDARY_OPS, check_int8_model, read_tflite
+from .tflite_model import BOUNDARY_OPS, check_int8_model, describe_misbiased, read_tflite
 from . import vela as vela_backend
 from .vela_pool import VelaPool, default_jobs
 
@@ -157,10 +157,9 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         else Metric.missing("count", "estimated", "Vela printed no operator count")
     )
     warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
-    warnings += [f"{o.op} '{o.output_name.split(';')[0]}' has a bias quantized for another input scale "
-                 f"({ratio:.2f} x input scale x weight scale), so the int8 model computes something other than its "
-                 "float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
-                 for o, ratio in read_tflite(model).misbiased_operators()]
+    warnings += [f"{describe_misbiased(o, ratio)} has a bias quantized for another input scale, so the int8 model "
+                 "computes something other than its float model there; re-convert it (a QAT range below zero after "
+                 "a ReLU is a known cause)" for o, ratio in read_tflite(model).misbiased_operators()]
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}

@@ -84,7 +84,7 @@ def _require_full_int8(data: bytes, source: str | None = None) -> None:
     with, and no layer's int8 kernel came out all zeros."""
     import tempfile
 
-    from .tflite_model import read_tflite, read_weight_tensors
+    from .tflite_model import describe_misbiased, read_tflite, read_weight_tensors
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "converted.tflite"
@@ -104,8 +104,7 @@ def _require_full_int8(data: bytes, source: str | None = None) -> None:
         op, ratio = misbiased[0]
         raise ToolFailedError(
             f"{_prefix(source)}int8 conversion quantized the bias of {len(misbiased)} operator(s) for another input "
-            f"scale ({op.op} '{op.output_name.split(';')[0]}': {ratio:.2f} x input scale x weight scale); the int8 "
-            "model would compute something else",
+            f"scale ({describe_misbiased(op, ratio)}); the int8 model would compute something else",
             "a QAT activation range that TFMOT started at [-6, 6] and that still reaches below zero after a ReLU is "
             'the known cause: set [training] qat_ranges = "calibrated" (the default)',
         )

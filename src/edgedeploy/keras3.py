@@ -44,7 +44,8 @@ def _plain(obj: Any) -> Any:
             target = _tf_keras_class(obj["class_name"], obj.get("module") or "")
             config = {k: _plain(v) for k, v in obj["config"].items()}
             if target is not None:
-                config = {k: v for k, v in config.items() if k in _accepted(target) or v is not None}
+                accepted = _accepted(target)
+                config = {k: v for k, v in config.items() if k in accepted or v is not None}
             return {"class_name": obj["class_name"], "config": config}
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -129,6 +129,12 @@ class TfliteModel:
         return any(o.code == OP_CUSTOM and o.custom_code == "ethos-u" for o in self.operators)
 
 
+def describe_misbiased(op: OperatorInfo, ratio: float) -> str:
+    """One of :meth:`TfliteModel.misbiased_operators` in words: the operator, its layer and its bias scale."""
+    return f"{op.op} '{op.output_name.split(';')[0]}' (bias scale {ratio:.2f} x input scale x weight scale)"
+
+
+
 class _Table:
     """A flatbuffer table read by field slot (``schema.fbs`` field order)."""
 
