@@ -13,6 +13,16 @@ from .common import ARENA_ALIGNMENT
 
 
 @dataclass(frozen=True)
+class CpuModel:
+    """The int8 model before Vela as C: what a build without the NPU (an emulator, a CPU-only part) runs."""
+
+    size: int
+    sha256: str
+    tensor_arena_bytes: int
+    host_arena_bytes: int | None  # the host TFLM interpreter's arena total, None when it could not be read
+
+
+@dataclass(frozen=True)
 class BundleSpec:
     """Everything the generated C and CMake files say."""
 
@@ -34,6 +44,7 @@ class BundleSpec:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     labels: tuple[str, ...] | None = None
+    cpu: CpuModel | None = None  # the int8 model before Vela, for a CPU-only build
 
     @property
     def prefix(self) -> str:
@@ -95,6 +106,8 @@ def render_model_header(spec: BundleSpec) -> str:
     lines += ["", f"#define {p}_NUM_OUTPUTS {len(spec.outputs)}"]
     for i, t in enumerate(spec.outputs):
         lines += tensor_defines(p, "OUTPUT", i, t)
+    if spec.cpu is not None:
+        lines += cpu_header_lines(spec)
     if spec.labels:
         lines += [
             "",
@@ -107,6 +120,8 @@ def render_model_header(spec: BundleSpec) -> str:
         f"extern const uint8_t {spec.name}_model[{p}_MODEL_SIZE];",
         f"extern const size_t {spec.name}_model_len;",
     ]
+    if spec.cpu is not None:
+        lines.append(f"extern const uint8_t {spec.name}_cpu_model[{p}_CPU_MODEL_SIZE];")
     if spec.labels:
         lines.append(f"extern const char *const {spec.name}_labels[{p}_NUM_LABELS];")
     lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard_name(spec.name)} */", ""]
@@ -130,6 +145,44 @@ def render_model_source(spec: BundleSpec, model: bytes) -> str:
     if spec.labels:
         parts += ["", f"const char *const {spec.name}_labels[{p}_NUM_LABELS] = {p}_LABELS;"]
     return "\n".join(parts) + "\n"
+
+
+def cpu_header_lines(spec: BundleSpec) -> list[str]:
+    """The header's CPU-path block: the int8 model before Vela and its own tensor arena."""
+    p, cpu = spec.prefix, spec.cpu
+    assert cpu is not None
+    origin = (
+        f"the host TFLM interpreter's arena total ({cpu.host_arena_bytes} bytes)"
+        if cpu.host_arena_bytes is not None
+        else "the NPU path's tensor arena (the host figure was unavailable)"
+    )
+    return [
+        "",
+        "/* CPU path: the int8 model before Vela (no ethos-u operator), for a build without the NPU",
+        f" * (an emulator, a CPU-only part): {spec.name}_cpu_model in {spec.name}_cpu.c. The NPU path above is",
+        f" * {spec.name}_model with {p}_TENSOR_ARENA_SIZE; the CPU path needs its own arena, {p}_CPU_TENSOR_ARENA_SIZE:",
+        f" * {origin} plus the runtime margin, rounded up to {ARENA_ALIGNMENT} bytes. */",
+        f"#define {p}_CPU_MODEL_SIZE {cpu.size}u",
+        f"#define {p}_CPU_MODEL_SHA256 {c_string(cpu.sha256)}",
+        f"#define {p}_CPU_TENSOR_ARENA_SIZE {cpu.tensor_arena_bytes}u",
+    ]
+
+
+def render_cpu_source(spec: BundleSpec, model: bytes) -> str:
+    """``NAME_cpu.c``: the int8 model before Vela, aligned and in the model's section."""
+    if spec.cpu is None or len(model) != spec.cpu.size:
+        raise InvalidInputError(f"CPU model is {len(model)} bytes, expected {spec.cpu and spec.cpu.size}", "re-run the export")
+    p = spec.prefix
+    return "\n".join(
+        [
+            _banner(spec, f"{spec.name}_cpu.c: the int8 model before Vela (the CPU path), in section {spec.section}."),
+            f'#include "{spec.name}.h"',
+            "",
+            f"const uint8_t {spec.name}_cpu_model[{p}_CPU_MODEL_SIZE] {model_attribute(spec.section, spec.alignment)} = {{",
+            c_bytes(model),
+            "};",
+        ]
+    ) + "\n"
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,16 @@ def fill(text: str, values: Mapping[str, str]) -> str:
 
 
 def render_cmakelists(spec: BundleSpec, has_golden: bool) -> str:
-    """The bundle's ``CMakeLists.txt``: ``add_subdirectory()`` gives ``edgedeploy::NAME`` (and ``NAME_golden``)."""
+    """The bundle's ``CMakeLists.txt``: ``add_subdirectory()`` gives ``edgedeploy::NAME`` (and ``NAME_golden``).
+
+    With a CPU path (``spec.cpu``), ``NAME_cpu.c`` is part of ``edgedeploy::NAME``.
+    """
     n = spec.name
+    cpu = f" ${{CMAKE_CURRENT_SOURCE_DIR}}/{n}_cpu.c" if spec.cpu is not None else ""
     golden = "\n" + fill(template("CMakeLists.golden.in"), {"NAME": n}) if has_golden else ""
     note = f" and edgedeploy::{n}_golden (golden vectors)." if has_golden else "."
     return fill(
-        template("CMakeLists.txt.in"), {"VERSION": __version__, "NAME": n, "GOLDEN_NOTE": note, "GOLDEN_BLOCK": golden}
+        template("CMakeLists.txt.in"), {"VERSION": __version__, "NAME": n, "GOLDEN_NOTE": note, "GOLDEN_BLOCK": golden, "CPU_SOURCE": cpu}
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,3 +268,26 @@ def golden_arrays(golden: GoldenSet, labels: Sequence[str] | None) -> dict[str, 
     if labels:
         arrays["labels"] = np.asarray(list(labels), dtype=str)
     return arrays
+
+
+_ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
+_ARENA_SCRIPT = (
+    "import sys\n"
+    "from tflite_micro.python.tflite_micro import runtime\n"
+    "runtime.Interpreter.from_file(sys.argv[1], arena_size=int(sys.argv[2])).print_allocations()\n"
+)
+
+
+def host_arena_bytes(model: Path, timeout: float = 120.0) -> int | None:
+    """The host TFLM interpreter's arena total for ``model`` (its allocator prints it; a child process catches it).
+
+    ``None`` when it cannot be read. TFLM on the host uses its reference kernels and 64-bit
+    pointers, so this is a base figure, not the target's: the firmware's own use is measured
+    by ``edgedeploy emulate``.
+    """
+    from ..proc import run_command
+
+    size = max(10 * Path(model).stat().st_size, HOST_ARENA_MIN)
+    result = run_command([sys.executable, "-c", _ARENA_SCRIPT, str(model), str(size)], timeout=timeout)
+    found = _ARENA_TOTAL.findall(result.stdout + result.stderr) if result.ok else []
+    return int(found[-1]) if found else None

@@ -12,7 +12,7 @@ from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
 from ..fsutil import sha256_bytes, sha256_file
 from ..tflite_model import TensorInfo, TfliteModel, read_tflite
-from .c_files import BundleSpec, GoldenSet, render_golden_header, render_golden_source, render_model_header, render_model_source
+from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
 from .cmake import render_cmake_module, render_cmakelists
 from .common import (
@@ -34,6 +34,7 @@ from .golden import (
     EvalData,
     compare_outputs,
     golden_arrays,
+    host_arena_bytes,
     load_eval_data,
     make_golden,
     npz_bytes,
@@ -173,6 +174,10 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     vela_version = (src.compile_record.tool.version if src.compile_record.tool else None) or src.manifest.tools.get(
         "ethos-u-vela", "unknown"
     )
+    cpu, cpu_info = None, None
+    if n_golden > 0 and data is not None:  # golden vectors ship the int8 model: also as C, the CPU path
+        cpu, cpu_info, cpu_warnings = _cpu_model(name, int8_bytes, src.int8_model, memory)
+        warnings += cpu_warnings
     spec = BundleSpec(
         name=name,
         leaf=src.leaf,
@@ -192,11 +197,14 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
         inputs=io_model.inputs,
         outputs=io_model.outputs,
         labels=tuple(labels) if labels else None,
+        cpu=cpu,
     )
     files: dict[str, bytes] = {
         f"{name}.h": render_model_header(spec).encode(),
         f"{name}.c": render_model_source(spec, vela_bytes).encode(),
     }
+    if cpu is not None:
+        files[f"{name}_cpu.c"] = render_cpu_source(spec, int8_bytes).encode()
     tools = {
         "edgedeploy": __version__,
         "ethos-u-vela": vela_version,
@@ -293,6 +301,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
             "alignment": MODEL_ALIGNMENT,
         },
         "memory": memory,
+        "cpu_model": cpu_info,
         "inputs": tensors(io_model.inputs),
         "outputs": tensors(io_model.outputs),
         "labels": labels,
@@ -306,6 +315,33 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     files[BUNDLE_MANIFEST] = (json.dumps(bundle, indent=2, sort_keys=False) + "\n").encode()
     _write_bundle(out, files, state, options.force)
     return ExportResult(out, bundle, sorted(files), warnings)
+
+
+def _cpu_model(
+    name: str, int8_bytes: bytes, int8_path: Path, memory: Mapping[str, Any]
+) -> tuple[CpuModel, dict[str, Any], list[str]]:
+    """The CPU path: the int8 model before Vela and its own arena (host TFLM arena total + runtime margin)."""
+    warnings: list[str] = []
+    host = host_arena_bytes(int8_path)
+    if host is None:
+        warnings.append("the host TFLM arena total of the int8 model could not be read; the CPU arena is the NPU one")
+        arena, origin = int(memory["tensor_arena_bytes"]), "the NPU path's tensor_arena_bytes"
+    else:
+        arena = arena_size(host, int(memory["runtime_margin_bytes"]))
+        origin = f"host TFLM arena total {host} B + runtime margin {memory['runtime_margin_bytes']} B"
+    cpu = CpuModel(size=len(int8_bytes), sha256=sha256_bytes(int8_bytes), tensor_arena_bytes=arena, host_arena_bytes=host)
+    info = {
+        "c_source": f"{name}_cpu.c",
+        "symbol": f"{name}_cpu_model",
+        "model": f"{name}_int8.tflite",
+        "bytes": cpu.size,
+        "sha256": cpu.sha256,
+        "tensor_arena_bytes": arena,
+        "tensor_arena_from": origin,
+        "host_arena_bytes": host,
+        "measured": None,  # `edgedeploy emulate` writes what the firmware used on the emulated Cortex-M55
+    }
+    return cpu, info, warnings
 
 
 def _tflite_comparison(model: bytes, golden: GoldenSet, tflite: TfliteModel) -> tuple[dict[str, Any], str | None]:
