@@ -7,6 +7,7 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -92,16 +93,22 @@ def resolve_targets(names: Sequence[str]) -> list[Target]:
 def variant_names(models: Sequence[Path]) -> list[str]:
     """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
     ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
-    bases = [m.stem.removesuffix("_int8") or m.stem for m in models]
+    bases = [_safe_name(m.stem.removesuffix("_int8") or m.stem) for m in models]
     names: list[str] = []
     for m, base in zip(models, bases):
         if bases.count(base) > 1 and m.parent.name:
-            base = m.parent.name if base == "model" else f"{m.parent.name}_{base}"
+            base = _safe_name(m.parent.name if base == "model" else f"{m.parent.name}_{base}")
         name, i = base, 2
         while name in names:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
     return names
+
+
+def _safe_name(text: str) -> str:
+    """A variant name made from a file name: characters other than letters, digits, '-' and '_' become '_'."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text).lstrip("_-")[:56].rstrip("_-")
+    return name or "model"
 
 
 def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:

@@ -76,7 +76,17 @@ def new_staging_dir(final: Path) -> Path:
 
 
 def promote(tmp: Path, final: Path) -> None:
-    """Replace ``final`` (a folder edgedeploy wrote earlier, if any) with the finished ``tmp``."""
+    """Replace ``final`` (a folder edgedeploy wrote earlier, if any) with the finished ``tmp``.
+
+    Only ever inside one folder: ``tmp`` must be a staging folder beside ``final``, and a ``final`` that is a
+    link is replaced as a link (what it points at is never touched).
+    """
+    tmp, final = Path(tmp), Path(final)
+    if (os.path.realpath(tmp.parent) != os.path.realpath(final.parent) or final.name in ("", ".", "..")
+            or not tmp.name.startswith(f".{final.name}.")):
+        raise ValueError(f"promote: {tmp} is not a staging folder beside {final}")
+    if final.is_symlink():
+        final.unlink()
     if final.exists():
         old = final.with_name(f".{final.name}.old{os.getpid()}")
         os.replace(final, old)

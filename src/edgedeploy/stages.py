@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import EdgeDeployError
+from .errors import EdgeDeployError, UsageError
 from .fsutil import sha256_file, sha256_json, staging_dir
+from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
 log = logging.getLogger("edgedeploy")
@@ -35,7 +36,12 @@ class RunContext:
         return cls(run_dir, Manifest.open(run_dir))
 
     def stage_dir(self, stage_id: str) -> Path:
-        return self.run_dir / stage_id
+        """The folder of one stage: every part of its id a checked name, so it always lies inside the run."""
+        parts = stage_id.split("/")
+        for part in parts:
+            if not is_valid("target", part):
+                check_name("target", part, f"{self.run_dir}: stage {stage_id!r}: name", UsageError)
+        return self.run_dir.joinpath(*parts)
 
 
 @dataclass

@@ -40,3 +40,40 @@ def test_c_text_is_escaped():
     assert "*/" not in c_comment(hostile) and "/*" not in c_comment(hostile)
     assert "\n" not in c_comment("a\nb") and not c_comment("a\\").endswith("\\")
     assert "*/" not in c_comment("**//**/")
+
+
+def test_stage_folders_stay_inside_the_run(tmp_path):
+    from edgedeploy.stages import RunContext
+
+    ctx = RunContext.open(tmp_path / "run")
+    assert ctx.stage_dir("compile/pcqat/ethos-u55-128") == tmp_path / "run" / "compile" / "pcqat" / "ethos-u55-128"
+    for bad in ("compile/pcqat/../../victim", "compile/../x", "compile//x", "compile/pcqat/a\nb"):
+        with pytest.raises(UsageError):
+            ctx.stage_dir(bad)
+
+
+def test_promote_never_leaves_its_folder(tmp_path):
+    from edgedeploy.fsutil import new_staging_dir, promote
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "f").write_text("keep")
+    run = tmp_path / "run" / "compile"
+    staged = new_staging_dir(run / "x")
+    with pytest.raises(ValueError):
+        promote(staged, tmp_path / "victim")
+    assert (victim / "f").read_text() == "keep"
+    link = run / "x"
+    link.symlink_to(victim, target_is_directory=True)
+    promote(staged, link)  # the link is replaced; what it pointed at is untouched
+    assert (victim / "f").read_text() == "keep" and link.is_dir() and not link.is_symlink()
+
+
+def test_variant_names_from_hostile_file_names(tmp_path):
+    from pathlib import Path
+
+    from edgedeploy.compile import variant_names
+    from edgedeploy.names import is_valid
+
+    names = variant_names([Path("a/...tflite"), Path("b/x y;rm.tflite"), Path("c/.._int8.tflite"), Path("d/ok_int8.tflite")])
+    assert all(is_valid("target", n) for n in names) and names[-1] == "ok" and len(set(names)) == 4
