@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import EdgeDeployError, UsageError
-from .fsutil import sha256_file, sha256_json, staging_dir
+from .fsutil import lock_run_dir, sha256_file, sha256_json, staging_dir
 from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
@@ -32,7 +32,15 @@ class RunContext:
 
     @classmethod
     def open(cls, run_dir: Path) -> "RunContext":
+        """The run folder, locked for this process (another command writing it is waited for), and its manifest."""
         run_dir = Path(run_dir)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"output folder {run_dir} is a file", "pass a folder path with -o/--out")
+        try:
+            lock_run_dir(run_dir, log)
+        except OSError as exc:
+            raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
+                             "check the path and its permissions") from exc
         return cls(run_dir, Manifest.open(run_dir))
 
     def stage_dir(self, stage_id: str) -> Path:
