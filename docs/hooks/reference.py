@@ -33,14 +33,48 @@ class Row:
     help: str = ""
 
 
+# Pages written beside the code they document, and the nav section each joins when it is not listed in mkdocs.yml.
+SECTIONS = {"tree.md": "Method notes", "sparsity.md": "Method notes", "emulate.md": "Commands",
+            "files.md": "File reference", "results/": "Results"}
+
+
 def on_config(config):
-    """Document the checkout's own code, not whatever edgedeploy is installed."""
+    """Document the checkout's own code, not whatever edgedeploy is installed; list every page in the nav."""
     src = str(REPO / "src")
     if src not in sys.path:
         sys.path.insert(0, src)
     for name in [m for m in sys.modules if m == "edgedeploy" or m.startswith("edgedeploy.")]:
         del sys.modules[name]
+    if config.get("nav"):
+        add_unlisted_pages(config["nav"], Path(config["docs_dir"]))
     return config
+
+
+def add_unlisted_pages(nav: list, docs: Path) -> list[str]:
+    """Put each page that mkdocs.yml does not list into its section (or "More"), so none is unreachable."""
+    def listed(items) -> set[str]:
+        out: set[str] = set()
+        for item in items:
+            values = item.values() if isinstance(item, dict) else [item]
+            for v in values:
+                out |= listed(v) if isinstance(v, list) else {str(v)}
+        return out
+
+    known = listed(nav)
+    added = []
+    for page in sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*.md")):
+        if page in known or page.startswith("hooks/"):
+            continue
+        section = next((name for prefix, name in SECTIONS.items()
+                        if page == prefix or (prefix.endswith("/") and page.startswith(prefix))), "More")
+        entry = next((item for item in nav if isinstance(item, dict) and section in item), None)
+        if entry is None:
+            entry = {section: []}
+            nav.append(entry)
+        entry[section].append(page)
+        added.append(page)
+        log.info("%s is not in mkdocs.yml's nav; listed under %s", page, section)
+    return added
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

@@ -141,3 +141,13 @@ def test_generated_markers_are_replaced_and_unknown_ones_are_reported(ref, caplo
     assert "| 7 | `CpuFallbackError` |" in out and "| 10 | `RegressionError` |" in out
     assert "--target" in out and "--jobs" in out
     assert "<!-- generated: nonsense -->" in out and "unknown generated table 'nonsense'" in caplog.text
+
+
+def test_a_page_missing_from_the_nav_joins_its_section(ref, tmp_path):
+    for page in ("index.md", "commands/compile.md", "emulate.md", "results/startup.md", "notes.md"):
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text("# x\n")
+    nav = [{"Home": "index.md"}, {"Commands": [{"compile": "commands/compile.md"}]}]
+    assert ref.add_unlisted_pages(nav, tmp_path) == ["emulate.md", "notes.md", "results/startup.md"]
+    assert nav == [{"Home": "index.md"}, {"Commands": [{"compile": "commands/compile.md"}, "emulate.md"]},
+                   {"More": ["notes.md"]}, {"Results": ["results/startup.md"]}]
