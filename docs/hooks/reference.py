@@ -481,16 +481,10 @@ def _options(command: str) -> str:
 
 
 def _cli_app():
-    import importlib
+    """The typer application of the command line (``edgedeploy.cli.app.app``)."""
+    from edgedeploy.cli.app import app
 
-    for name in ("edgedeploy.cli", "edgedeploy.commands", "edgedeploy.cli.app"):
-        try:
-            app = getattr(importlib.import_module(name), "app", None)
-        except ModuleNotFoundError:
-            continue
-        if app is not None:
-            return app
-    raise ModuleNotFoundError("no typer app found in edgedeploy.cli")
+    return app
 
 
 GENERATORS: dict[str, Callable[[str], str]] = {
