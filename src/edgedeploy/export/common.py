@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..errors import UsageError
+from ..names import C_KEYWORDS
 
 
 BUNDLE_SCHEMA = "edgedeploy.firmware"
@@ -42,9 +43,9 @@ C_TYPES = {
 
 def check_c_name(name: str) -> str:
     """``name`` if it is a usable C identifier prefix, else a :class:`UsageError`."""
-    if not _NAME_RE.match(name) or name in _C_KEYWORDS:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in _C_KEYWORDS or name in C_KEYWORDS:
         raise UsageError(
-            f"--name '{name}' is not a C identifier",
+            f"--name {name!r} is not a C identifier (or is a C keyword)",
             "use letters, digits and underscores, starting with a letter or underscore (at most 63 characters)",
         )
     return name
@@ -59,9 +60,9 @@ def default_name(leaf: str) -> str:
 
 
 def check_section(section: str) -> str:
-    if not _SECTION_RE.match(section):
+    if not isinstance(section, str) or not _SECTION_RE.fullmatch(section) or ".." in section:
         raise UsageError(
-            f"--section '{section}' is not a valid linker section name",
+            f"--section {section!r} is not a valid linker section name",
             "use letters, digits, '_', '.' and '$', e.g. nn_model or .rodata.nn_model",
         )
     return section

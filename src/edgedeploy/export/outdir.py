@@ -70,6 +70,7 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
         for name in [n for n in files if n != BUNDLE_MANIFEST] + [BUNDLE_MANIFEST]:
             os.replace(staged / name, out / name)
         for stale in sorted(state.owned - set(files)):
-            (out / stale).unlink(missing_ok=True)
+            if (out / stale).is_file() and not (out / stale).is_symlink():
+                (out / stale).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
