@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         build_dir: Optional[Path] = typer.Option(
             None, "--build-dir", help="Keep the firmware project and its build here (default: a temporary folder)."
         ),
+        stack_size: int = typer.Option(32768, "--stack-size", help="Firmware stack in bytes (TFLM needs more than 1 KiB)."),
         timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds QEMU may run before it counts as a hang."),
         json_out: bool = typer.Option(False, "--json", help="Print only the result as JSON on stdout."),
     ) -> None:
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
         from .common import err_console, guard, out_console
 
         with guard():
-            result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout)
+            result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout, stack_bytes=stack_size)
             if json_out:
                 typer.echo(dumps(result.to_dict()))
             else:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, UsageError
 from ..fsutil import sha256_file
 from ..tflite_model import read_tflite
 from . import firmware as fw
@@ -52,9 +52,13 @@ class EmulatedBoard:
     """
 
     def __init__(
-        self, bundle: Path, tflm_dir: Path | str | None = None, build_dir: Path | None = None, timeout: float = DEFAULT_TIMEOUT
+        self, bundle: Path, tflm_dir: Path | str | None = None, build_dir: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
+        stack_bytes: int = fw.DEFAULT_STACK,
     ) -> None:
+        if stack_bytes < 256 or stack_bytes % 8:
+            raise UsageError(f"stack size {stack_bytes} bytes", "pass a multiple of 8 bytes, at least 256")
         self.bundle = Path(bundle)
+        self.stack_bytes = stack_bytes
         self.manifest = read_bundle(self.bundle)
         self.toolchain: Toolchain = find_toolchain()
         self.qemu = find_qemu()
@@ -69,11 +73,11 @@ class EmulatedBoard:
             start = time.perf_counter()
             self.library: TflmLibrary = build_library(self.tree, self.kernels, self.toolchain)
             project = self.build_dir / "firmware"
-            fw.write_project(project, self.bundle, self.manifest, self.tree, self.kernels, self.library)
+            fw.write_project(project, self.bundle, self.manifest, self.tree, self.kernels, self.library, stack_bytes)
             self.firmware = fw.build(project, self.toolchain)
             self.build_seconds = time.perf_counter() - start
         except BaseException:
-            self.close()
+            self.close(keep=True)  # the build logs the error points at
             raise
 
     def run(self, inputs: bytes) -> tuple[FirmwareReport, bytes, float]:
@@ -95,14 +99,16 @@ class EmulatedBoard:
             },
             "operators": [k.op for k in self.kernels],
             "build_seconds": round(self.build_seconds, 1),
+            "stack_size_bytes": self.stack_bytes,
         }
 
-    def close(self) -> None:
-        if self._own_dir:
+    def close(self, keep: bool = False) -> None:
+        """Remove the temporary build folder; ``keep`` leaves it (and the logs an error names) in place."""
+        if self._own_dir and not keep:
             shutil.rmtree(self.build_dir, ignore_errors=True)
 
     def __enter__(self) -> "EmulatedBoard":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.close(keep=exc_type is not None)

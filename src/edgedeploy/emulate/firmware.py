@@ -25,6 +25,7 @@ from .toolchain import Toolchain
 
 LINKER_TEMPLATE = "third_party/cortex_dfp/ARMCM55/Config/ARMCM55_gcc.ld"
 MEMORY = {"__ROM_SIZE": 0x00080000, "__RAM_SIZE": 0x00080000, "__STACK_SIZE": 0x00008000, "__HEAP_SIZE": 0x00010000}
+DEFAULT_STACK = MEMORY["__STACK_SIZE"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,10 @@ class Firmware:
     seconds: float
 
 
-def linker_script(template_text: str, section: str) -> str:
-    """The ARMCM55 GCC linker template with the sizes in :data:`MEMORY` and the model's section in flash."""
+def linker_script(template_text: str, section: str, stack_bytes: int = DEFAULT_STACK) -> str:
+    """The ARMCM55 GCC linker template with the sizes in :data:`MEMORY` (stack: ``stack_bytes``) and the model's section in flash."""
     text = template_text
-    for symbol, value in MEMORY.items():
+    for symbol, value in {**MEMORY, "__STACK_SIZE": stack_bytes}.items():
         text, n = re.subn(rf"^{symbol}\s*=\s*0x[0-9A-Fa-f]+;", f"{symbol} = 0x{value:08X};", text, flags=re.M)
         if n != 1:
             raise InvalidInputError(f"the linker template has no single '{symbol} = ...;' line", "use the ARMCM55_gcc.ld of Cortex_DFP")
@@ -50,7 +51,8 @@ def linker_script(template_text: str, section: str) -> str:
 
 
 def write_project(
-    project: Path, bundle: Path, manifest: Mapping[str, Any], tree: Path, kernels: list[OpKernel], library: TflmLibrary
+    project: Path, bundle: Path, manifest: Mapping[str, Any], tree: Path, kernels: list[OpKernel], library: TflmLibrary,
+    stack_bytes: int = DEFAULT_STACK,
 ) -> None:
     name = str(manifest["name"])
     values = {
@@ -69,7 +71,7 @@ def write_project(
     atomic_write_text(project / "tflm.cmake", template("tflm.cmake"))
     atomic_write_text(project / "toolchain.cmake", template("arm-none-eabi.cmake"))
     section = str((manifest.get("model") or {}).get("section") or ".rodata")
-    atomic_write_text(project / "an547.ld", linker_script((tree / LINKER_TEMPLATE).read_text(encoding="utf-8"), section))
+    atomic_write_text(project / "an547.ld", linker_script((tree / LINKER_TEMPLATE).read_text(encoding="utf-8"), section, stack_bytes))
 
 
 def build(project: Path, toolchain: Toolchain, timeout: float = 600) -> Firmware:

@@ -19,6 +19,7 @@ INPUT_FILE = "input.bin"
 OUTPUT_FILE = "output.bin"
 DEFAULT_TIMEOUT = 120.0
 _PREFIX = "EDGEDEPLOY "
+_QEMU_FATAL = re.compile(r"^qemu: fatal: (.*)$", re.M)
 _KV = re.compile(r"(\w+)=(\S+)")
 
 
@@ -84,18 +85,22 @@ def run_firmware(qemu: str, elf: Path, workdir: Path, inputs: bytes, timeout: fl
     (workdir / INPUT_FILE).write_bytes(inputs)
     (workdir / OUTPUT_FILE).unlink(missing_ok=True)
     res = run_command(qemu_argv(qemu, elf), timeout=timeout, cwd=workdir, log_file=workdir / "qemu.log")
-    text = res.stdout + ("\n" + res.stderr if res.stderr.strip() else "")
-    rep = parse_output(text)
+    rep = parse_output(res.stdout)
+    fatal = _QEMU_FATAL.search(res.stderr)
+    if fatal and not rep.fault:
+        rep.fault = fatal.group(1).strip()  # e.g. a lockup: a fault while the stack is exhausted
+    text = res.stdout if res.stdout.strip() else res.stderr
     hint = f"full output in {workdir / 'qemu.log'}"
     if rep.fault:
-        raise ToolFailedError(f"the firmware faulted on the emulated Cortex-M55 ({rep.fault}); last output: {last_lines(text)}", hint)
+        lockup = "; a lockup in a fault handler is most often a stack overflow (raise --stack-size)" if "Lockup" in rep.fault else ""
+        raise ToolFailedError(f"the firmware faulted on the emulated Cortex-M55 ({rep.fault}); last output: {last_lines(text)}", hint + lockup)
     if res.timed_out:
-        raise ToolFailedError(f"the firmware hung: no exit within {timeout:.0f} s on QEMU; last output: {last_lines(text)}", hint)
+        raise ToolFailedError(f"the firmware hung: no exit within {timeout:g} s on QEMU; last output: {last_lines(text)}", hint)
     if rep.error:
-        raise ToolFailedError(f"the firmware stopped: {rep.error}; last output: {last_lines(text)}", hint)
+        raise ToolFailedError(f"the firmware stopped: {rep.error}", hint)
     if not rep.started:
-        raise ToolFailedError(f"the firmware printed nothing it was expected to (exit {res.returncode}); output: {last_lines(text)}", hint)
+        raise ToolFailedError(f"the firmware printed no start line (QEMU exit {res.returncode}); output: {last_lines(text)}", hint)
     if not rep.done or res.returncode != 0:
-        raise ToolFailedError(f"the firmware ended early (exit {res.returncode}); last output: {last_lines(text)}", hint)
+        raise ToolFailedError(f"the firmware ended early (QEMU exit {res.returncode}); last output: {last_lines(text)}", hint)
     out = workdir / OUTPUT_FILE
     return rep, (out.read_bytes() if out.is_file() else b""), res.seconds

@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import InvalidInputError, ToolFailedError
 from ..fsutil import atomic_write_text, sha256_file
 from .board import BUNDLE_MANIFEST, EmulatedBoard
+from .firmware import DEFAULT_STACK
 from .qemu import DEFAULT_TIMEOUT
 
 NUMPY_TYPES = {"int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "float32": "float32", "bool": "bool"}
@@ -154,13 +155,13 @@ def decode_outputs(data: bytes, outputs: Sequence[dict[str, Any]], cases: int) -
 
 def emulate_bundle(
     bundle: Path, tflm_dir: Path | str | None = None, build_dir: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-    update_manifest: bool = True,
+    update_manifest: bool = True, stack_bytes: int = DEFAULT_STACK,
 ) -> EmulationResult:  # fmt: skip
     """Build the bundle's CPU path into firmware, run its golden vectors on QEMU and compare them."""
     import numpy as np
 
     bundle = Path(bundle)
-    with EmulatedBoard(bundle, tflm_dir, build_dir, timeout) as board:
+    with EmulatedBoard(bundle, tflm_dir, build_dir, timeout, stack_bytes) as board:
         m = board.manifest
         golden = m.get("golden") or {}
         npz = bundle / str(golden.get("npz") or "golden.npz")
@@ -186,7 +187,7 @@ def emulate_bundle(
         bundle=bundle, name=str(m["name"]), vectors=verdicts, arena_used_bytes=report.arena_used_bytes,
         header_arena_bytes=int(m["cpu_model"]["tensor_arena_bytes"]),
         npu_arena_bytes=(m.get("memory") or {}).get("tensor_arena_bytes"), stack_used_bytes=report.stack_used_bytes,
-        stack_size_bytes=0x8000, board=described, run_seconds=seconds,
+        stack_size_bytes=stack_bytes, board=described, run_seconds=seconds,
     )  # fmt: skip
     if update_manifest:
         record_measurement(bundle, result)

@@ -41,7 +41,11 @@ RUNTIME_DIRS = (
     "tensorflow/compiler/mlir/lite/core/api",
     "tensorflow/compiler/mlir/lite/schema",
 )
-RUNTIME_SKIP = {"fake_micro_context.cc", "mock_micro_graph.cc", "test_helpers.cc", "test_helper_custom_ops.cc"}
+RUNTIME_SKIP = {  # test helpers, and what the interpreter links without (recording allocators, profiler, hexdump)
+    "fake_micro_context.cc", "mock_micro_graph.cc", "test_helpers.cc", "test_helper_custom_ops.cc", "hexdump.cc",
+    "micro_profiler.cc", "micro_time.cc", "recording_micro_allocator.cc", "recording_single_arena_buffer_allocator.cc",
+    "system_setup.cc", "non_persistent_buffer_planner_shim.cc",
+}  # fmt: skip
 ALWAYS_KERNELS = ("kernel_util.cc",)
 CMSIS_NN_SOURCES = "third_party/cmsis_nn/Source"
 TEMPLATES = ("tflm.cmake", "tflm_CMakeLists.txt.in", "arm-none-eabi.cmake")

@@ -54,7 +54,7 @@ def missing(piece: str, detail: str = "") -> ToolMissingError:
     )
 
 
-def _lib_found(gxx: str, lib: str) -> bool:
+def lib_found(gxx: str, lib: str) -> bool:
     """Whether the compiler finds ``lib`` for a Cortex-M55 (hard float) build."""
     res = run_command([gxx, "-mcpu=cortex-m55", "-mfloat-abi=hard", "-mthumb", f"-print-file-name={lib}"], timeout=30)
     return res.ok and os.path.isabs(res.stdout.strip())
@@ -65,9 +65,9 @@ def find_toolchain() -> Toolchain:
     gcc, gxx = which(ARM_GCC), which(ARM_GXX)
     if gcc is None or gxx is None:
         raise missing(ARM_GCC)
-    if not _lib_found(gxx, "librdimon.a"):
+    if not lib_found(gxx, "librdimon.a"):
         raise missing("newlib", "librdimon.a")
-    if not _lib_found(gxx, "libstdc++.a"):
+    if not lib_found(gxx, "libstdc++.a"):
         raise missing("libstdc++", "libstdc++.a")
     cmake = which("cmake")
     if cmake is None:
