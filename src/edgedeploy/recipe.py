@@ -12,30 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
+from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
 
-# The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
-NODES: dict[str, tuple[str | None, str | None]] = {
-    "baseline": (None, None),
-    "pruned": ("baseline", "prune"),
-    "clustered": ("baseline", "cluster"),
-    "pruned_clustered": ("pruned", "sparsity_preserving_cluster"),
-    "qat": ("baseline", "qat"),
-    "pqat": ("pruned", "pqat"),
-    "cqat": ("clustered", "cqat"),
-    "pcqat": ("pruned_clustered", "pcqat"),
-}
-# Leaf -> the node it converts (PTQ leaves convert a float node; QAT leaves their QAT node).
-LEAVES: dict[str, str] = {
-    "ptq": "baseline",
-    "qat": "qat",
-    "pruned": "pruned",
-    "pqat": "pqat",
-    "clustered": "clustered",
-    "cqat": "cqat",
-    "pruned_clustered": "pruned_clustered",
-    "pcqat": "pcqat",
-}
-QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -61,31 +39,6 @@ PLAIN: dict[str, Any] = {
 }
 
 
-def stage_kind(node: str) -> str:
-    technique = NODES[node][1]
-    if technique == "prune":
-        return "prune"
-    if technique in ("cluster", "sparsity_preserving_cluster"):
-        return "cluster"
-    return "qat"
-
-
-def nodes_for(leaves: list[str]) -> list[str]:
-    """Every node the leaves need, parents first, each once."""
-    order: list[str] = []
-
-    def add(node: str) -> None:
-        parent = NODES[node][0]
-        if parent is not None:
-            add(parent)
-        if node not in order:
-            order.append(node)
-
-    for leaf in leaves:
-        add(LEAVES[leaf])
-    return order
-
-
 @dataclass(frozen=True)
 class StageSettings:
     epochs: int
@@ -94,7 +47,7 @@ class StageSettings:
 
 @dataclass(frozen=True)
 class Recipe:
-    leaves: tuple[str, ...] = tuple(LEAVES)
+    leaves: tuple[str, ...] = DEFAULT_LEAVES
     sparsity: float = 0.5
     clusters: int = 16
     per_channel_clusters: bool = False
@@ -127,7 +80,10 @@ class Recipe:
     restore_best: bool = True
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
-    # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
+    loss: str = ""
+    metric: str = ""
+    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
 
@@ -175,6 +131,7 @@ class Recipe:
     def training_params(self) -> dict[str, Any]:
         """The fine-tuning settings every trained node depends on."""
         return {
+            **({"loss": self.loss} if self.loss else {}),
             "distill": self.distill,
             **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
                if self.distill else {}),
@@ -228,6 +185,10 @@ def _check(r: Recipe, source: str) -> Recipe:
         raise c.fail("training.warmup_fraction", f"is {r.warmup_fraction}; it must be in [0, 1) (e.g. 0.1)")
     if r.freeze_batch_norm_after < 0:
         raise c.fail("training.freeze_batch_norm_after", f"is {r.freeze_batch_norm_after}; it must be >= 0 epochs")
+    if r.loss:
+        from .task import check_loss_name
+
+        check_loss_name(r.loss, f"{source}: `loss`")
     if not r.distill_temperature > 0:
         raise c.fail("distillation.temperature", f"is {r.distill_temperature}; it must be > 0 (e.g. 4)")
     if not 0.0 <= r.distill_label_weight <= 1.0:
@@ -251,6 +212,7 @@ _SIMPLE = {
     "leaves": list, "sparsity": float, "clusters": int, "per_channel_clusters": bool, "epochs": int,
     "batch_size": int, "learning_rate": float, "seed": int, "skip_layers": list, "float_io": bool,
     "calibration_samples": int, "sparsity_tolerance": float, "fuse_relu": bool, "plain": bool,
+    "loss": str, "metric": str,
 }
 # Keys of the training tables: table -> key -> (Recipe field, type).
 _TABLES: dict[str, dict[str, tuple[str, type]]] = {
@@ -333,18 +295,8 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     return _check(recipe, source)
 
 
-# --------------------------------------------------------------------------- palette-aware leaves
+# --------------------------------------------------------------------------- palette-aware leaves (their [palette] keys)
 
-# Nodes of edgedeploy.palette: int8 kernels keep one shared palette per tensor (each is a leaf of its own name).
-# They are not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`.
-NODES.update({
-    "clustered_palette": ("baseline", "palette"),
-    "pruned_clustered_palette": ("pruned", "palette"),
-    "cqat_palette": ("clustered_palette", "palette_qat"),
-    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
-})
-LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
-QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
                                  "measure_on": str, "measure_samples": int,

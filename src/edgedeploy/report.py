@@ -21,6 +21,7 @@ from . import __version__
 from .errors import InvalidInputError, RegressionError, UsageError
 from .fsutil import sha256_file
 from .manifest import Manifest, StageRecord, now_iso
+from .tree import CLUSTERED_LEAVES, LEAF_LEVELS
 
 SCHEMA = "edgedeploy.report"
 SCHEMA_VERSION = 1
@@ -31,20 +32,9 @@ SCHEMA_VERSION = 1
 # them in this order and takes the first level with a leaf that meets every
 # requirement. A name ending in one of LEVEL_SUFFIXES has the level of its base
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
-LEAF_LEVELS: dict[str, int] = {
-    "ptq": 0,
-    "qat": 1,
-    "pruned": 2,
-    "clustered": 2,
-    "pqat": 3,
-    "cqat": 3,
-    "pruned_clustered": 3,
-    "pcqat": 4,
-}
+# (the levels are the node table's: edgedeploy.tree)
 LEVEL_SUFFIXES = ("_palette", "_ptq")
 REFERENCE_LEAF = "ptq"
-# Leaves whose weights were clustered, so Vela's palette encoding should apply to them.
-CLUSTERED_LEAVES = frozenset({"clustered", "cqat", "pruned_clustered", "pcqat"})
 
 # Vela's weight encoder keeps a palette of at most 32 distinct values per weight stream.
 PALETTE_LIMIT = 32
@@ -112,12 +102,15 @@ GATED = {
     "flash": ("compiled_model_bytes", False, "flash (compiled model)", "B"),
     "sram": ("sram_bytes", False, "SRAM", "B"),
     "cycles": ("total_cycles", False, "total cycles", "cycles"),
+    # a leaf judged by another metric than accuracy (MSE, PSNR ...): its direction is in the cell
+    "metric": ("int8_metric", True, "int8 metric", ""),
 }
 DEFAULT_TOLERANCES = {
     "accuracy": Tolerance(0.5, False),
     "flash": Tolerance(1.0, True),
     "sram": Tolerance(1.0, True),
     "cycles": Tolerance(2.0, True),
+    "metric": Tolerance(1.0, True),
 }
 DEFAULT_TOLERANCE_TEXT = "accuracy=0.5,flash=1%,sram=1%,cycles=2%"
 
@@ -163,12 +156,13 @@ class Requirements:
     """What the user needs; None means no limit."""
 
     max_accuracy_drop: float | None = None  # percentage points of int8 accuracy below the ptq leaf
+    max_metric_drop: float | None = None  # the leaf's metric worse than the ptq leaf's, in its unit (any task)
     max_flash: int | None = None  # bytes of the compiled model (what firmware stores in flash)
     max_sram: int | None = None  # bytes, Vela's SRAM estimate
     max_latency_ms: float | None = None
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_flash", "max_sram", "max_latency_ms")
+    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms")
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}
@@ -204,7 +198,7 @@ def requirements_from_project(path: Path) -> Requirements:
             f"allowed keys: {', '.join(Requirements.KEYS)}",
         )
     values: dict[str, Any] = {}
-    for key in ("max_accuracy_drop", "max_latency_ms"):
+    for key in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
         if key in table:
             v = table[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
@@ -276,6 +270,23 @@ JUDGMENT_COLUMNS: tuple[Column, ...] = (
     Column("recommended", "Recommended", "", "text"),
 )
 ALL_COLUMNS = KEY_COLUMNS + VALUE_COLUMNS + JUDGMENT_COLUMNS
+# Leaves judged by another metric than accuracy (regression, reconstruction; edgedeploy.task): shown only in a
+# report with such a leaf, so classifier reports keep their columns and keys.
+METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("float_metric", "Float metric", "", "metric"),
+    Column("int8_metric", "Int8 metric", "", "metric"),
+    Column("int8_metric_drop", "Metric drop vs ptq", "", "metric"),
+    Column("int8_other_metrics", "Other int8 metrics", "", "text"),
+)
+
+
+def value_columns(rows: Iterable[Mapping[str, Any]]) -> tuple[Column, ...]:
+    return VALUE_COLUMNS + (METRIC_COLUMNS if any("int8_metric" in r.get("values", {}) for r in rows) else ())
+
+
+def columns_of(doc: Mapping[str, Any]) -> tuple[Column, ...]:
+    """The columns of a report document, in the order they are shown."""
+    return KEY_COLUMNS + value_columns(doc.get("rows", [])) + JUDGMENT_COLUMNS
 
 # Vela metrics copied from compile records: row key -> (manifest metric, unit).
 VELA_METRICS = {
@@ -379,6 +390,8 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
         out["int8_accuracy_pct"] = from_metric(acc, "int8_accuracy", "%", "measured", why)
         out["tflite_bytes"] = from_metric(acc, "tflite_bytes", "B", "measured", why)
         out["gzip_bytes"] = from_metric(acc, "gzip_bytes", "B", "measured", why)
+    if acc is not None and isinstance(acc.details.get("metric"), Mapping):
+        return _task_metric_values(v, ref, out)
     # The difference against the ptq leaf (negative: this leaf lost accuracy).
     mine = value_of(out["int8_accuracy_pct"])
     if ref is None or ref.accuracy is None:
@@ -392,6 +405,44 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
     else:
         out["int8_accuracy_delta_pts"] = val(mine - ref_int8, "pts", "computed")
     return out
+
+
+def _task_metric_values(v: _Variant, ref: _Variant | None, out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A leaf judged by its task's metric (``details["metric"]`` of its convert record): the metric columns, and
+    the accuracy columns unavailable with the reason."""
+    acc = v.accuracy
+    spec = acc.details["metric"]
+    key, unit, higher = spec["key"], spec.get("unit", ""), bool(spec.get("higher_is_better", True))
+    why = f"not a classifier ({spec.get('task', '')}): judged by {spec.get('title', key)}"
+    for k, u in (("float_accuracy_pct", "%"), ("int8_accuracy_pct", "%"), ("int8_accuracy_delta_pts", "pts")):
+        out[k] = na(u, "measured" if u == "%" else "computed", why)
+    missing = f"convert/{v.name} recorded no {key}"
+    tag = {"metric": spec.get("name", key), "higher_is_better": higher}
+    out["float_metric"] = {**from_metric(acc, f"float_{key}", unit, "measured", missing), **tag}
+    out["int8_metric"] = {**from_metric(acc, f"int8_{key}", unit, "measured", missing), **tag}
+    mine = value_of(out["int8_metric"])
+    theirs = None
+    if ref is not None and ref.accuracy is not None and acc.status != "failed":
+        m = ref.accuracy.metrics.get(f"int8_{key}")
+        theirs = None if m is None else m.value
+    if mine is None or theirs is None:
+        out["int8_metric_drop"] = {**na(unit, "computed", f"no {REFERENCE_LEAF} leaf with an int8 {key} to compare"),
+                                   **tag}
+    else:
+        out["int8_metric_drop"] = {**val((theirs - mine) if higher else (mine - theirs), unit, "computed"), **tag}
+    others = [f"{name[5:].upper()} {m.value:g}{(' ' + m.unit) if m.unit else ''}" for name, m in acc.metrics.items()
+              if name.startswith("int8_") and name not in ("int8_accuracy", f"int8_{key}") and m.value is not None]
+    out["int8_other_metrics"] = val(", ".join(others), "", "measured") if others else na("", "measured", "none")
+    return out
+
+
+def _quality(r: Mapping[str, Any]) -> float | None:
+    """How good a row's int8 model is, higher better: its accuracy, else minus its metric drop vs ptq."""
+    acc = value_of(r["values"]["int8_accuracy_pct"])
+    if acc is not None:
+        return acc
+    drop = value_of(r["values"].get("int8_metric_drop"))
+    return None if drop is None else -drop
 
 
 def _compile_values(rec: StageRecord | None, manifest: Manifest, v: _Variant) -> dict[str, dict[str, Any]]:
@@ -479,10 +530,12 @@ def pareto_front(points: Mapping[str, tuple[float, ...]]) -> set[str]:
 def _pareto(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
     compiled = [r for r in rows if value_of(r["values"]["compiled_model_bytes"]) is not None
                 and value_of(r["values"]["total_cycles"]) is not None]
-    with_acc = [r for r in compiled if value_of(r["values"]["int8_accuracy_pct"]) is not None]
+    with_acc = [r for r in compiled if _quality(r) is not None]
     if with_acc:
-        objectives = ["int8_accuracy_pct (max)", "compiled_model_bytes (min)", "total_cycles (min)"]
-        pts = {r["leaf"]: (-value_of(r["values"]["int8_accuracy_pct"]), value_of(r["values"]["compiled_model_bytes"]),
+        by_metric = all(value_of(r["values"]["int8_accuracy_pct"]) is None for r in with_acc)
+        objectives = ["int8_metric_drop (min)" if by_metric else "int8_accuracy_pct (max)",
+                      "compiled_model_bytes (min)", "total_cycles (min)"]
+        pts = {r["leaf"]: (-_quality(r), value_of(r["values"]["compiled_model_bytes"]),
                            value_of(r["values"]["total_cycles"])) for r in with_acc}
         note = "accuracy against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]
@@ -512,6 +565,7 @@ def _leaf_order(name: str) -> tuple:
 # Requirement -> (row value, sign applied to it, unit, label): a requirement holds when sign * value <= limit.
 REQUIREMENT_VALUES = {
     "max_accuracy_drop": ("int8_accuracy_delta_pts", -1, "pts", f"int8 accuracy drop vs {REFERENCE_LEAF}"),
+    "max_metric_drop": ("int8_metric_drop", 1, "", f"int8 metric drop vs {REFERENCE_LEAF}"),
     "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
     "max_sram": ("sram_bytes", 1, "B", "SRAM"),
     "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
@@ -522,7 +576,8 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     checks: dict[str, dict[str, Any]] = {}
     for name, limit in req.given().items():
         key, sign, unit, label = REQUIREMENT_VALUES[name]
-        cell = row["values"][key]
+        cell = row["values"].get(key) or na(unit, "computed", "the leaf is judged by accuracy" if
+                                            key == "int8_metric_drop" else "the leaf is judged by another metric")
         value = None if value_of(cell) is None else sign * value_of(cell)
         check: dict[str, Any] = {"label": f"{label} ≤ {_fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
@@ -600,7 +655,7 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
     order = sorted(groups, key=lambda lv: (lv is None, lv if lv is not None else 0))
 
     def preference(r: dict[str, Any]) -> tuple:
-        acc = value_of(r["values"]["int8_accuracy_pct"])
+        acc = _quality(r)
         return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
 
     for level in order:
@@ -818,7 +873,7 @@ def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[s
     value occurs: -128 to +64 bytes of 9,568 over nine DS-CNN runs). Each miss is added to its row's warnings
     and returned as a note.
     """
-    from .recipe import LEAVES, nodes_for
+    from .tree import LEAVES, nodes_for
 
     sweeps = {rec.variant: rec.details["sweep"] for rec in manifest.records.values()
               if rec.stage == "optimize" and rec.variant and isinstance(rec.details.get("sweep"), Mapping)
@@ -893,7 +948,8 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
                 "ratio", "computed", f"no {REFERENCE_LEAF} leaf compiled for {r['target']} to compare against")
         else:
             r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
-        r["values"] = {c.key: r["values"][c.key] for c in VALUE_COLUMNS}
+        r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
+                       for c in value_columns(rows)}
     notes += size_budget_misses(manifest, rows)
     targets = sorted({r["target"] for r in rows if r["target"]})
     pareto: dict[str, Any] = {}
@@ -937,7 +993,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "levels": dict(LEAF_LEVELS),
         "reference_leaf": REFERENCE_LEAF if ref is not None else None,
         "requirements": requirements.to_dict(),
-        "columns": [{"key": c.key, "header": c.header, "unit": c.unit} for c in ALL_COLUMNS],
+        "columns": [{"key": c.key, "header": c.header, "unit": c.unit} for c in columns_of({"rows": rows})],
         "rows": rows,
         "pareto": pareto,
         "recommendations": recommendations,
@@ -983,6 +1039,8 @@ def load_report_json(path: Path) -> dict[str, Any]:
 def _fmt_gated(v: float, unit: str) -> str:
     if unit == "%":
         return f"{v:.2f}%"
+    if unit == "":
+        return f"{v:.4g}"
     return f"{int(round(v)):,}" + (" B" if unit == "B" else "")
 
 
@@ -1004,6 +1062,9 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
         o_vals, n_vals = old_rows[key].get("values", {}), new_rows[key]["values"]
         for name, (vkey, higher_better, label, unit) in GATED.items():
             o, n = value_of(o_vals.get(vkey)), value_of(n_vals.get(vkey))
+            if name == "metric":  # the leaf's own metric, with its direction
+                higher_better = bool((n_vals.get(vkey) or o_vals.get(vkey) or {}).get("higher_is_better", True))
+                label = f"int8 {(n_vals.get(vkey) or o_vals.get(vkey) or {}).get('metric', 'metric')}"
             if o is None and n is None:
                 continue
             base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
@@ -1020,7 +1081,8 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
             worse_by = (o - n) if higher_better else (n - o)
             tol = tolerances[name]
             rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
-            diff = f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+,.0f}"
+            diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
+                    f"{n - o:+,.0f}")
             text = (f"{leaf} on {target}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
             if worse_by > tol.allowed(o) + 1e-9:
                 regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})

@@ -22,6 +22,8 @@ from .report import (
     PALETTE_LIMIT,
     VALUE_COLUMNS,
     Column,
+    columns_of,
+    value_columns,
     value_of,
 )
 
@@ -98,6 +100,8 @@ def cell_text(row: Mapping[str, Any], col: Column, notes: Footnotes | None = Non
         return judgment_text(row, col.key)
     cell = row["values"][col.key]
     text = fmt_value(cell.get("value"), col.kind)
+    if col.kind == "metric" and cell.get("value") is not None:  # a leaf judged by its task's metric (e.g. MSE)
+        text = f"{cell['value']:.4g}{(' ' + cell['unit']) if cell.get('unit') else ''} {cell.get('metric', '')}".strip()
     if cell.get("value") is None and notes is not None:
         text += f" [{notes.mark(cell.get('unavailable') or 'not recorded')}]"
     return text
@@ -114,11 +118,11 @@ def render_csv(doc: Mapping[str, Any]) -> str:
     """One line per row; numbers exactly as in the JSON, unavailable cells empty and explained in the last column."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([c.key for c in ALL_COLUMNS] + ["unavailable"])
+    writer.writerow([c.key for c in columns_of(doc)] + ["unavailable"])
     for row in doc["rows"]:
         line: list[Any] = [row["leaf"], row.get("target") or "", "" if row.get("level") is None else row["level"]]
         missing = []
-        for c in VALUE_COLUMNS:
+        for c in value_columns(doc["rows"]):
             cell = row["values"][c.key]
             v = cell.get("value")
             line.append("" if v is None else repr(v) if isinstance(v, float) else v)
@@ -218,9 +222,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     lines += ["", "## Recommendation", ""]
     lines += [f"- {r['message']}" for r in doc["recommendations"].values()] or ["- no target compiled"]
     lines += ["", "## Results", ""]
-    right = [False, False, False] + [True] * len(VALUE_COLUMNS) + [False] * len(JUDGMENT_COLUMNS)
-    lines += _md_table([c.header for c in ALL_COLUMNS],
-                       [[cell_text(r, c, notes) for c in ALL_COLUMNS] for r in doc["rows"]], right)
+    right = [False, False, False] + [True] * len(value_columns(doc["rows"])) + [False] * len(JUDGMENT_COLUMNS)
+    lines += _md_table([c.header for c in columns_of(doc)],
+                       [[cell_text(r, c, notes) for c in columns_of(doc)] for r in doc["rows"]], right)
     lines += ["", "## Pareto front (per target)", ""]
     for t, p in doc["pareto"].items():
         lines.append(f"- {t}: {', '.join(p['front']) or 'none'} ({p['note']})")
@@ -288,8 +292,11 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     by_leaf: dict[str, Mapping[str, Any]] = {}
     for r in doc["rows"]:
         by_leaf.setdefault(r["leaf"], r)
-    cols = {c.key: c for c in ALL_COLUMNS}
+    cols = {c.key: c for c in columns_of(doc)}
     acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ACCURACY_KEYS]
+    if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
+        acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
+                                                                      "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
     console.print(_rich_table("Accuracy and file size of each leaf", acc_cols,
                               [[cell_text(r, c, notes) for c in acc_cols] for r in by_leaf.values()]))
     for target, t in doc["targets"].items():
@@ -671,9 +678,9 @@ def render_html(doc: Mapping[str, Any], manifest=None) -> str:
         parts.append(f"<li class='{cls}'>{_h(r['message'])}</li>")
     parts.append("</ul>")
     parts.append("<h2>Results</h2>")
-    numeric = [c.kind != "text" for c in ALL_COLUMNS]
-    parts.append(_html_table([c.header for c in ALL_COLUMNS],
-                             [[cell_text(r, c, notes) for c in ALL_COLUMNS] for r in doc["rows"]], numeric,
+    numeric = [c.kind != "text" for c in columns_of(doc)]
+    parts.append(_html_table([c.header for c in columns_of(doc)],
+                             [[cell_text(r, c, notes) for c in columns_of(doc)] for r in doc["rows"]], numeric,
                              ["recommended" if r.get("recommended") else "" for r in doc["rows"]], keys=3))
     parts.append("<h2>Pareto front (per target)</h2><ul>")
     for t, p in doc["pareto"].items():
