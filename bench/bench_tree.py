@@ -121,8 +121,13 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--ad-epochs", type=int, default=8, help="epochs the float autoencoder (--models ad) trains")
     ap.add_argument("--target", default="ethos-u55-128", help="Vela target of the encoded bytes (--models ad)")
-    ap.add_argument("--markdown", action="store_true", help="print Markdown tables (the DS-CNN table always is)")
+    ap.add_argument("--markdown", action="store_true", help="start with a results page head (docs/results/); "
+                    "Markdown tables")
     args = ap.parse_args()
+    if args.markdown:
+        from markdown_page import header
+
+        print(header("Results: the deployment tree"), flush=True)
     from edgedeploy.optimize import optimize
     from edgedeploy.recipe import load_recipe
 

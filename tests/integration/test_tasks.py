@@ -110,7 +110,7 @@ def test_pcqat_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
 def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
     from edgedeploy.compile import compile_run
     from edgedeploy.report import build_report
-    from edgedeploy.report_render import render
+    from edgedeploy.report.render import render
 
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     doc = build_report(ad_tree.run_dir)

@@ -17,7 +17,7 @@ from ..data import load_dataset, read_targets
 from ..errors import UsageError
 from ..keras_model import check_recurrent_layers, load_model
 from ..manifest import StageRecord
-from ..recipe import Recipe
+from ..recipe import Recipe, check_layers
 from ..stages import RunContext, StageSpec, run_stage
 from ..tree import LEAF_TABLE, LEAVES, NODE_TABLE, QAT_NODES, nodes_for
 from ..task import decide
@@ -51,6 +51,9 @@ def optimize(
     # Check every input before anything is written.
     model, info = load_model(model_path, trust_lambda)
     check_recurrent_layers(model, model_path, recipe.leaves, [leaf for leaf in LEAVES if LEAVES[leaf] in QAT_NODES])
+    check_layers(recipe, [layer.name for layer in model.layers] + [f"{layer.name}_depthwise" for layer in model.layers
+                                                                   if type(layer).__name__ == "SeparableConv2D"],
+                 str(model_path))
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
     targets, has_anomaly = read_targets(data_path)

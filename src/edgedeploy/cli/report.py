@@ -25,6 +25,10 @@ def report_cmd(
         None, "--max-accuracy-drop", metavar="PTS",
         help="Most int8 accuracy a leaf may lose against the ptq leaf, in percentage points.",
     ),
+    max_metric_drop: Optional[float] = typer.Option(
+        None, "--max-metric-drop", metavar="VALUE",
+        help="Most a leaf's metric (MSE, PSNR ... for models that are not classifiers) may worsen against ptq's.",
+    ),
     max_flash: Optional[str] = typer.Option(
         None, "--max-flash", metavar="BYTES", help="Largest compiled model (the *_vela.tflite firmware stores in flash), e.g. 512KiB or 2MiB."
     ),
@@ -55,10 +59,10 @@ def report_cmd(
 
     Reads only the run's manifest and the files it names; runs no tool. Exits 8 when no leaf meets the requirements on some target (the report is still written), and 10 on a regression with --fail-on-regression.
     """
-    from .commands import err_console, guard
-    from .errors import BudgetExceededError, UsageError
-    from .fsutil import atomic_write_text
-    from .report import (
+    from .common import err_console, guard
+    from ..errors import BudgetExceededError, UsageError
+    from ..fsutil import atomic_write_text
+    from ..report import (
         Requirements,
         build_report,
         compare_reports,
@@ -69,7 +73,7 @@ def report_cmd(
         requirements_from_project,
         unmet_targets,
     )
-    from .report_render import FORMATS, render
+    from ..report.render import FORMATS, render
 
     with guard():
         if json_out:
@@ -84,11 +88,12 @@ def report_cmd(
         tolerances = parse_tolerances(tolerance)
         cli_values = {
             "max_accuracy_drop": max_accuracy_drop,
+            "max_metric_drop": max_metric_drop,
             "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
             "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
             "max_latency_ms": max_latency_ms,
         }
-        for name in ("max_accuracy_drop", "max_latency_ms"):
+        for name in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
             if cli_values[name] is not None and cli_values[name] < 0:
                 raise UsageError(f"--{name.replace('_', '-')} is {cli_values[name]}", "give a number >= 0")
         given = {k: v for k, v in cli_values.items() if v is not None}
@@ -97,7 +102,7 @@ def report_cmd(
         if project_file is not None:
             requirements = requirements.over(requirements_from_project(project_file))
         old = load_report_json(compare) if compare is not None else None
-        doc = build_report(run_dir, requirements)
+        doc = build_report(run_dir, requirements, html=fmt == "html")
         if old is not None:
             doc["comparison"] = compare_reports(old, doc, tolerances, against=str(compare))
         text = render(doc, fmt)
