@@ -137,3 +137,49 @@ def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_
     for needle in ("bad.npz", "[", "7]", "float32", "[490]"):
         assert needle in lines[0], lines[0]
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def denoiser(shared_data, tmp_path_factory):
+    """A small convolutional denoiser: noisy MFCC maps in, the clean maps (float targets) out, trained briefly."""
+    from edgedeploy import tfenv
+
+    x, _, split = _features(shared_data)
+    rng = np.random.default_rng(SEED)
+    pick = np.sort(np.concatenate([rng.choice(np.where(split == s)[0], n, replace=False) for s, n in ((0, 1200),
+                                                                                                      (1, 600))]))
+    clean = x[pick].reshape(-1, 49, 10, 1)
+    clean = (clean - clean.mean()) / clean.std()
+    noisy = (clean + rng.normal(0, 0.5, clean.shape)).astype(np.float32)
+    out = tmp_path_factory.mktemp("denoise")
+    np.savez(out / "denoise.npz", x=noisy, y=clean.astype(np.float32), split=split[pick])
+    env = tfenv.load()
+    tfenv.set_seed(SEED)
+    keras = env.keras
+    inp = keras.Input((49, 10, 1))
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    model = keras.Model(inp, keras.layers.Conv2D(1, 3, padding="same")(h))
+    model.compile(keras.optimizers.Adam(2e-3), "mse")
+    fit = split[pick] == 0
+    model.fit(noisy[fit], clean[fit], epochs=4, batch_size=64, verbose=0)
+    plain = keras.models.clone_model(model)
+    plain.set_weights(model.get_weights())
+    plain.save(out / "denoiser.h5", include_optimizer=False)
+    return out / "denoiser.h5", out / "denoise.npz"
+
+
+def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(denoiser, tmp_path):
+    from edgedeploy.optimize import optimize
+
+    model, data = denoiser
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "seed": SEED})
+    outcome = optimize(model, data, tmp_path / "tree", recipe)
+    info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
+    assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]
+    assert info["task"]["kind"] == "regression" and "auc" not in info["task"]["metrics"]
+    training = outcome.nodes["pruned"].details["training"]
+    assert training["distillation"]["on"].startswith("outputs") and "random" in training["selection"]["hold_out"]
+    ptq = outcome.leaves["ptq"].metrics
+    assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
+    assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)

@@ -127,3 +127,35 @@ def test_the_node_table_is_the_one_tree():
     for node in tree.NODE_TABLE.values():  # every parent exists and every technique has a stage function
         assert node.parent is None or node.parent in tree.NODE_TABLE
     assert tree.DEFAULT_LEAVES == ("ptq", "qat", "pruned", "pqat", "clustered", "cqat", "pruned_clustered", "pcqat")
+
+
+def test_inputs_only_layouts_load_as_reconstruction_with_anomaly_labels(tmp_path):
+    from edgedeploy.data import load_dataset, read_targets
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 6)).astype(np.float32)
+    split = np.array([0] * 12 + [1] * 8)
+    a = tmp_path / "xsplit.npz"
+    np.savez(a, x=x, split=split, y_anomaly=np.array([0] * 16 + [1] * 4))
+    assert read_targets(a) == (None, True)
+    d = load_dataset(a, (6,), 6, kind="reconstruction")
+    assert np.array_equal(d.y_eval, d.x_eval) and d.anomaly.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert d.describe()["task"] == "reconstruction" and d.describe()["n_fit_unlabelled"] == 0
+    b = tmp_path / "traintest.npz"
+    np.savez(b, x_train=x[:12], x_test=x[12:])
+    assert read_targets(b) == (None, False)
+    assert load_dataset(b, (6,), 6, kind="reconstruction").anomaly is None
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=x, split=split, y_anomaly=np.arange(20))
+    with pytest.raises(InvalidInputError, match="y_anomaly"):
+        load_dataset(bad, (6,), 6, kind="reconstruction")
+
+
+def test_float_targets_load_as_regression_values(tmp_path):
+    from edgedeploy.data import load_dataset
+
+    x = np.zeros((10, 4), np.float32)
+    path = tmp_path / "r.npz"
+    np.savez(path, x=x, y=np.linspace(0, 1, 10).astype(np.float32), split=np.array([0] * 6 + [1] * 4))
+    d = load_dataset(path, (4,), 1, kind="regression")
+    assert d.y_fit.shape == (6, 1) and d.y_fit.dtype == np.float32 and not d.labelled
