@@ -130,7 +130,7 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
     import edgedeploy.optimize as optimize_module
     from typer.testing import CliRunner
 
-    from edgedeploy.commands import app
+    from edgedeploy.cli.app import app
     from edgedeploy.errors import UsageError
 
     seen = []
@@ -159,7 +159,7 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     import edgedeploy.optimize as optimize_module
     from typer.testing import CliRunner
 
-    from edgedeploy.commands import app
+    from edgedeploy.cli.app import app
     from edgedeploy.errors import UsageError
 
     def fail(*args, **kwargs):
