@@ -114,10 +114,25 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
     if not path.is_file():
         raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
     try:
-        npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
+        with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):
+                raise ValueError("a single .npy array, not an .npz archive")
+            arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
+    except Exception as exc:  # a damaged archive fails in zipfile, zlib or numpy's header reader in many ways
+        raise _fail(path, f"is not a readable .npz file ({type(exc).__name__}: {exc})",
+                    "save the data with numpy.savez") from exc
+    for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
+        if key in arrays and arrays[key].ndim == 0:
+            raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
+    for key in ("x", "x_train", "x_test"):
+        a = arrays.get(key)
+        if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
+                              or np.issubdtype(a.dtype, np.complexfloating)):
+            raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
+        if a is not None and np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            raise _fail(path, f"'{key}' holds NaN or infinite values", "replace or drop those samples")
     keys = set(arrays)
     hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
     if {"x", "split"} <= keys and "y" not in keys:

@@ -172,7 +172,8 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
 
     keras.utils.set_random_seed(7)
     d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
-    x, y = d["x_train"][:512].astype(np.float32), d["y_train"][:512].ravel()
+    train = np.random.default_rng(7).choice(len(d["x_train"]), 512, replace=False)  # the file is sorted by class
+    x, y = d["x_train"][train].astype(np.float32), d["y_train"][train].ravel()
     inp = keras.Input((32, 32, 3))
     h = keras.layers.Rescaling(1 / 255.0, name="rescale")(inp)
     h = keras.layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="conv")(h)
@@ -202,7 +203,8 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     interp.allocate_tensors()
     inp_d, out_d = interp.get_input_details()[0], interp.get_output_details()[0]
     scale, zero = inp_d["quantization"]
-    ev = d["x_test"][:200].astype(np.float32)
+    ev_idx = np.random.default_rng(8).choice(len(d["x_test"]), 200, replace=False)
+    ev = d["x_test"][ev_idx].astype(np.float32)
     preds = []
     for img in ev:
         interp.set_tensor(inp_d["index"], np.clip(np.round(img[None] / scale + zero), -128, 127).astype(np.int8))

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ...errors import InvalidInputError
+from ...errors import InvalidInputError, ToolFailedError
 from .projection import PALETTE_LIMIT
 
 log = logging.getLogger("edgedeploy")
@@ -24,10 +24,16 @@ WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV
 def parse_debug_db(text: str) -> dict[str, list[dict[str, str]]]:
     """The tables of Vela's ``*_debug.xml`` (``--enable-debug-db``): name -> rows (column -> text)."""
     tables = {}
-    for m in _TABLE_RE.finditer(text):
-        tables[m.group("name")] = list(csv.DictReader(io.StringIO(m.group("body"))))
+    try:
+        for m in _TABLE_RE.finditer(text):
+            rows = csv.DictReader(io.StringIO(m.group("body").replace("\0", ""), newline=""))
+            tables[m.group("name")] = [{k: v for k, v in r.items() if isinstance(k, str) and isinstance(v, str)}
+                                       for r in rows]
+    except csv.Error as exc:
+        raise ToolFailedError(f"Vela's debug database has a table that is not CSV ({exc})",
+                              "re-run the compile with --enable-debug-db") from exc
     if not tables:
-        raise ValueError("no <table> in Vela's debug database")
+        raise ToolFailedError("no <table> in Vela's debug database", "re-run the compile with --enable-debug-db")
     return tables
 
 
