@@ -11,7 +11,7 @@ import typer
 from .. import __version__
 
 # Each module of this package named here has ``register(app)``; a missing one is left out.
-COMMANDS = ("compile", "targets", "optimize", "report", "export", "fvp", "doctor")
+COMMANDS = ("compile", "targets", "optimize", "report", "export", "emulate", "fvp", "doctor")
 
 app = typer.Typer(
     name="edgedeploy",
