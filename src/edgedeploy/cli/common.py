@@ -26,6 +26,9 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width)
 
 
+# Key of what a command's prestart hook started, in the root context's ``meta`` (see :mod:`.app`).
+PRESTARTED = "edgedeploy.prestarted"
+
 out_console = _console()
 err_console = _console(stderr=True)
 log = logging.getLogger("edgedeploy")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def compile_cmd(
+    ctx: typer.Context,
     models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
                                         "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
     target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
@@ -30,25 +31,28 @@ def compile_cmd(
                                   "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
-    pool = _early_pool(models, target, out, jobs) if executor == "local" else None
-    try:
-        _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
-    finally:
-        if pool is not None:
-            pool.close(now=True)
+    from .common import PRESTARTED
+
+    pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
+    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
 
 
-def _early_pool(models: List[Path], targets: List[str], out: Path, jobs: Optional[int]):
-    """Vela workers started before anything else is imported, so their start-up overlaps ours.
+def prestart(values: dict[str, Any]):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.app`).
 
-    Only for .tflite inputs into a new run folder: a project file runs TensorFlow first, and a re-run
-    most likely reuses its results (workers then start only if something needs compiling).
+    Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
+    first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
-    if not models or any(m.suffix != ".tflite" for m in models) or (out / "manifest.json").exists():
+    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
+    if values.get("executor") != "local" or not models or any(m.suffix != ".tflite" for m in models):
         return None
+    if (out / "manifest.json").exists():
+        return None
+    jobs = str(values.get("jobs") or "")
     from ..vela_pool import VelaPool, default_jobs
 
-    return VelaPool(jobs or default_jobs(max(1, len(targets)) * len(models))).start()
+    n_tasks = max(1, len(values.get("target") or ())) * len(models)
+    return VelaPool(int(jobs) if jobs.isdigit() and int(jobs) > 0 else default_jobs(n_tasks)).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
