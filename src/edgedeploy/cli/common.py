@@ -1,4 +1,4 @@
-"""What every command shares: the consoles, the error guard and the table helper.
+"""What every command shares: the consoles, the error guard, markup escaping and the table helper.
 
 Library code raises :class:`~edgedeploy.errors.EdgeDeployError`; :func:`guard` alone turns
 errors into one-line messages and exit codes.
@@ -25,9 +25,6 @@ def _console(stderr: bool = False) -> Console:
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "200"))
     return Console(stderr=stderr, width=width)
 
-
-# Key of what a command's prestart hook started, in the root context's ``meta`` (see :mod:`.app`).
-PRESTARTED = "edgedeploy.prestarted"
 
 out_console = _console()
 err_console = _console(stderr=True)

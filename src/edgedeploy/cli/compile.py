@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -31,14 +30,14 @@ def compile_cmd(
                                   "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
-    from .common import PRESTARTED
+    from .prestart import PRESTARTED
 
     pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
     _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
 
 
 def prestart(values: dict[str, Any]):
-    """Vela workers for this compile, started before its options are converted (see :mod:`.app`).
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
 
     Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
@@ -60,7 +59,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
     from .. import api
     from ..errors import UsageError
     from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
-    from .common import err_console, guard, out_console, table
+    from .common import err_console, escape, guard, out_console, table
 
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,

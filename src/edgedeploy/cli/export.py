@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +39,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print only the bundle manifest as JSON on stdout."),
     ) -> None:
         """Export a compiled model for firmware: C source/header, CMake, golden vectors."""
-        from .common import err_console, guard, out_console
+        from .common import err_console, escape, guard, out_console
         from ..export import ExportOptions, export_bundle
         from ..report.render.tables import dumps
 

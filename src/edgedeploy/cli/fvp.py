@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 FVP_SCHEMA = "edgedeploy.fvp"
 FVP_SCHEMA_VERSION = 1
@@ -34,7 +33,7 @@ def fvp_run_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
 ) -> None:
     """Run one compiled model on its board's FVP and record the simulated NPU counters."""
-    from .common import err_console, guard, out_console
+    from .common import err_console, escape, guard, out_console
     from ..fvp.run import fvp_run
     from ..report.render.tables import dumps
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +70,7 @@ def optimize_cmd(
             typer.echo(dumps(doc))
         else:
             out_console.print(leaves_table(doc))
-            from .common import err_console
+            from .common import err_console, escape
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
