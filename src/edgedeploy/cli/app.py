@@ -19,7 +19,8 @@ app = typer.Typer(
     name="edgedeploy",
     help="Take a Keras model to an Arm Ethos-U NPU: optimize, convert, compile with Vela, report, export.",
     no_args_is_help=True,
-    add_completion=False,
+    epilog="Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128; "
+           "shell completion: edgedeploy --install-completion",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -7,16 +7,25 @@ from typing import Any, List, Optional
 
 import typer
 
+EXAMPLE = "Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128 -t ethos-u85-256"
+
+
+def _complete_target(incomplete: str) -> list[str]:
+    from .common import complete_target
+
+    return complete_target(incomplete)
+
 
 def register(app: typer.Typer) -> None:
-    app.command("compile")(compile_cmd)
+    app.command("compile", epilog=EXAMPLE)(compile_cmd)
 
 
 def compile_cmd(
     ctx: typer.Context,
     models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
                                         "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
-    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several.",
+                                     autocompletion=_complete_target),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
     optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),

@@ -7,9 +7,11 @@ from typing import Optional
 
 import typer
 
+EXAMPLE = "Example: edgedeploy export out --leaf ptq -t ethos-u55-128 -o fw --golden 8"
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("export")
+    @app.command("export", epilog=EXAMPLE)
     def export_cmd(
         run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`."),
         target: Optional[str] = typer.Option(

@@ -7,9 +7,11 @@ from typing import Optional
 
 import typer
 
+EXAMPLE = "Example: edgedeploy optimize model.h5 --data data.npz -o out --leaves ptq,pcqat"
+
 
 def register(app: typer.Typer) -> None:
-    app.command("optimize")(optimize_cmd)
+    app.command("optimize", epilog=EXAMPLE)(optimize_cmd)
 
 
 def optimize_cmd(
