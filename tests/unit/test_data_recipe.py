@@ -111,7 +111,7 @@ def test_recipe_file_and_overrides(tmp_path):
         ("clusters = 1", "`clusters` is 1"),
         ('[pruning]\nschedule = "cubic"', "`pruning.schedule` is 'cubic'; allowed values: constant, polynomial"),
         ('[clustering]\ncentroid_init = "kmeans"', "allowed values: kmeans++, linear, density, random"),
-        ("[stages.distill]\nepochs = 1", "`stages.distill` is not a stage"),
+        ("[stages.distill]\nepochs = 1", "unknown key `stages.distill`"),
         ("epoch = 3", "unknown key `epoch`"),
         ('[training]\nqat_ranges = "ema"', "`training.qat_ranges` is 'ema'; allowed values: calibrated, tfmot"),
         ('epochs = "three"', "`epochs` is 'three'; it must be an integer"),
