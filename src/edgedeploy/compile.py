@@ -230,6 +230,18 @@ def compile_variants(
             first_error: EdgeDeployError | None = None
             lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
 
+            def misbiased_of(model: Path) -> list[str]:
+                try:
+                    return misbiased[model].result()
+                except BrokenProcessPool:  # lost with a worker that died on a compile: read it again
+                    pool.restart()
+                    misbiased[model] = pool.call(misbiased_descriptions, str(model))
+                    try:
+                        return misbiased[model].result()
+                    except BrokenProcessPool:
+                        raise ToolFailedError(f"a Vela worker process died reading {model}",
+                                              "check that the model is an intact full-int8 TFLite file") from None
+
             def finish(item, job) -> None:
                 nonlocal first_error
                 spec, key, model, target, staged, args, log_path, started, t0, _ = item
@@ -248,7 +260,7 @@ def compile_variants(
                             f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
                             "full-int8 TFLite model",
                         )
-                    result = _parse_compile(staged, model, target, args, log_path, misbiased[model].result())
+                    result = _parse_compile(staged, model, target, args, log_path, misbiased_of(model))
                     final = ctx.stage_dir(spec.id)
                     # record the command as it reproduces the result: with the folder the outputs now live in
                     result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]
