@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy optimize model.h5 --data data.npz -o out --leaves ptq,pcqat"
 
 
 def register(app: typer.Typer) -> None:
-    app.command("optimize")(optimize_cmd)
+    app.command("optimize", epilog=EXAMPLE)(optimize_cmd)
 
 
 def optimize_cmd(
@@ -76,7 +77,7 @@ def optimize_cmd(
             typer.echo(dumps(doc))
         else:
             out_console.print(leaves_table(doc))
-            from .common import err_console
+            from .common import err_console, escape
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:

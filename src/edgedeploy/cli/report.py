@@ -9,9 +9,11 @@ import typer
 
 PROJECT_FILE = "edgedeploy.toml"
 
+EXAMPLE = "Example: edgedeploy report out --max-flash 512KiB -f html"
+
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report_cmd)
+    app.command("report", epilog=EXAMPLE)(report_cmd)
 
 
 def report_cmd(
