@@ -48,7 +48,7 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
     report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=[sparsity.UpdatePruningStep()],
-                  train_set=ts, eligible_from=plan.full_epoch, record=record)
+                       train_set=ts, eligible_from=plan.full_epoch, record=record)
     report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict()}
     return sparsity.strip_pruning(model)
 
