@@ -419,7 +419,7 @@ def fvp_run(
 
     version = fvp_version(found_fvp.path)
     timelimit = timelimit_for(timeout)
-    ctx = RunContext(run_dir, manifest)
+    ctx = RunContext.open(run_dir)  # locked, and the manifest as it is now (another command may have added to it)
     spec = StageSpec(
         "fvp",
         leaf,
