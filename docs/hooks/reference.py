@@ -165,10 +165,10 @@ def _palette_defaults() -> dict[str, Any]:
     """The defaults palette.py passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from its source."""
     from edgedeploy import recipe as r
 
-    path = REPO / "src" / "edgedeploy" / "palette.py"
-    if not path.is_file():
-        path = next((REPO / "src" / "edgedeploy").rglob("*.py"))  # moved: the adapter is switched then
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    folder = REPO / "src" / "edgedeploy" / "optimize" / "palette"
+    paths = sorted(folder.glob("*.py")) if folder.is_dir() else [REPO / "src" / "edgedeploy" / "palette.py"]
+    tree = ast.Module(body=[n for path in paths for n in ast.parse(path.read_text(encoding="utf-8")).body],
+                      type_ignores=[])
     names: dict[str, Any] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):

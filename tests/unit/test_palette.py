@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy import palette
+from edgedeploy.optimize import palette
 from edgedeploy.errors import ToolFailedError, UsageError
 from edgedeploy.recipe import LEAVES, NODES, QAT_NODES, Recipe, load_recipe, nodes_for
 from edgedeploy.tflite_model import read_tflite, read_weight_tensors

@@ -108,7 +108,7 @@ def test_vela_stdout_parsers_on_mutated_output(stdout):
 @FAST
 @given(xml=mutated(DEBUG_DB, 10))
 def test_vela_debug_database_on_mutated_files(xml):
-    from edgedeploy.palette import parse_debug_db, summarize_layers, weight_layers
+    from edgedeploy.optimize.palette import parse_debug_db, summarize_layers, weight_layers
 
     try:
         summarize_layers(weight_layers(parse_debug_db(_text(xml))))
