@@ -107,6 +107,7 @@ def test_compile_prestart_starts_workers_only_for_a_new_tflite_run(tmp_path):
     base = {"models": (str(EXAMPLE_MODEL),), "target": ["ethos-u55-128", "ethos-u85-256"], "jobs": None,
             "out": tmp_path / "out", "executor": "local"}
     assert prestart({**base, "executor": "ray"}) is None
+    assert prestart({**base, "target": []}) is None  # the command itself says a target is missing
     assert prestart({**base, "models": ("edgedeploy.toml",)}) is None
     (tmp_path / "rerun").mkdir()
     (tmp_path / "rerun" / "manifest.json").write_text("{}")
