@@ -174,7 +174,7 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
-        from .palette import npu_weight_report
+        from .optimize.palette.debugdb import npu_weight_report
 
         outputs["debug_db"] = debug_db
         details["npu_weights"] = npu_weight_report(debug_db, model)
