@@ -14,8 +14,7 @@ from edgedeploy.cli import prestart as prestart_module
 from edgedeploy.cli.app import COMMANDS, app
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[2] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
-HELP_PAGES = [["compile"], ["optimize"], ["report"], ["export"], ["doctor"], ["targets"], ["targets", "list"],
-              ["targets", "show"], ["fvp"], ["fvp", "run"]]
+HELP_PAGES = [[name] for name in COMMANDS] + [["targets", "list"], ["targets", "show"], ["fvp", "run"]]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
