@@ -329,15 +329,25 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
     else:
         schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
 
+    pattern = None
+    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.structured_prune)
+        from .structured_prune import TwoOfFour
+
+        pattern = TwoOfFour(env, plan)
+
     def wrap(layer):
         if _optimizable(layer, recipe):
+            if pattern is not None:
+                return pattern.wrap(layer)
             return sparsity.prune_low_magnitude(layer, pruning_schedule=schedule)
         return layer
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    report = _fit(env, model, data, recipe, "prune", loss, "prune", callbacks=[sparsity.UpdatePruningStep()],
+    callbacks = [sparsity.UpdatePruningStep()] + ([pattern.callback()] if pattern is not None else [])
+    report = _fit(env, model, data, recipe, "prune", loss, "prune", callbacks=callbacks,
                   train_set=ts, eligible_from=plan.full_epoch, record=record)
-    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict()}
+    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict(),
+                         **({"structured": pattern.describe()} if pattern is not None else {})}
     return sparsity.strip_pruning(model)
 
 
@@ -450,7 +460,7 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 
 
 def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
-                layer_names: Iterable[str] = ()) -> list[WeightStats]:
+                layer_names: Iterable[str] = (), kernels: list | None = None) -> list[WeightStats]:
     """Weight statistics of the int8 TFLite, each tensor matched to its Keras layer by name and shape.
 
     A tensor whose name matches no layer with statistics is matched by kind and size, unless it names another
@@ -485,13 +495,33 @@ def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
         used.add(name)
         axis = 3 if kind == "DepthwiseConv2D" else t.quantized_dimension
         out.append(stats(name, kind, values, axis, scales=len(t.scale)))
+        if kernels is not None:
+            kernels.append((name, kind, values))
     return out
 
 
-def _verdict(node: str, where: str, found, recipe: Recipe, relu_followed):
-    return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
-                          tolerance=recipe.sparsity_tolerance, skipped=recipe.skip_layers,
-                          per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+def _keras_kernels(model, recipe: Recipe):
+    if recipe.sparsity_pattern != "2:4":
+        return None
+    from .structured_prune import keras_kernels
+
+    return keras_kernels(model)
+
+
+def _verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None):
+    pattern = recipe.sparsity_pattern == "2:4" and node in preserve.PRUNED_NODES and kernels is not None
+    reasons = {}
+    if pattern:  # 2:4: layers without groups of four are left out, and every group is checked
+        from . import structured, structured_prune
+
+        reasons = structured_prune.left_out(found, where)
+    verdict = preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
+                             tolerance=recipe.sparsity_tolerance, skipped=tuple(recipe.skip_layers) + tuple(reasons),
+                             per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+    if pattern:
+        checked = structured.check(node, where, kernels, recipe.skip_layers)
+        verdict = structured_prune.merge(node, verdict, checked, reasons)
+    return verdict
 
 
 # --------------------------------------------------------------------------- the tree
@@ -626,7 +656,7 @@ def _train_node(env, node: str, inputs: dict[str, Path], out: Path, data: Datase
                 training["cluster_kernels_settled"] = settle_cluster_weights(result_model)
     keras_stats = keras_weight_stats(result_model)
     relu_followed = separate_relu_layers(result_model) if node not in QAT_NODES else []
-    verdict = _verdict(node, "keras", keras_stats, recipe, relu_followed)
+    verdict = _verdict(node, "keras", keras_stats, recipe, relu_followed, kernels=_keras_kernels(result_model, recipe))
     details["preservation"] = verdict.rows
     warnings += verdict.warnings
     preserve.raise_failures(verdict, node)
@@ -681,8 +711,9 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
     target.write_bytes(int8)
     int8_acc = tflite_accuracy(int8, data.x_eval, data.y_eval)
     keras_stats = keras_weight_stats(model)
-    int8_stats = _int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers])
-    verdict = _verdict(node, "int8", int8_stats, recipe, [])
+    int8_kernels: list = []
+    int8_stats = _int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
+    verdict = _verdict(node, "int8", int8_stats, recipe, [], kernels=int8_kernels)
     preserve.raise_failures(verdict, f"{leaf} (int8)")
     metrics = {
         "float_accuracy": Metric(round(float_acc, 3), "%", "measured"),

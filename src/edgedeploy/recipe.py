@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
+from .structured import check_pattern
 
 # The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
 NODES: dict[str, tuple[str | None, str | None]] = {
@@ -96,6 +97,7 @@ class StageSettings:
 class Recipe:
     leaves: tuple[str, ...] = tuple(LEAVES)
     sparsity: float = 0.5
+    sparsity_pattern: str = "unstructured"  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.structured)
     clusters: int = 16
     per_channel_clusters: bool = False
     epochs: int = 4
@@ -159,12 +161,16 @@ class Recipe:
             out.update(qat_ranges=self.qat_ranges)
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if self.pruning_schedule == "polynomial":
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
                        calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
+            if self.sparsity_pattern != "unstructured":
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -204,6 +210,10 @@ def _check(r: Recipe, source: str) -> Recipe:
             raise c.fail("leaves", f"has '{leaf}'; allowed values: {', '.join(LEAVES)}")
     if not 0.0 < r.sparsity < 1.0:
         raise c.fail("sparsity", f"is {r.sparsity}; it must be between 0 and 1 (e.g. 0.5)")
+    check_pattern(r.sparsity_pattern, source)
+    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
+        raise c.fail("sparsity", f"is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes exactly 0.5; "
+                     "leave sparsity at 0.5")
     if not 2 <= r.clusters <= 256:
         raise c.fail("clusters", f"is {r.clusters}; it must be an integer from 2 to 256")
     for key in ("epochs", "batch_size", "calibration_samples"):
@@ -251,6 +261,7 @@ _SIMPLE = {
     "leaves": list, "sparsity": float, "clusters": int, "per_channel_clusters": bool, "epochs": int,
     "batch_size": int, "learning_rate": float, "seed": int, "skip_layers": list, "float_io": bool,
     "calibration_samples": int, "sparsity_tolerance": float, "fuse_relu": bool, "plain": bool,
+    "sparsity_pattern": str,
 }
 # Keys of the training tables: table -> key -> (Recipe field, type).
 _TABLES: dict[str, dict[str, tuple[str, type]]] = {
