@@ -700,6 +700,10 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
 
         return palette.convert_leaf(env, leaf, inputs, out, data, recipe)
     tfenv_seed(recipe.seed)
+    if leaf == "ptq_16x8":  # int16 activations, int8 weights (edgedeploy.convert16)
+        from .convert16 import convert_leaf
+
+        return convert_leaf(env.keras.models.load_model(inputs["model"], compile=False), out, data, recipe)
     t0 = time.perf_counter()
     node = LEAVES[leaf]
     if node in QAT_NODES:

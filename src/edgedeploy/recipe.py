@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
-from .structured import check_pattern
+from .structured import NOT_NPU_FORMATS, check_pattern
 
 # The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
 NODES: dict[str, tuple[str | None, str | None]] = {
@@ -37,6 +37,9 @@ LEAVES: dict[str, str] = {
     "pcqat": "pcqat",
 }
 QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
+# quantizations that are not NPU formats: asking for them as a leaf gets the reason
+NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",
+                  "dynamic_range": "dynamic_range", "ptq_dynamic_range": "dynamic_range", "dynamic": "dynamic_range"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -206,6 +209,9 @@ def _check(r: Recipe, source: str) -> Recipe:
     if not r.leaves:
         raise c.fail("leaves", f"is empty; allowed values: {', '.join(LEAVES)}")
     for leaf in r.leaves:
+        if leaf in NOT_NPU_LEAVES:
+            raise c.fail("leaves", f"has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is not an NPU "
+                         "format; ask for ptq (int8) or ptq_16x8 (int16 activations)")
         if leaf not in LEAVES:
             raise c.fail("leaves", f"has '{leaf}'; allowed values: {', '.join(LEAVES)}")
     if not 0.0 < r.sparsity < 1.0:
@@ -356,6 +362,8 @@ NODES.update({
 })
 LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
 QAT_NODES.update({"cqat_palette", "pcqat_palette"})
+# 16x8 quantization of the baseline (int16 activations, int8 weights; edgedeploy.convert16); asked for by name
+LEAVES["ptq_16x8"] = "baseline"
 PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
                                  "sparsities": list, "executor": str, "workers": int, "target": str,
                                  "measure_on": str, "measure_samples": int,
