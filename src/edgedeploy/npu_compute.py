@@ -78,3 +78,31 @@ def leaf_npu_rows(records: list[Any], baseline: str = "ptq") -> list[dict[str, A
             "memory_bound_layers": facts.get("memory_bound_layers"),
         })
     return out
+
+
+def npu_compute_values(row: dict[str, Any], rows: list[dict[str, Any]], reference: str = "ptq") -> None:
+    """Fill a report row's ``npu_cycles_ratio``, ``npu_macs_ratio`` (to ``reference`` on the same target) and
+    ``compute_bound_pct`` from the Vela values already in ``row["values"]`` (report cells: value/unit/mode)."""
+    values = row["values"]
+
+    def value(cell):
+        return cell.get("value") if isinstance(cell, dict) else None
+
+    def cell(v, unit, why):
+        return ({"value": v, "unit": unit, "mode": "computed"} if v is not None
+                else {"value": None, "unit": unit, "mode": "computed", "unavailable": why})
+
+    ref = next((r for r in rows if r["leaf"] == reference and r["target"] == row["target"]), None)
+    for key, ratio in (("npu_cycles", "npu_cycles_ratio"), ("npu_macs", "npu_macs_ratio")):
+        mine = value(values.get(key))
+        theirs = value(ref["values"].get(key)) if ref is not None else None
+        if mine is None:
+            values[ratio] = cell(None, "ratio", f"no {key} for this leaf")
+        elif not theirs:
+            values[ratio] = cell(None, "ratio", f"no {reference} leaf with {key} on {row['target']} to compare against")
+        else:
+            values[ratio] = cell(mine / theirs, "ratio", "")
+    compute, memory = value(values.get("compute_bound_cycles")), value(values.get("memory_bound_cycles"))
+    total = (compute or 0) + (memory or 0)
+    values["compute_bound_pct"] = cell(100.0 * compute / total if compute is not None and total else None, "%",
+                                       "no per-layer Vela estimate recorded (compiled before edgedeploy recorded it)")

@@ -21,6 +21,7 @@ from . import __version__
 from .errors import InvalidInputError, RegressionError, UsageError
 from .fsutil import sha256_file
 from .manifest import Manifest, StageRecord, now_iso
+from .npu_compute import npu_compute_values
 
 SCHEMA = "edgedeploy.report"
 SCHEMA_VERSION = 1
@@ -33,6 +34,7 @@ SCHEMA_VERSION = 1
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
 LEAF_LEVELS: dict[str, int] = {
     "ptq": 0,
+    "ptq_16x8": 0,  # the baseline with int16 activations
     "qat": 1,
     "pruned": 2,
     "clustered": 2,
@@ -257,6 +259,10 @@ VALUE_COLUMNS: tuple[Column, ...] = (
     Column("sram_bytes", "SRAM (B)", "B", "bytes"),
     Column("dram_bytes", "DRAM (B)", "B", "bytes"),
     Column("npu_cycles", "NPU cycles", "cycles", "count"),
+    Column("npu_cycles_ratio", "NPU cycles vs ptq (×)", "ratio", "ratio"),
+    Column("npu_macs", "NPU MACs", "MAC", "count"),
+    Column("npu_macs_ratio", "MACs vs ptq (×)", "ratio", "ratio"),
+    Column("compute_bound_pct", "Compute-bound cycles (%)", "%", "pct"),
     Column("total_cycles", "Total cycles", "cycles", "count"),
     Column("npu_clock_mhz", "NPU clock (MHz)", "MHz", "mhz"),
     Column("latency_ms", "Latency (ms)", "ms", "ms"),
@@ -284,6 +290,9 @@ VELA_METRICS = {
     "sram_bytes": ("sram_bytes", "B"),
     "dram_bytes": ("dram_bytes", "B"),
     "npu_cycles": ("npu_cycles", "cycles"),
+    "npu_macs": ("macs", "MAC"),
+    "compute_bound_cycles": ("compute_bound_cycles", "cycles"),  # (for compute_bound_pct)
+    "memory_bound_cycles": ("memory_bound_cycles", "cycles"),
     "total_cycles": ("total_cycles", "cycles"),
     "latency_ms": ("latency_ms", "ms"),
     "inferences_per_s": ("inferences_per_second", "1/s"),
@@ -601,7 +610,10 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
 
     def preference(r: dict[str, Any]) -> tuple:
         acc = value_of(r["values"]["int8_accuracy_pct"])
-        return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
+        # with a latency requirement, fewer cycles come before a smaller flash
+        cycles = value_of(r["values"]["total_cycles"]) if req.max_latency_ms is not None else 0
+        return (-(acc if acc is not None else -math.inf), cycles or 0, value_of(r["values"]["compiled_model_bytes"]),
+                r["leaf"])
 
     for level in order:
         meeting = [r for r in groups[level] if r["meets_requirements"] in (True, None)]
@@ -616,7 +628,8 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
                 why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
                        f"requirement ({what})")
             if len(groups[level]) > 1:
-                why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
+                why += ("; chosen within the level for the best int8 accuracy, then "
+                        + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
             return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
                     "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
     # Nothing meets everything: say which requirement nothing meets, and by how much.
@@ -893,6 +906,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
                 "ratio", "computed", f"no {REFERENCE_LEAF} leaf compiled for {r['target']} to compare against")
         else:
             r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
+        npu_compute_values(r, rows, REFERENCE_LEAF)  # MACs and cycles vs ptq, compute-bound share
         r["values"] = {c.key: r["values"][c.key] for c in VALUE_COLUMNS}
     notes += size_budget_misses(manifest, rows)
     targets = sorted({r["target"] for r in rows if r["target"]})
