@@ -698,7 +698,12 @@ def _convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Data
     if NODES[LEAVES[leaf]][1] in ("palette", "palette_qat"):  # palette-aware leaves (edgedeploy.palette)
         from . import palette
 
-        return palette.convert_leaf(env, leaf, inputs, out, data, recipe)
+        result = palette.convert_leaf(env, leaf, inputs, out, data, recipe)
+        if recipe.sparsity_pattern == "2:4" and "pruned" in nodes_for([leaf]):  # (edgedeploy.structured_prune)
+            from .structured_prune import check_int8_file
+
+            result.details["pattern_2of4"] = check_int8_file(result.outputs["int8_model"], leaf, recipe.skip_layers)
+        return result
     tfenv_seed(recipe.seed)
     if leaf == "ptq_16x8":  # int16 activations, int8 weights (edgedeploy.convert16)
         from .convert16 import convert_leaf

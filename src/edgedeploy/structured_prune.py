@@ -117,3 +117,23 @@ def merge(node: str, verdict: Verdict, pattern: structured.PatternVerdict, reaso
             if extra["status"] == "failed":
                 row.update(status="failed", note="; ".join(n for n in (row.get("note"), extra["note"]) if n))
     return Verdict(verdict.rows, verdict.warnings, verdict.failures + pattern.failures)
+
+
+def check_int8_file(path, node: str, skipped: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The 2:4 check on every int8 convolution and fully connected kernel of a TFLite file with input channels
+    divisible by four (for leaves whose kernels are not matched to Keras layers, e.g. the palette leaves);
+    raises :class:`~edgedeploy.errors.PreservationError` naming the first layer that lost the pattern."""
+    from .preserve import raise_failures
+    from .tflite_model import read_weight_tensors
+
+    kinds = {"CONV_2D": "Conv2D", "FULLY_CONNECTED": "Dense", "DEPTHWISE_CONV_2D": "DepthwiseConv2D"}
+    skipped = set(skipped)
+    kernels = []
+    for t in read_weight_tensors(path):
+        if t.op in kinds and t.dtype == "int8":
+            name = t.name.split(";")[0]
+            if not any(s in name.split("/") for s in skipped):
+                kernels.append((name, kinds[t.op], t.values()))
+    verdict = structured.check(node, "int8", kernels)
+    raise_failures(Verdict([], [], verdict.failures), f"{node} (int8)")
+    return verdict.rows
