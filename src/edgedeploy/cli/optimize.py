@@ -52,12 +52,12 @@ def optimize_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
-    from .commands import guard, out_console
-    from .render import dumps
+    from .common import guard, out_console
+    from ..report.render.tables import dumps
 
     with guard():
-        from .optimize import optimize
-        from .recipe import load_recipe
+        from ..optimize import optimize
+        from ..recipe import load_recipe
 
         overrides = {
             "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
@@ -74,7 +74,7 @@ def optimize_cmd(
             typer.echo(dumps(doc))
         else:
             out_console.print(leaves_table(doc))
-            from .commands import err_console
+            from .common import err_console
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
@@ -84,7 +84,7 @@ def optimize_cmd(
 
 
 def leaves_json(outcome) -> dict:
-    from . import __version__
+    from .. import __version__
 
     base = outcome.leaves.get("ptq")
     base_gzip = base.metric("gzip_bytes") if base else None
@@ -111,7 +111,7 @@ def leaves_json(outcome) -> dict:
 def leaves_table(doc: dict):
     from rich.table import Table
 
-    from .render import fmt_bytes, fmt_num
+    from ..report.render.tables import fmt_bytes, fmt_num
 
     t = Table(title="Deployment tree leaves (accuracy on the evaluation split)", title_justify="left")
     for h in ("Leaf", "Float acc (%)", "Int8 acc (%)", "Δ vs ptq (pt)", "TFLite", "gzip", "gzip vs ptq (%)", "Notes"):
