@@ -11,7 +11,6 @@ from __future__ import annotations
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
 LEAF_LEVELS: dict[str, int] = {
     "ptq": 0,
-    "ptq_16x8": 0,  # the baseline with int16 activations
     "qat": 1,
     "pruned": 2,
     "clustered": 2,
@@ -19,6 +18,7 @@ LEAF_LEVELS: dict[str, int] = {
     "cqat": 3,
     "pruned_clustered": 3,
     "pcqat": 4,
+    "ptq_16x8": 0,  # the baseline with int16 activations
 }
 LEVEL_SUFFIXES = ("_palette", "_ptq")
 REFERENCE_LEAF = "ptq"
