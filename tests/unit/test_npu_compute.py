@@ -42,3 +42,20 @@ def test_leaf_rows_give_ratios_to_ptq_on_the_same_target():
     by = {(r["leaf"], r["target"]): r for r in rows}
     assert by[("pcqat", "u85")]["macs_vs_ptq"] == 0.52 and by[("pcqat", "u85")]["cycles_vs_ptq"] == 0.64
     assert by[("pcqat", "u55")]["cycles_vs_ptq"] is None  # no ptq on that target
+
+
+def test_with_a_latency_requirement_fewer_cycles_come_before_a_smaller_flash():
+    from edgedeploy.report.judge import _recommend
+    from edgedeploy.report.limits import Requirements
+
+    def row(leaf, cycles, flash):
+        return {"leaf": leaf, "level": 3, "meets_requirements": True, "requirements": {}, "recommended": False,
+                "values": {"int8_accuracy_pct": {"value": 75.0}, "total_cycles": {"value": cycles},
+                           "compiled_model_bytes": {"value": flash}}}
+
+    def pick(req):
+        return _recommend([row("unstructured", 99_000, 40_000), row("two_of_four", 68_000, 52_000)], "u85", req)
+
+    assert pick(Requirements())["leaf"] == "unstructured"  # no latency requirement: the smaller flash
+    chosen = pick(Requirements(max_latency_ms=1.0))
+    assert chosen["leaf"] == "two_of_four" and "fewest cycles" in chosen["message"]
