@@ -501,27 +501,22 @@ def _int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
 
 
 def _keras_kernels(model, recipe: Recipe):
-    if recipe.sparsity_pattern != "2:4":
-        return None
-    from .structured_prune import keras_kernels
+    from .structured_prune import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
 
-    return keras_kernels(model)
+    return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
 
 
 def _verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None):
-    pattern = recipe.sparsity_pattern == "2:4" and node in preserve.PRUNED_NODES and kernels is not None
-    reasons = {}
-    if pattern:  # 2:4: layers without groups of four are left out, and every group is checked
-        from . import structured, structured_prune
+    def check(skipped):
+        return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
+                              tolerance=recipe.sparsity_tolerance, skipped=skipped,
+                              per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
 
-        reasons = structured_prune.left_out(found, where)
-    verdict = preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
-                             tolerance=recipe.sparsity_tolerance, skipped=tuple(recipe.skip_layers) + tuple(reasons),
-                             per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
-    if pattern:
-        checked = structured.check(node, where, kernels, recipe.skip_layers)
-        verdict = structured_prune.merge(node, verdict, checked, reasons)
-    return verdict
+    if recipe.sparsity_pattern == "2:4" and node in preserve.PRUNED_NODES and kernels is not None:
+        from .structured_prune import pattern_verdict
+
+        return pattern_verdict(node, where, found, kernels, recipe.skip_layers, check)
+    return check(recipe.skip_layers)
 
 
 # --------------------------------------------------------------------------- the tree

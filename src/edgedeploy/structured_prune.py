@@ -137,3 +137,11 @@ def check_int8_file(path, node: str, skipped: Iterable[str] = ()) -> list[dict[s
     verdict = structured.check(node, "int8", kernels)
     raise_failures(Verdict([], [], verdict.failures), f"{node} (int8)")
     return verdict.rows
+
+
+def pattern_verdict(node: str, where: str, found, kernels, skip_layers, check) -> Verdict:
+    """A 2:4 node's verdict: ``check(skipped)`` (the unstructured checks) with the layers that get no pattern
+    passed as skipped, and every group of four of the others checked."""
+    reasons = left_out(found, where)
+    verdict = check(tuple(skip_layers) + tuple(reasons))
+    return merge(node, verdict, structured.check(node, where, kernels, skip_layers), reasons)
