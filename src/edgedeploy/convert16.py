@@ -11,18 +11,12 @@ from __future__ import annotations
 
 import re
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from .convert import gzip_size, keras_accuracy, tflite_accuracy
 from .errors import ToolFailedError
-from .manifest import Metric
-from .stages import StageResult
 
-LEAF = "ptq_16x8"
-MODEL_FILE = "model_16x8.tflite"
 _OP_RE = re.compile(r"'(tfl\.[a-z_0-9]+)'|op '?([A-Z_0-9]{3,})'?|operation '?([A-Za-z_.0-9]+)'?")
 
 
@@ -79,30 +73,3 @@ def _require_16x8(data: bytes, prefix: str) -> None:
         raise ToolFailedError(f"{prefix}16x8 conversion left operators in float "
                               f"({', '.join(sorted({o.op for o in floats}))}); they have no 16x8 kernel in TFLite",
                               "use the int8 ptq leaf for this model, or replace that layer")
-
-
-def convert_leaf(model, out: Path, data, recipe) -> StageResult:
-    """The ``ptq_16x8`` leaf of the (float) baseline ``model``: convert, score, record."""
-    t0 = time.perf_counter()
-    float_acc = keras_accuracy(model, data.x_eval, data.y_eval)
-    calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
-    converted = convert_16x8(model, calibration, float_io=recipe.float_io, source=f"leaf {LEAF}")
-    target = out / MODEL_FILE
-    target.write_bytes(converted)
-    acc = tflite_accuracy(converted, data.x_eval, data.y_eval)
-    metrics = {
-        "float_accuracy": Metric(round(float_acc, 3), "%", "measured"),
-        # the leaf's own integer model (int16 activations); the key stays that of the other leaves for the report
-        "int8_accuracy": Metric(round(acc, 3), "%", "measured"),
-        "tflite_bytes": Metric(len(converted), "B", "measured"),
-        "gzip_bytes": Metric(gzip_size(converted), "B", "measured"),
-        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
-    }
-    return StageResult(
-        outputs={"int8_model": target},  # the integer model compile takes (its activations are int16)
-        metrics=metrics,
-        details={"node": "baseline", "quantization": "16x8: int16 activations, int8 weights (per channel), "
-                 "int64 bias", "data": data.describe(), "calibration": calibrated_on,
-                 "accuracy_split": data.describe()["eval_split"], "float_io": recipe.float_io},
-        warnings=[],
-    )
