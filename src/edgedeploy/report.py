@@ -27,9 +27,9 @@ SCHEMA_VERSION = 1
 
 # --------------------------------------------------------------------------- the deployment tree
 
-# Levels of the deployment tree, least optimized first. The recommendation walks
-# them in this order and takes the first level with a leaf that meets every
-# requirement. A name ending in one of LEVEL_SUFFIXES has the level of its base
+# Levels of the deployment tree, least optimized first. The recommendation takes
+# the least-optimized leaf that meets every requirement and that no other such
+# leaf beats on accuracy, flash and latency at once. A name ending in one of LEVEL_SUFFIXES has the level of its base
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
 LEAF_LEVELS: dict[str, int] = {
     "ptq": 0,
@@ -587,7 +587,8 @@ def _fmt_limit(v: Any, unit: str) -> str:
 
 
 def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> dict[str, Any]:
-    """Walk the tree levels, least optimized first; in a level prefer accuracy, then smaller flash."""
+    """The least-optimized leaf meeting the requirements that no other meeting leaf beats on accuracy, flash and
+    latency at once (:mod:`edgedeploy.recommend`); in a level prefer accuracy, then smaller flash."""
     candidates = [r for r in rows if value_of(r["values"]["total_cycles"]) is not None]
     base = {"target": target, "requirements": req.given()}
     if not candidates:
@@ -597,28 +598,31 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in candidates:
         groups.setdefault(r["level"], []).append(r)
-    order = sorted(groups, key=lambda lv: (lv is None, lv if lv is not None else 0))
 
     def preference(r: dict[str, Any]) -> tuple:
         acc = value_of(r["values"]["int8_accuracy_pct"])
         return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
 
-    for level in order:
-        meeting = [r for r in groups[level] if r["meets_requirements"] in (True, None)]
-        if meeting:
-            best = min(meeting, key=preference)
-            best["recommended"] = True
-            names = ", ".join(sorted(r["leaf"] for r in groups[level]))
-            what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
-            if level is None:
-                why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
-            else:
-                why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
-                       f"requirement ({what})")
-            if len(groups[level]) > 1:
-                why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
-            return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
-                    "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
+    meeting = [r for r in candidates if r["meets_requirements"] in (True, None)]
+    if meeting:  # the least-optimized meeting leaf that no other meeting leaf beats on every axis
+        from .recommend import choose
+
+        choice = choose(meeting)
+        best, level = choice.row, choice.row["level"]
+        best["recommended"] = True
+        names = ", ".join(sorted(r["leaf"] for r in groups[level]))
+        what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
+        if level is None:
+            why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
+        else:
+            why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
+                   f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
+        if len(groups[level]) > 1:
+            why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
+        why += choice.why()
+        return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
+                "passed_over": choice.beaten,
+                "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
     # Nothing meets everything: say which requirement nothing meets, and by how much.
     names = sorted({n for r in candidates for n in r["requirements"]})
     unmet = []

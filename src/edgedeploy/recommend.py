@@ -1,0 +1,83 @@
+"""Which compiled leaf to recommend for one target: never one that another leaf beats on every axis.
+
+The axes are the leaf's int8 metric (accuracy, higher is better), the compiled model's bytes (flash) and
+its NPU cycles (latency on one target). Among the leaves that meet the requirements, the ones no other
+meeting leaf dominates form the candidates, and the least-optimized of them (lowest tree level, then the
+best metric, then the smaller flash) is recommended. A leaf that meets the requirements is never passed
+over for one that does not: a leaf beaten only by leaves that miss a requirement (e.g. SRAM) stays a
+candidate.
+
+Rows are the report's rows: ``{"leaf", "level", "values": {key: {"value": ...}}, "meets_requirements"}``.
+This module judges rows only; it reads no run folder and imports nothing from the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+ACCURACY = "int8_accuracy_pct"
+FLASH = "compiled_model_bytes"
+CYCLES = "total_cycles"
+AXES = ("accuracy", "flash", "latency")
+
+
+def _value(row: Mapping[str, Any], key: str) -> Any:
+    cell = row["values"].get(key)
+    return None if cell is None else cell.get("value")
+
+
+def objectives(row: Mapping[str, Any]) -> tuple[float, float, float]:
+    """(-metric, flash, cycles), each to be minimised; a missing metric counts as the worst."""
+    acc = _value(row, ACCURACY)
+    flash, cycles = _value(row, FLASH), _value(row, CYCLES)
+    return (math.inf if acc is None else -float(acc),
+            math.inf if flash is None else float(flash),
+            math.inf if cycles is None else float(cycles))
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """``a`` is no worse than ``b`` on every objective and better on at least one."""
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+
+def _order(row: Mapping[str, Any]) -> tuple:
+    level = row.get("level")
+    acc, flash, _ = objectives(row)
+    return (level is None, level if level is not None else 0, acc, flash, row["leaf"])
+
+
+@dataclass
+class Choice:
+    """The recommended row, and which meeting leaves were passed over because another beats them."""
+
+    row: dict[str, Any] | None
+    beaten: dict[str, str] = field(default_factory=dict)  # leaf -> the leaf that beats it on every axis
+
+    def why(self) -> str:
+        if not self.beaten:
+            return ""
+        shown = [f"{leaf} (beaten by {by})" for leaf, by in sorted(self.beaten.items(), key=lambda kv: kv[0])]
+        return ("; passed over as another meeting leaf has at least its accuracy, flash and latency and is "
+                "better on one: " + ", ".join(shown))
+
+
+def choose(meeting: Sequence[dict[str, Any]]) -> Choice:
+    """The least-optimized leaf among ``meeting`` that no other leaf of ``meeting`` dominates."""
+    if not meeting:
+        return Choice(None)
+    points = {id(r): objectives(r) for r in meeting}
+    beaten: dict[str, str] = {}
+    front = []
+    for r in meeting:
+        better = [o for o in meeting if o is not r and dominates(points[id(o)], points[id(r)])]
+        if better:
+            beaten[r["leaf"]] = min(better, key=_order)["leaf"]
+        else:
+            front.append(r)
+    best = min(front, key=_order)
+    # only leaves the walk would have taken before the chosen one are worth naming
+    passed = {leaf: by for leaf, by in beaten.items()
+              if _order(next(r for r in meeting if r["leaf"] == leaf)) < _order(best)}
+    return Choice(best, passed)
