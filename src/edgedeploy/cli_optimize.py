@@ -44,6 +44,8 @@ def optimize_cmd(
         "(default 0.1; 0 turns selection off)."),
     patience: Optional[int] = typer.Option(None, "--patience", help="Stop a stage after this many epochs without "
                                            "improvement on the hold-out (default 3; 0 never stops early)."),
+    min_steps: Optional[int] = typer.Option(None, "--min-steps", help="Optimizer steps each trained stage takes at "
+                                            "least; epochs are added on little data (default 300; 0: epochs as given)."),
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
@@ -63,6 +65,7 @@ def optimize_cmd(
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
+            "min_steps": min_steps,
         }
         r = load_recipe(recipe, overrides)
         outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)

@@ -520,6 +520,9 @@ def optimize(
         log.warning("%s: samples reshaped from %s to the model input %s", data_path, list(data.reshaped_from),
                     list(model.input_shape[1:]))
     loss = training_loss(model, info.training_config)
+    from .fitlength import stretch, train_samples
+
+    recipe, fit_length = stretch(recipe, train_samples(data.y_fit, recipe))  # at least min_steps per stage
     if recipe.distill and any(NODES[n][1] for n in nodes_for(list(recipe.leaves))):
         data.soft_targets = teacher_targets(model, data.x_fit, loss.from_logits)
     ctx = RunContext.open(out)
@@ -528,6 +531,7 @@ def optimize(
         "model": str(model_path.resolve()),
         "data": data.describe(),
         "recipe": recipe.to_dict(),
+        "fit_length": fit_length,
         "loss": {"name": loss.name, "from_logits": loss.from_logits, "source": loss.source},
     }
     ctx.manifest.save()

@@ -58,6 +58,7 @@ PLAIN: dict[str, Any] = {
     "batch_size": 64,
     "epochs": 4,
     "qat_ranges": "tfmot",
+    "min_steps": 0,
 }
 
 
@@ -127,6 +128,9 @@ class Recipe:
     restore_best: bool = True
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
+    # each trained stage takes at least this many optimizer steps: on little data, epochs are added
+    # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
+    min_steps: int = 300
     # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
@@ -226,6 +230,8 @@ def _check(r: Recipe, source: str) -> Recipe:
         raise c.fail("training.qat_ranges", f"is '{r.qat_ranges}'; allowed values: {', '.join(QAT_RANGES)}")
     if not 0.0 <= r.warmup_fraction < 1.0:
         raise c.fail("training.warmup_fraction", f"is {r.warmup_fraction}; it must be in [0, 1) (e.g. 0.1)")
+    if r.min_steps < 0:
+        raise c.fail("training.min_steps", f"is {r.min_steps}; it must be >= 0 optimizer steps (0: epochs as given)")
     if r.freeze_batch_norm_after < 0:
         raise c.fail("training.freeze_batch_norm_after", f"is {r.freeze_batch_norm_after}; it must be >= 0 epochs")
     if not r.distill_temperature > 0:
@@ -261,7 +267,8 @@ _TABLES: dict[str, dict[str, tuple[str, type]]] = {
                      "label_weight": ("distill_label_weight", float)},
     "training": {"lr_schedule": ("lr_schedule", str), "warmup_fraction": ("warmup_fraction", float),
                  "freeze_batch_norm": ("freeze_batch_norm", bool),
-                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int), "qat_ranges": ("qat_ranges", str)},
+                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int), "qat_ranges": ("qat_ranges", str),
+                 "min_steps": ("min_steps", int)},
     "selection": {"validation_fraction": ("validation_fraction", float), "patience": ("patience", int),
                   "restore_best": ("restore_best", bool), "metric": ("selection_metric", str)},
 }
