@@ -100,6 +100,9 @@ def compile_cmd(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
     debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
                                   "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
+    walk: bool = typer.Option(False, "--walk", help="With a project file: train, convert and compile the tree level "
+                              "by level and stop at the first level with a leaf meeting the project's requirements "
+                              "on every target (exit 8 when none does)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
     from . import cli
@@ -111,7 +114,19 @@ def compile_cmd(
         options = CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
                                  ray_address=ray_address, debug_db=debug_db)
         pool = cli._PREWARMED if executor == "local" else None
-        if len(models) == 1 and models[0].suffix == ".toml":
+        walk_record = None
+        if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
+            raise UsageError("--walk walks the deployment tree of a project file",
+                             "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if walk:
+            from .compile import CompileOutcome
+            from .walk import walk_project
+
+            walked = walk_project(models[0], extra_targets=target,
+                                  out=out if out != Path("edgedeploy-out") else None, options=options)
+            outcome = CompileOutcome(walked.run_dir, walked.compiled)
+            walk_record = walked.record
+        elif len(models) == 1 and models[0].suffix == ".toml":
             from .project import run_project
 
             outcome = run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
@@ -133,7 +148,10 @@ def compile_cmd(
         cached_ids = outcome.cached_ids
         manifest = Manifest.load(outcome.run_dir)
         if json_out:
-            typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
+            doc = compile_json(manifest, outcome.records, cached_ids)
+            if walk_record is not None:
+                doc["walk"] = walk_record
+            typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
             columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
@@ -141,6 +159,11 @@ def compile_cmd(
             for r in outcome.records:
                 for w in r.warnings:
                     err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
+            if walk_record is not None:
+                from .walk_text import walk_lines
+
+                for line in walk_lines(walk_record):
+                    out_console.print(line, markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
 

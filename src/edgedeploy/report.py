@@ -166,9 +166,10 @@ class Requirements:
     max_flash: int | None = None  # bytes of the compiled model (what firmware stores in flash)
     max_sram: int | None = None  # bytes, Vela's SRAM estimate
     max_latency_ms: float | None = None
+    max_npu_cycles: int | None = None  # Vela's NPU cycle estimate
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_flash", "max_sram", "max_latency_ms")
+    KEYS = ("max_accuracy_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}
@@ -211,6 +212,12 @@ def requirements_from_project(path: Path) -> Requirements:
                 raise UsageError(f"{path}: key `requirements.{key}` is {v!r}; it must be a number >= 0",
                                  "fix the project file")
             values[key] = float(v)
+    if "max_npu_cycles" in table:
+        v = table["max_npu_cycles"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise UsageError(f"{path}: key `requirements.max_npu_cycles` is {v!r}; it must be an integer >= 0",
+                             "fix the project file")
+        values["max_npu_cycles"] = v
     for key in ("max_flash", "max_sram"):
         if key in table:
             try:
@@ -515,6 +522,7 @@ REQUIREMENT_VALUES = {
     "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
     "max_sram": ("sram_bytes", 1, "B", "SRAM"),
     "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
+    "max_npu_cycles": ("npu_cycles", 1, "cycles", "NPU cycles"),
 }
 
 
@@ -583,6 +591,8 @@ def _fmt_limit(v: Any, unit: str) -> str:
         return f"{v:.4g} ms"
     if unit == "pts":
         return f"{v:.2f} pts"
+    if unit == "cycles":
+        return f"{int(round(v)):,} cycles"
     return f"{v:g} {unit}".strip()
 
 
@@ -945,6 +955,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "rows": rows,
         "pareto": pareto,
         "recommendations": recommendations,
+        "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.walk), when this run was one
         "compression": _compression(manifest, variants) if compression else {},
         "npu_weights": npu_weight_layers(variants),
         "notes": notes,

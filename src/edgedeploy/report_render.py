@@ -217,6 +217,10 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     lines += ["", "## Requirements", ""] + [f"- {t}" for t in _req_text(doc)]
     lines += ["", "## Recommendation", ""]
     lines += [f"- {r['message']}" for r in doc["recommendations"].values()] or ["- no target compiled"]
+    if doc.get("walk"):
+        from .walk_text import walk_lines
+
+        lines += ["", "## Walk", ""] + [f"- {line}" for line in walk_lines(doc["walk"])]
     lines += ["", "## Results", ""]
     right = [False, False, False] + [True] * len(VALUE_COLUMNS) + [False] * len(JUDGMENT_COLUMNS)
     lines += _md_table([c.header for c in ALL_COLUMNS],
@@ -311,6 +315,11 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
+    if doc.get("walk"):
+        from .walk_text import walk_lines
+
+        for line in walk_lines(doc["walk"]):
+            console.print(f"Walk {line}", markup=False)
     for t, p in doc["pareto"].items():
         console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})", markup=False)
     for leaf, c in doc.get("compression", {}).items():
