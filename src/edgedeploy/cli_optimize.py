@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.markup import escape
@@ -49,6 +49,15 @@ def optimize_cmd(
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    walk: bool = typer.Option(False, "--walk", help="Train, convert and compile level by level for --target and stop "
+                              "at the first level with a leaf meeting the --max-* requirements (exit 8 when none does)."),
+    target: List[str] = typer.Option([], "--target", "-t", help="With --walk: target name or TOML file; repeat for several."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", metavar="PTS",
+                                                      help="With --walk: most int8 accuracy points lost against ptq."),
+    max_flash: Optional[str] = typer.Option(None, "--max-flash", metavar="BYTES", help="With --walk: largest compiled model."),
+    max_sram: Optional[str] = typer.Option(None, "--max-sram", metavar="BYTES", help="With --walk: largest Vela SRAM estimate."),
+    max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", metavar="MS", help="With --walk: longest latency."),
+    max_npu_cycles: Optional[int] = typer.Option(None, "--max-npu-cycles", metavar="N", help="With --walk: most NPU cycles."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
     from .commands import guard, out_console
@@ -56,6 +65,7 @@ def optimize_cmd(
 
     with guard():
         from .optimize import optimize
+        from .errors import UsageError
         from .recipe import load_recipe
 
         overrides = {
@@ -68,6 +78,24 @@ def optimize_cmd(
             "min_steps": min_steps,
         }
         r = load_recipe(recipe, overrides)
+        limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles)
+        if not walk and (target or any(v is not None for v in limits)):
+            raise UsageError("--target and the --max-* requirements are for --walk",
+                             "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
+        if walk:
+            from .compile import resolve_targets
+            from .walk import requirements_from_options, walk as walk_tree
+            from .walk_text import walk_lines
+
+            req = requirements_from_options(*limits)
+            walked = walk_tree(model, data, out, r, resolve_targets(target), req, trust_lambda=trust_lambda)
+            if json_out:
+                typer.echo(dumps({"schema": "edgedeploy.walk", "schema_version": 1, "run_dir": str(walked.run_dir),
+                                  "walk": walked.record}))
+            else:
+                for line in walk_lines(walked.record):
+                    out_console.print(line, markup=False, highlight=False)
+            return
         outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)
         doc = leaves_json(outcome)
         if json_out:

@@ -106,3 +106,14 @@ def test_recorded_rows_a_requirement_the_better_leaf_misses_keeps_ptq(recorded_r
     assert rec["leaf"] == "qat"  # qat beats ptq (more accurate, same flash and cycles)
     rec, _ = _run(rows, t, Requirements(max_flash=flash["pcqat_palette"]))
     assert rec["leaf"] == "pcqat_palette"
+
+
+def test_npu_cycles_requirement_on_the_recorded_run():
+    doc = build_report(RUN)
+    t = "ethos-u85-256"
+    cycles = {r["leaf"]: r["values"]["npu_cycles"]["value"] for r in doc["rows"] if r["target"] == t}
+    out = build_report(RUN, Requirements(max_npu_cycles=cycles["dscnn_mlperf"]))
+    assert out["recommendations"][t]["leaf"] == "dscnn_mlperf"
+    out = build_report(RUN, Requirements(max_npu_cycles=cycles["dscnn_mlperf"] - 1))
+    (u,) = out["recommendations"][t]["unmet"]
+    assert u["requirement"] == "max_npu_cycles" and u["excess"] == 1 and "over by 1 cycles" in u["text"]
