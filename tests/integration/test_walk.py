@@ -60,7 +60,7 @@ def test_walk_stops_at_the_first_level_that_meets_and_trains_nothing_deeper(walk
     assert rec["not_walked"] == ["pqat"]
     manifest = Manifest.load(walked.run_dir)
     assert manifest.info["walk"] == json.loads(json.dumps(rec))
-    ids = set(manifest.to_dict()["stages"])
+    ids = {r.id for r in manifest.find()}
     assert "optimize/pruned" in ids and "compile/pruned/ethos-u55-128" in ids
     assert not any("pqat" in i for i in ids)  # the level below was not trained, converted or compiled
 
