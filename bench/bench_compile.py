@@ -5,12 +5,14 @@ Prints three figures:
   2. 3 models x 4 targets with --jobs 2: edgedeploy / sum of 12 sequential bare vela runs
   3. an unchanged re-run of (2): seconds
 
-Run: python bench/bench_compile.py [--repeat N] [--data ../shared/data]
+Run: python bench/bench_compile.py [--repeat N] [--data ../shared/data] [--markdown]
+With --markdown it prints the results page docs/results/compile.md (a table, and the command that made it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -45,7 +47,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown results page (docs/results/)")
     args = ap.parse_args()
+    if args.markdown:
+        from markdown_page import header
+
+        print(header("Results: compile speed"))
     edgedeploy = str(BIN / "edgedeploy")
     work = Path(tempfile.mkdtemp(prefix="edgedeploy-bench-"))
     models = [args.data / m for m in MODELS]
@@ -57,17 +64,29 @@ def main() -> None:
             ours.append(timed([edgedeploy, "compile", str(models[0]), "-t", TARGETS[0], "-o", str(work / f"one{i}"), "--json"]))
             bare.append(timed(bare_vela(models[0], TARGETS[0], work / f"bare{i}")))
         o, b = statistics.median(ours), statistics.median(bare)
-        print(f"1 model x 1 target   edgedeploy {o:.3f} s  bare vela {b:.3f} s  ratio {o / b:.2f}  (goal <= 1.05)")
+        if not args.markdown:
+            print(f"1 model x 1 target   edgedeploy {o:.3f} s  bare vela {b:.3f} s  ratio {o / b:.2f}  (goal <= 1.05)")
 
         seq = sum(timed(bare_vela(m, t, work / f"seq-{m.stem}-{t}")) for m in models for t in TARGETS)
         cmd = [edgedeploy, "compile", *map(str, models), "--jobs", "2", "--allow-cpu-ops", "-o", str(work / "sweep"), "--json"]
         for t in TARGETS:
             cmd += ["-t", t]
         sweep = timed(cmd)
-        print(f"3 models x 4 targets edgedeploy --jobs 2 {sweep:.3f} s  sum of 12 bare vela runs {seq:.3f} s  "
-              f"ratio {sweep / seq:.2f}  (goal <= 0.30)")
         rerun = statistics.median(timed(cmd) for _ in range(args.repeat))
-        print(f"unchanged re-run     {rerun:.3f} s  (goal < 1 s)")
+        if args.markdown:
+            print(f"Whole-process wall times: `edgedeploy compile` against bare `vela` with the same target settings, "
+                  f"median of {args.repeat} runs each (one run for the sweep and its bare sum).\n")
+            print("| case | edgedeploy (s) | bare `vela` (s) | ratio |\n|---|---|---|---|")
+            print(f"| {Path(MODELS[0]).stem} on `{TARGETS[0]}` | {o:.3f} | {b:.3f} | {o / b:.2f} |")
+            print(f"| {len(models)} models × {len(TARGETS)} targets, `--jobs 2` | {sweep:.3f} | {seq:.3f} "
+                  f"(sum of {len(models) * len(TARGETS)} runs) | {sweep / seq:.2f} |")
+            print(f"| the same, unchanged re-run | {rerun:.3f} | | |")
+            print(f"\nModels: {', '.join(f'`{m}`' for m in MODELS)} from `{os.path.relpath(args.data, REPO)}`; "
+                  f"targets: {', '.join(f'`{t}`' for t in TARGETS)}.")
+        else:
+            print(f"3 models x 4 targets edgedeploy --jobs 2 {sweep:.3f} s  sum of 12 bare vela runs {seq:.3f} s  "
+                  f"ratio {sweep / seq:.2f}  (goal <= 0.30)")
+            print(f"unchanged re-run     {rerun:.3f} s  (goal < 1 s)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -369,6 +369,7 @@ def main() -> None:
     ap.add_argument("--no-search", action="store_true", help="no per-layer sweep: every layer at --clusters")
     ap.add_argument("--out", type=Path, default=Path("bench-palette-out"))
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--markdown", action="store_true", help="start with a results page head (docs/results/)")
     if ap.parse_known_args()[0].goal:
         ap.set_defaults(**GOAL_PRESET)
     args = ap.parse_args()
@@ -376,6 +377,10 @@ def main() -> None:
         args.seeds = None  # --goal --seed N: that seed alone
     if "ptq" not in args.leaves.split(","):
         ap.error("--leaves needs ptq: every difference is measured against it")
+    if args.markdown:
+        from markdown_page import header
+
+        print(header("Results: palette-aware leaves"), flush=True)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
     seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
     results = {}

@@ -107,7 +107,12 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--ablation-leaves", default="pruned,pcqat", help="leaves of the ablation (comma-separated; '' skips it)")
     ap.add_argument("--ic-epochs", type=int, default=2, help="epochs per stage for ResNet-8 (both recipes)")
+    ap.add_argument("--markdown", action="store_true", help="start with a results page head (docs/results/)")
     args = ap.parse_args()
+    if args.markdown:
+        from markdown_page import header
+
+        print(header("Results: recovery, edgedeploy defaults against TFMOT's plain recipe"), flush=True)
     from edgedeploy.recipe import Recipe
 
     leaves = list(Recipe().leaves)

@@ -45,7 +45,12 @@ def main() -> None:
     ap.add_argument("--leaves", default=None)
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--markdown", action="store_true", help="start with a results page head (docs/results/)")
     args = ap.parse_args()
+    if args.markdown:
+        from markdown_page import header
+
+        print(header("Results: the deployment tree"), flush=True)
     from edgedeploy.optimize import optimize
     from edgedeploy.recipe import load_recipe
 

@@ -25,6 +25,7 @@ __all__ = [
     "StageRecord",
     "Target",
     "build_report",
+    "compile_run",
     "compile_tflite",
     "compile_variants",
     "export_bundle",
@@ -34,6 +35,8 @@ __all__ = [
     "optimize",
     "read_tflite",
     "run_project",
+    "walk",
+    "walk_project",
 ]
 
 
@@ -51,6 +54,21 @@ def run_project(*args: Any, **kwargs: Any):
     return run(*args, **kwargs)
 
 
+def walk(*args: Any, **kwargs: Any):
+    """Train, convert, compile and judge the tree level by level until a leaf meets the requirements.
+    See :func:`edgedeploy.walk.walk`."""
+    from .walk import walk as run
+
+    return run(*args, **kwargs)
+
+
+def walk_project(*args: Any, **kwargs: Any):
+    """``compile PROJECT.toml --walk``. See :func:`edgedeploy.walk.walk_project`."""
+    from .walk import walk_project as run
+
+    return run(*args, **kwargs)
+
+
 def build_report(*args: Any, **kwargs: Any):
     """The report document of a run folder. See :func:`edgedeploy.report.build_report`."""
     from .report import build_report as build
@@ -63,3 +81,10 @@ def export_bundle(*args: Any, **kwargs: Any):
     from .export import export_bundle as export
 
     return export(*args, **kwargs)
+
+
+def compile_run(*args: Any, **kwargs: Any):
+    """Compile the leaves of an ``edgedeploy optimize`` run folder into it. See :func:`edgedeploy.compile.compile_run`."""
+    from .compile import compile_run as run
+
+    return run(*args, **kwargs)

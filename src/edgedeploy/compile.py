@@ -7,14 +7,16 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from .fsutil import new_staging_dir, promote, sha256_file
+from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
@@ -92,16 +94,22 @@ def resolve_targets(names: Sequence[str]) -> list[Target]:
 def variant_names(models: Sequence[Path]) -> list[str]:
     """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
     ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
-    bases = [m.stem.removesuffix("_int8") or m.stem for m in models]
+    bases = [_safe_name(m.stem.removesuffix("_int8") or m.stem) for m in models]
     names: list[str] = []
     for m, base in zip(models, bases):
         if bases.count(base) > 1 and m.parent.name:
-            base = m.parent.name if base == "model" else f"{m.parent.name}_{base}"
+            base = _safe_name(m.parent.name if base == "model" else f"{m.parent.name}_{base}")
         name, i = base, 2
         while name in names:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
     return names
+
+
+def _safe_name(text: str) -> str:
+    """A variant name made from a file name: characters other than letters, digits, '-' and '_' become '_'."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text).lstrip("_-")[:56].rstrip("_-")
+    return name or "model"
 
 
 def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:
@@ -217,9 +225,17 @@ def compile_variants(
                 submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
                                   pool.submit(args, log_path)))
             first_error: EdgeDeployError | None = None
-            for spec, key, model, target, staged, args, log_path, started, t0, future in submitted:
+            lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
+
+            def finish(item, job) -> None:
+                nonlocal first_error
+                spec, key, model, target, staged, args, log_path, started, t0, _ = item
                 try:
-                    job = future.result()
+                    if isinstance(job, BaseException):
+                        raise ToolFailedError(
+                            f"Vela's worker process died compiling {_source_of(ctx, spec.parent) or model} for target "
+                            f"{target.name} (killed by a signal, a crash or lack of memory)",
+                            "check that the model is an intact full-int8 TFLite file; the other compiles went on")
                     if job.returncode != 0:
                         tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
                         shown = _source_of(ctx, spec.parent) or model
@@ -241,6 +257,26 @@ def compile_variants(
                     _remove_empty_parents(staged.parent, ctx.run_dir)
                     record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
                     first_error = first_error or exc
+
+            for item in submitted:
+                try:
+                    job = item[-1].result()
+                except BrokenProcessPool:
+                    lost.append(item)
+                    continue
+                finish(item, job)
+            # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a
+            # time on a fresh worker, so the model that kills a worker is the one named and the others finish.
+            for item in lost:
+                staged, args, log_path = item[4], item[5], item[6]
+                shutil.rmtree(staged, ignore_errors=True)
+                staged.mkdir(mode=0o777 & ~current_umask())
+                pool.restart()
+                try:
+                    job = pool.submit(args, log_path).result()
+                except BrokenProcessPool as exc:
+                    job = exc
+                finish(item, job)
             if first_error is not None:
                 raise first_error
         finally:
@@ -306,7 +342,12 @@ def compile_tflite(
             # A model this run folder imported before was checked then. Otherwise it is checked in a
             # worker, which has the flatbuffer reader's dependencies loaded already.
             if not (m.is_file() and sha256_file(m) in imported):
-                pool.call(check_int8_model, str(m)).result()
+                try:
+                    pool.call(check_int8_model, str(m)).result()
+                except BrokenProcessPool as exc:
+                    pool.restart()
+                    raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
+                                          "or lack of memory)", "check that it is an intact .tflite file") from exc
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)

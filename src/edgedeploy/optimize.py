@@ -44,7 +44,7 @@ from .keras_model import (
 )
 from .manifest import Metric, StageRecord
 from .preserve import WeightStats, stats
-from .recipe import LEAVES, NODES, QAT_NODES, Recipe, nodes_for, stage_kind
+from .recipe import LEAVES, NODES, QAT_NODES, Recipe, check_layers, nodes_for, stage_kind
 from .stages import RunContext, StageResult, StageSpec, run_stage
 
 log = logging.getLogger("edgedeploy")
@@ -514,6 +514,9 @@ def optimize(
     # Check every input before anything is written.
     model, info = load_model(model_path, trust_lambda)
     check_recurrent_layers(model, model_path, recipe.leaves, [leaf for leaf in LEAVES if LEAVES[leaf] in QAT_NODES])
+    check_layers(recipe, [layer.name for layer in model.layers] + [f"{layer.name}_depthwise" for layer in model.layers
+                                                                   if type(layer).__name__ == "SeparableConv2D"],
+                 str(model_path))
     num_classes = int(model.output_shape[-1])
     data = load_dataset(data_path, tuple(model.input_shape[1:]), num_classes)
     if data.reshaped_from:

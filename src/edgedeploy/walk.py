@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 from .compile import CompileOptions, compile_variants
 from .errors import BudgetExceededError, UsageError
 from .recipe import Recipe
-from .recommend import dominates, objectives
-from .report import REQUIREMENT_VALUES, Requirements, build_report, leaf_level
 from .manifest import now_iso
+from .report import Requirements, build_report, leaf_level
+from .report.recommend import dominates, objectives
 from .stages import RunContext
 from .targets import Target
 

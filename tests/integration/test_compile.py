@@ -36,7 +36,8 @@ def bare_vela(vela_bin, model: Path, target_name: str, out: Path, optimise="Perf
     return parse_summary_csv(csv.read_text())
 
 
-@pytest.mark.parametrize("model", ["kws/dscnn_mlperf_int8.tflite", "ic/resnet8_mlperf_int8.tflite"])
+@pytest.mark.parametrize("model", ["kws/dscnn_mlperf_int8.tflite",
+                                   pytest.param("ic/resnet8_mlperf_int8.tflite", marks=pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite"))])
 def test_json_equals_bare_vela(shared_data, tmp_path, vela_bin, model):
     targets = ["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]
     args = ["compile", shared_data / model, "--out", tmp_path / "run", "--json"]
@@ -85,6 +86,7 @@ def test_unchanged_rerun_is_reused_and_a_change_recompiles(shared_data, tmp_path
     assert size.compiled == 1
 
 
+@pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite")
 def test_parallel_jobs_give_the_same_numbers_as_one_job(shared_data, tmp_path):
     models = [shared_data / "kws" / "dscnn_mlperf_int8.tflite", shared_data / "ic" / "resnet8_mlperf_int8.tflite"]
     targets = ["ethos-u55-64", "ethos-u65-512", "ethos-u85-512"]
@@ -104,6 +106,7 @@ def test_table_output(shared_data, tmp_path):
     assert "manifest:" in proc.stderr
 
 
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_int8.tflite")
 def test_cpu_operators_recorded_with_reason_and_io_quantize_allowed(shared_data, tmp_path):
     out = compile_tflite([shared_data / "kws" / "ds_cnn_s_arm_int8.tflite"], ["ethos-u55-128"], tmp_path)
     (rec,) = out.records

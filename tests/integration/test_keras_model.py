@@ -74,7 +74,7 @@ def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
     assert separate_relu_layers(model) == []  # Conv -> BN -> Activation everywhere
 
 
-@pytest.mark.requires_data
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     """Arm's DS-CNN-S reshapes with `tf.reshape` (TFOpLambda), which TFMOT's QAT registry refuses."""
     from edgedeploy import tfenv
@@ -154,7 +154,7 @@ def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     assert convert_qat_int8(q, lambda: asked.append(2) or (x, "64 samples"))[1] is None and asked == [1]
 
 
-@pytest.mark.requires_data
+@pytest.mark.requires_data("ic/cifar10_jpeg_subset.npz")
 def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, shared_data, tmp_path):
     """A ``Rescaling(1/255)`` input layer (TFMOT has no QAT config for it) gets its output fake-quantized: with no
     range of its own the converter folds the 1/255 into the first convolution after that kernel's fake

@@ -6,7 +6,7 @@ import pytest
 
 from edgedeploy.compile import CompileOptions, compile_tflite
 
-pytestmark = pytest.mark.requires_data
+pytestmark = pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite")
 
 
 def test_ray_executor_matches_local_pool(shared_data, tmp_path, ray_home):

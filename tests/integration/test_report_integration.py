@@ -27,9 +27,12 @@ import pytest
 from edgedeploy.compile import compile_tflite
 from edgedeploy.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
 from edgedeploy.report import ALL_COLUMNS, Requirements, build_report
-from edgedeploy.report_render import render, render_html, weight_stages
+from edgedeploy.report.plot_inputs import weight_stages
+from edgedeploy.report.render import render, render_html
 
 pytestmark = pytest.mark.requires_data
+# plain_run and tree_run compile the MLPerf ResNet-8 beside the DS-CNN
+NEEDS_IC = pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite")
 
 TARGETS = ["ethos-u55-128", "ethos-u65-256", "ethos-u85-256", "corstone-300-u55-128"]
 EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
@@ -126,6 +129,7 @@ def vela_summary(manifest: Manifest, row: dict) -> dict:
 # --------------------------------------------------------------------------- numbers
 
 
+@NEEDS_IC
 @pytest.mark.parametrize("which", ["plain_run", "tree_run"])
 def test_numbers_equal_velas_own_csv(which, request):
     run = request.getfixturevalue(which)
@@ -193,6 +197,7 @@ class _Tables(html.parser.HTMLParser):
             self.cell += data
 
 
+@NEEDS_IC
 @pytest.mark.parametrize("which", ["plain_run", "tree_run"])
 def test_all_formats_agree(which, request, tmp_path):
     run = request.getfixturevalue(which)
@@ -243,6 +248,7 @@ def test_all_formats_agree(which, request, tmp_path):
             assert f"{target}: recommend {rec['leaf']}" in outs["table"]
 
 
+@NEEDS_IC
 def test_imported_variants_say_why_accuracy_is_unavailable(plain_run):
     proc = run_cli("report", plain_run)
     assert proc.returncode == 0, proc.stderr
@@ -257,6 +263,7 @@ def test_imported_variants_say_why_accuracy_is_unavailable(plain_run):
         assert "no leaf has a measured accuracy" in doc["pareto"][t]["note"]
 
 
+@NEEDS_IC
 def test_board_fit_states_margin_and_uses_board_memory(plain_run):
     doc = build_report(plain_run)
     board = doc["targets"]["corstone-300-u55-128"]["memory"]
@@ -299,6 +306,7 @@ def _flash(doc, leaf, target):
     return row["values"]["compiled_model_bytes"]["value"]
 
 
+@NEEDS_IC
 def test_no_requirements_recommends_least_optimized_leaf_no_other_beats(tree_run):
     doc = build_report(tree_run)
     for t in TARGETS:
@@ -315,6 +323,7 @@ def test_no_requirements_recommends_least_optimized_leaf_no_other_beats(tree_run
         pcqat["values"]["encoded_weights_bytes"]["value"] / ptq["values"]["encoded_weights_bytes"]["value"])
 
 
+@NEEDS_IC
 def test_flash_limit_rules_out_level_zero_and_one_and_skips_beaten_leaves(tree_run):
     base = build_report(tree_run)
     t = "ethos-u55-128"
@@ -339,6 +348,7 @@ def test_flash_limit_rules_out_level_zero_and_one_and_skips_beaten_leaves(tree_r
     assert pruned["meets_requirements"] is False and pruned["requirements"]["max_flash"]["met"] is True
 
 
+@NEEDS_IC
 def test_nothing_meets_says_which_requirement_and_by_how_much(tree_run, tmp_path):
     doc = build_report(tree_run)
     t = "ethos-u85-256"
@@ -356,6 +366,7 @@ def test_nothing_meets_says_which_requirement_and_by_how_much(tree_run, tmp_path
     assert f"over by {smallest - 1024:,} B" in proc.stderr
 
 
+@NEEDS_IC
 def test_each_requirement_met_somewhere_but_not_together(tree_run):
     base = build_report(tree_run)
     t = "ethos-u55-128"
@@ -370,6 +381,7 @@ def test_each_requirement_met_somewhere_but_not_together(tree_run):
     assert any("max_accuracy_drop" in m for m in rec["closest_misses"])
 
 
+@NEEDS_IC
 def test_project_file_requirements_and_cli_precedence(tree_run, tmp_path, monkeypatch):
     base = build_report(tree_run)
     t = "ethos-u55-128"
@@ -387,6 +399,7 @@ def test_project_file_requirements_and_cli_precedence(tree_run, tmp_path, monkey
 # --------------------------------------------------------------------------- regression gate
 
 
+@NEEDS_IC
 def test_regression_gate(plain_run, tmp_path):
     ref = tmp_path / "old.json"
     assert run_cli("report", plain_run, "--format", "json", "--out", ref).returncode == 0
@@ -420,6 +433,7 @@ def test_regression_gate(plain_run, tmp_path):
 # --------------------------------------------------------------------------- compression diagnostics
 
 
+@NEEDS_IC
 def test_clustering_that_did_not_survive_is_flagged(tree_run):
     doc = build_report(tree_run)
     comp = doc["compression"]
@@ -432,6 +446,7 @@ def test_clustering_that_did_not_survive_is_flagged(tree_run):
     assert 32 < conv1["max_distinct_per_channel"] <= conv1["distinct_values"] <= 256
 
 
+@NEEDS_IC
 def test_weights_through_the_stages(tree_run):
     import numpy as np
 
@@ -449,6 +464,7 @@ def test_weights_through_the_stages(tree_run):
 # --------------------------------------------------------------------------- HTML in a real browser
 
 
+@NEEDS_IC
 def test_html_renders_in_headless_chromium(tree_run, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -484,11 +500,12 @@ def test_html_renders_in_headless_chromium(tree_run, tmp_path):
         shutil.copyfile(shot, keep)
 
 
+@NEEDS_IC
 def test_json_report_is_deterministic_apart_from_time(tree_run):
     a, b = build_report(tree_run), build_report(tree_run)
     assert {**a, "created": None} == {**b, "created": None}
     assert render(a, "csv") == render(b, "csv")
-    assert "<img" in render_html(a)
+    assert "<img" in render_html(build_report(tree_run, html=True))
 
 
 # --------------------------------------------------------------------------- a model clustered with TFMOT

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy import doctor
-from edgedeploy.commands import app
+from edgedeploy.cli.app import app
 from edgedeploy.errors import ToolMissingError
 from edgedeploy.fvp import discovery
 from edgedeploy.manifest import Artifact, Manifest, StageRecord
@@ -163,7 +163,7 @@ def test_doctor_does_not_import_tensorflow():
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from edgedeploy.commands import app\n"
+        "from edgedeploy.cli.app import app\n"
         "r = CliRunner().invoke(app, ['doctor', '--json'])\n"
         "assert r.exit_code in (0, 5), r.stderr\n"
         "bad = [m for m in ('tensorflow', 'tf_keras', 'ethosu.vela') if m in sys.modules]\n"

@@ -329,7 +329,7 @@ def test_replacing_an_earlier_bundle(tmp_path):
 
 def test_export_and_testing_modules_do_not_import_tensorflow():
     code = (
-        "import sys, edgedeploy.export, edgedeploy.testing, edgedeploy.cli_export;"
+        "import sys, edgedeploy.export, edgedeploy.testing, edgedeploy.cli.export;"
         "print(sorted(m for m in ('tensorflow', 'tflite_micro', 'ethosu') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

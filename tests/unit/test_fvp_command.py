@@ -156,7 +156,7 @@ def test_runner_build_options(name, expected):
     assert mlek_build_options(get_target(name)) == expected
 
 
-@pytest.mark.requires_data
+@pytest.mark.requires_data("fvp/COMMANDS.md")
 @pytest.mark.parametrize("name", BOARDS)
 def test_expected_options_are_quoted_in_arm_command_lines(name, shared_data):
     """Every option expected above appears in the FVP command lines Arm's tools use (COMMANDS.md)."""

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.recommend import choose, dominates, objectives
-from edgedeploy.report import Requirements, _check_requirements, _recommend, build_report
+from edgedeploy.report.recommend import choose, dominates, objectives
+from edgedeploy.report import Requirements, build_report
+from edgedeploy.report.judge import _check_requirements, _recommend
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "report" / "run_u55_u85"
 

@@ -23,6 +23,7 @@ def test_reads_mlperf_dscnn(dscnn_int8):
     require_integer_model(m)
 
 
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_int8.tflite")
 def test_float_io_with_int8_inside_is_accepted(shared_data):
     m = read_tflite(shared_data / "kws" / "ds_cnn_s_arm_int8.tflite")
     assert m.inputs[0].dtype == "float32"

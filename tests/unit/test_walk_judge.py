@@ -6,7 +6,7 @@ import pytest
 
 from edgedeploy.errors import UsageError
 from edgedeploy.walk import judge, levels_of, meets_everywhere, pick, shortfalls
-from edgedeploy.walk_text import walk_lines
+from edgedeploy.report.render.walk import walk_lines
 
 
 def row(leaf, target, acc, flash, cycles, flash_limit=None):

@@ -58,10 +58,10 @@ def report_cmd(
 
     Reads only the run's manifest and the files it names; runs no tool. Exits 8 when no leaf meets the requirements on some target (the report is still written), and 10 on a regression with --fail-on-regression.
     """
-    from .commands import err_console, guard
-    from .errors import BudgetExceededError, UsageError
-    from .fsutil import atomic_write_text
-    from .report import (
+    from .common import err_console, guard
+    from ..errors import BudgetExceededError, UsageError
+    from ..fsutil import atomic_write_text
+    from ..report import (
         Requirements,
         build_report,
         compare_reports,
@@ -72,7 +72,7 @@ def report_cmd(
         requirements_from_project,
         unmet_targets,
     )
-    from .report_render import FORMATS, render
+    from ..report.render import FORMATS, render
 
     with guard():
         if json_out:
@@ -101,7 +101,7 @@ def report_cmd(
         if project_file is not None:
             requirements = requirements.over(requirements_from_project(project_file))
         old = load_report_json(compare) if compare is not None else None
-        doc = build_report(run_dir, requirements)
+        doc = build_report(run_dir, requirements, html=fmt == "html")
         if old is not None:
             doc["comparison"] = compare_reports(old, doc, tolerances, against=str(compare))
         text = render(doc, fmt)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Sequence
 
-from . import __version__
-from .manifest import Manifest, StageRecord
-from .targets import Target
+from ... import __version__
+from ...manifest import Manifest, StageRecord
+from ...targets import Target
 
 COMPILE_SCHEMA = "edgedeploy.compile"
 COMPILE_SCHEMA_VERSION = 1

@@ -60,13 +60,13 @@ def optimize_cmd(
     max_npu_cycles: Optional[int] = typer.Option(None, "--max-npu-cycles", metavar="N", help="With --walk: most NPU cycles."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
-    from .commands import guard, out_console
-    from .render import dumps
+    from .common import guard, out_console
+    from ..report.render.tables import dumps
 
     with guard():
-        from .optimize import optimize
-        from .errors import UsageError
-        from .recipe import load_recipe
+        from ..errors import UsageError
+        from ..optimize import optimize
+        from ..recipe import load_recipe
 
         overrides = {
             "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
@@ -83,9 +83,9 @@ def optimize_cmd(
             raise UsageError("--target and the --max-* requirements are for --walk",
                              "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
         if walk:
-            from .compile import resolve_targets
-            from .walk import requirements_from_options, walk as walk_tree
-            from .walk_text import walk_lines
+            from ..compile import resolve_targets
+            from ..report.render.walk import walk_lines
+            from ..walk import requirements_from_options, walk as walk_tree
 
             req = requirements_from_options(*limits)
             walked = walk_tree(model, data, out, r, resolve_targets(target), req, trust_lambda=trust_lambda)
@@ -102,7 +102,7 @@ def optimize_cmd(
             typer.echo(dumps(doc))
         else:
             out_console.print(leaves_table(doc))
-            from .commands import err_console
+            from .common import err_console
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
@@ -112,7 +112,7 @@ def optimize_cmd(
 
 
 def leaves_json(outcome) -> dict:
-    from . import __version__
+    from .. import __version__
 
     base = outcome.leaves.get("ptq")
     base_gzip = base.metric("gzip_bytes") if base else None
@@ -139,7 +139,7 @@ def leaves_json(outcome) -> dict:
 def leaves_table(doc: dict):
     from rich.table import Table
 
-    from .render import fmt_bytes, fmt_num
+    from ..report.render.tables import fmt_bytes, fmt_num
 
     t = Table(title="Deployment tree leaves (accuracy on the evaluation split)", title_justify="left")
     for h in ("Leaf", "Float acc (%)", "Int8 acc (%)", "Δ vs ptq (pt)", "TFLite", "gzip", "gzip vs ptq (%)", "Notes"):

@@ -40,9 +40,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print only the bundle manifest as JSON on stdout."),
     ) -> None:
         """Export a compiled model for firmware: C source/header, CMake, golden vectors."""
-        from .commands import err_console, guard, out_console
-        from .export import ExportOptions, export_bundle
-        from .render import dumps
+        from .common import err_console, guard, out_console
+        from ..export import ExportOptions, export_bundle
+        from ..report.render.tables import dumps
 
         with guard():
             result = export_bundle(

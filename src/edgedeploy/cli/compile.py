@@ -1,0 +1,113 @@
+"""``edgedeploy compile``: int8 TFLite models through Vela for one or more targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compile")(compile_cmd)
+
+
+def compile_cmd(
+    models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
+                                        "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
+    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
+    optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel Vela workers (default: one per CPU)."),
+    allow_cpu_ops: bool = typer.Option(
+        False, "--allow-cpu-ops", help="Accept operators Vela leaves on the CPU (other than I/O quantize)."
+    ),
+    executor: str = typer.Option("local", "--executor", help="Where Vela runs: local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
+    debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
+                                  "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
+    walk: bool = typer.Option(False, "--walk", help="With a project file: train, convert and compile the tree level "
+                              "by level and stop at the first level with a leaf meeting the project's requirements "
+                              "on every target (exit 8 when none does)."),
+) -> None:
+    """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
+    pool = _early_pool(models, target, out, jobs) if executor == "local" else None
+    try:
+        _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
+                 walk)
+    finally:
+        if pool is not None:
+            pool.close(now=True)
+
+
+def _early_pool(models: List[Path], targets: List[str], out: Path, jobs: Optional[int]):
+    """Vela workers started before anything else is imported, so their start-up overlaps ours.
+
+    Only for .tflite inputs into a new run folder: a project file runs TensorFlow first, and a re-run
+    most likely reuses its results (workers then start only if something needs compiling).
+    """
+    if not models or any(m.suffix != ".tflite" for m in models) or (out / "manifest.json").exists():
+        return None
+    from ..vela_pool import VelaPool, default_jobs
+
+    return VelaPool(jobs or default_jobs(max(1, len(targets)) * len(models))).start()
+
+
+def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
+             pool, walk=False) -> None:
+    from .. import api
+    from ..errors import UsageError
+    from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
+    from .common import err_console, guard, out_console, table
+
+    with guard():
+        options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
+                                 ray_address=ray_address, debug_db=debug_db)
+        walk_record = None
+        if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
+            raise UsageError("--walk walks the deployment tree of a project file",
+                             "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if walk:
+            walked = api.walk_project(models[0], extra_targets=target,
+                                      out=out if out != Path("edgedeploy-out") else None, options=options)
+            outcome = api.CompileOutcome(walked.run_dir, walked.compiled)
+            walk_record = walked.record
+        elif len(models) == 1 and models[0].suffix == ".toml":
+            outcome = api.run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options)
+        elif len(models) == 1 and models[0].is_dir():
+            if out not in (Path("edgedeploy-out"), models[0]):
+                raise UsageError(f"a run folder is compiled into itself, not into {out}",
+                                 f"leave out --out, or copy {models[0]} to {out} first")
+            outcome = api.compile_run(models[0], target, options, pool=pool)
+        else:
+            for m in models:
+                if m.is_dir():
+                    raise UsageError(f"{m} is a folder", "pass a run folder alone: `edgedeploy compile RUN_DIR -t T`")
+                if m.suffix == ".toml":
+                    raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
+            outcome = api.compile_tflite(models, target, out, options, pool=pool)
+        cached_ids = outcome.cached_ids
+        manifest = api.Manifest.load(outcome.run_dir)
+        if json_out:
+            doc = compile_json(manifest, outcome.records, cached_ids)
+            if walk_record is not None:
+                doc["walk"] = walk_record
+            typer.echo(dumps(doc))
+        else:
+            rows = compile_rows(manifest, outcome.records, cached_ids)
+            columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+            out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
+            for r in outcome.records:
+                for w in r.warnings:
+                    err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
+            if walk_record is not None:
+                from ..report.render.walk import walk_lines
+
+                for line in walk_lines(walk_record):
+                    out_console.print(line, markup=False, highlight=False)
+            err_console.print(f"manifest: {manifest.path}; compare the variants with "
+                              f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
+
