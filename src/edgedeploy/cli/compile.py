@@ -107,7 +107,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
                 from ..report.render.walk import walk_lines
 
                 for line in walk_lines(walk_record):
-                    out_console.print(line, markup=False, highlight=False)
+                    out_console.print(f"walk {line}", markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
 

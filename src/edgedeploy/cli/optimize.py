@@ -94,7 +94,7 @@ def optimize_cmd(
                                   "walk": walked.record}))
             else:
                 for line in walk_lines(walked.record):
-                    out_console.print(line, markup=False, highlight=False)
+                    out_console.print(f"walk {line}", markup=False, highlight=False)
             return
         outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)
         doc = leaves_json(outcome)

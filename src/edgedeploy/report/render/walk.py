@@ -28,5 +28,5 @@ def walk_lines(record: Mapping[str, Any] | None) -> list[str]:
         leaves = "; ".join(_verdict(leaf, v) for leaf, v in lv.get("verdicts", {}).items())
         lines.append(f"level {lv['level']}: trained {trained}; {leaves} [{lv.get('seconds', 0):.0f} s]")
     end = "met" if record.get("stopped") == "met" else "exhausted"
-    lines.append(f"walk {end} after {record.get('seconds', 0):.0f} s: {record.get('message', '')}")
+    lines.append(f"stopped ({end}) after {record.get('seconds', 0):.0f} s: {record.get('message', '')}")
     return lines
