@@ -505,11 +505,18 @@ def optimize(
     *,
     trust_lambda: bool = False,
     reuse: bool = True,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeOutcome:
-    """Run the nodes the requested leaves need, then convert and score every leaf."""
+    """Run the nodes the requested leaves need, then convert and score every leaf.
+
+    ``executor="ray"`` runs each stage's work as a Ray task (:mod:`edgedeploy.ray_stages`); the results and the
+    run folder are the same as a local run's."""
     from . import tfenv
 
     model_path, data_path = Path(model_path), Path(data_path)
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor is '{executor}'", "use local or ray")
     env = tfenv.load()
     # Check every input before anything is written.
     model, info = load_model(model_path, trust_lambda)
@@ -541,30 +548,43 @@ def optimize(
     outcome = OptimizeOutcome(ctx.run_dir)
     versions = dict(env.versions)
     paths: dict[str, Path] = {}
-    for node in nodes_for(list(recipe.leaves)):
-        parent = NODES[node][0]
-        inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
-        if NODES[node][1] == "palette" and recipe.palette.get("size_budget") is not None:
-            inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
-        spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
-                         params=recipe.node_params(node), tool_versions=versions)
-        rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: _train_node(env, n, i, d, data, recipe, loss,
-                                                                                    trust_lambda), reuse=reuse)
-        outcome.nodes[node] = rec
-        paths[node] = ctx.manifest.resolve(rec.outputs[0])
-    for leaf in recipe.leaves:
-        node = LEAVES[leaf]
-        inputs = {"data": data_path, "model": paths[node]}
-        if node in QAT_NODES:
-            inputs["parent_model"] = paths[NODES[node][0]]
-        params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
-                  "calibration_choice": "random",
-                  "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
-                  "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
-        spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
-        rec = run_stage(ctx, spec, inputs, lambda d, l=leaf, i=inputs: _convert_leaf(env, l, i, d, data, recipe),
-                        reuse=reuse)
-        outcome.leaves[leaf] = rec
+    remote = None
+    if executor == "ray":
+        from .ray_stages import RayStages
+
+        remote = RayStages(ray_address)
+
+    def work(fn, *args):  # a stage's work: here, or as a Ray task
+        return fn(env, *args) if remote is None else remote.call(fn, *args)
+
+    try:
+        for node in nodes_for(list(recipe.leaves)):
+            parent = NODES[node][0]
+            inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
+            if NODES[node][1] == "palette" and recipe.palette.get("size_budget") is not None:
+                inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
+            spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
+                             params=recipe.node_params(node), tool_versions=versions)
+            rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: work(
+                _train_node, n, i, d, data, recipe, loss, trust_lambda), reuse=reuse)
+            outcome.nodes[node] = rec
+            paths[node] = ctx.manifest.resolve(rec.outputs[0])
+        for leaf in recipe.leaves:
+            node = LEAVES[leaf]
+            inputs = {"data": data_path, "model": paths[node]}
+            if node in QAT_NODES:
+                inputs["parent_model"] = paths[NODES[node][0]]
+            params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
+                      "calibration_choice": "random",
+                      "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
+                      "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
+            spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
+            rec = run_stage(ctx, spec, inputs, lambda d, l=leaf, i=inputs: work(_convert_leaf, l, i, d, data, recipe),
+                            reuse=reuse)
+            outcome.leaves[leaf] = rec
+    finally:
+        if remote is not None:
+            remote.close()
     return outcome
 
 

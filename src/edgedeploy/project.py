@@ -126,7 +126,8 @@ def run_project(
     targets = resolve_targets([*project.targets, *extra_targets])
     opts = merged_options(project, options)
     run_dir = out or project.out
-    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda)
+    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda,
+                      executor=opts.executor, ray_address=opts.ray_address)
     ctx = RunContext.open(run_dir)
     variants = [(leaf, ctx.manifest.resolve(rec.output("int8_model")), rec.id) for leaf, rec in result.leaves.items()]
     return compile_variants(ctx, variants, targets, opts)

@@ -194,7 +194,8 @@ def walk(
         t0 = time.perf_counter()
         walked += new
         log.info("walk: level %d (%s)", level, ", ".join(new))
-        result = optimize(model_path, data_path, out, replace(recipe, leaves=tuple(walked)), trust_lambda=trust_lambda)
+        result = optimize(model_path, data_path, out, replace(recipe, leaves=tuple(walked)), trust_lambda=trust_lambda,
+                          executor=options.executor, ray_address=options.ray_address)
         ctx = RunContext.open(out)
         variants = [(leaf, ctx.manifest.resolve(result.leaves[leaf].output("int8_model")), result.leaves[leaf].id)
                     for leaf in new]

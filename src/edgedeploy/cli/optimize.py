@@ -49,6 +49,10 @@ def optimize_cmd(
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process) or ray "
+                                 "(a Ray task; the workers must see the run folder)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, "
+                                              "else a local Ray)."),
     walk: bool = typer.Option(False, "--walk", help="Train, convert and compile level by level for --target and stop "
                               "at the first level with a leaf meeting the --max-* requirements (exit 8 when none does)."),
     target: List[str] = typer.Option([], "--target", "-t", help="With --walk: target name or TOML file; repeat for several."),
@@ -64,6 +68,7 @@ def optimize_cmd(
     from ..report.render.tables import dumps
 
     with guard():
+        from .. import api
         from ..errors import UsageError
         from ..optimize import optimize
         from ..recipe import load_recipe
@@ -88,7 +93,8 @@ def optimize_cmd(
             from ..walk import requirements_from_options, walk as walk_tree
 
             req = requirements_from_options(*limits)
-            walked = walk_tree(model, data, out, r, resolve_targets(target), req, trust_lambda=trust_lambda)
+            options = api.CompileOptions(executor=executor, ray_address=ray_address)
+            walked = walk_tree(model, data, out, r, resolve_targets(target), req, options, trust_lambda=trust_lambda)
             if json_out:
                 typer.echo(dumps({"schema": "edgedeploy.walk", "schema_version": 1, "run_dir": str(walked.run_dir),
                                   "walk": walked.record}))
@@ -96,7 +102,9 @@ def optimize_cmd(
                 for line in walk_lines(walked.record):
                     out_console.print(f"walk {line}", markup=False, highlight=False)
             return
-        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)
+        if executor not in ("local", "ray"):
+            raise UsageError(f"--executor is '{executor}'", "use local or ray")
+        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address)
         doc = leaves_json(outcome)
         if json_out:
             typer.echo(dumps(doc))
