@@ -88,3 +88,10 @@ def compile_run(*args: Any, **kwargs: Any):
     from .compile import compile_run as run
 
     return run(*args, **kwargs)
+
+
+def emulate_bundle(*args: Any, **kwargs: Any):
+    """A bundle's golden vectors on an emulated Cortex-M55. See :func:`edgedeploy.emulate.run.emulate_bundle`."""
+    from .emulate.run import emulate_bundle as emulate
+
+    return emulate(*args, **kwargs)

@@ -20,7 +20,7 @@ from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
-from .tflite_model import BOUNDARY_OPS, check_int8_model, describe_misbiased, read_tflite
+from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
 from .vela_pool import VelaPool, default_jobs
 
@@ -140,7 +140,8 @@ def compile_spec(variant: str, target: Target, options: CompileOptions, parent: 
     )
 
 
-def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path) -> StageResult:
+def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path,
+                   misbiased: Sequence[str] = ()) -> StageResult:
     stdout = log_path.read_text(encoding="utf-8", errors="replace")
     found = vela_backend.find_vela_outputs(staged, model.stem)
     missing = {"vela_model", "summary_csv"} - set(found)
@@ -165,15 +166,15 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         else Metric.missing("count", "estimated", "Vela printed no operator count")
     )
     warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
-    warnings += [f"{describe_misbiased(o, ratio)} has a bias quantized for another input scale, so the int8 model "
-                 "computes something other than its float model there; re-convert it (a QAT range below zero after "
-                 "a ReLU is a known cause)" for o, ratio in read_tflite(model).misbiased_operators()]
+    warnings += [f"{op} has a bias quantized for another input scale, so the int8 model computes something other "
+                 "than its float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
+                 for op in misbiased]
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
-        from .palette import npu_weight_report
+        from .optimize.palette.debugdb import npu_weight_report
 
         outputs["debug_db"] = debug_db
         details["npu_weights"] = npu_weight_report(debug_db, model)
@@ -224,8 +225,22 @@ def compile_variants(
                 log_path = staged / "vela.log"
                 submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
                                   pool.submit(args, log_path)))
+            # Read in a worker too (after the compiles), so this process never loads the flatbuffer reader.
+            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in dict.fromkeys(p[2] for p in pending)}
             first_error: EdgeDeployError | None = None
             lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
+
+            def misbiased_of(model: Path) -> list[str]:
+                try:
+                    return misbiased[model].result()
+                except BrokenProcessPool:  # lost with a worker that died on a compile: read it again
+                    pool.restart()
+                    misbiased[model] = pool.call(misbiased_descriptions, str(model))
+                    try:
+                        return misbiased[model].result()
+                    except BrokenProcessPool:
+                        raise ToolFailedError(f"a Vela worker process died reading {model}",
+                                              "check that the model is an intact full-int8 TFLite file") from None
 
             def finish(item, job) -> None:
                 nonlocal first_error
@@ -245,7 +260,7 @@ def compile_variants(
                             f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
                             "full-int8 TFLite model",
                         )
-                    result = _parse_compile(staged, model, target, args, log_path)
+                    result = _parse_compile(staged, model, target, args, log_path, misbiased_of(model))
                     final = ctx.stage_dir(spec.id)
                     # record the command as it reproduces the result: with the folder the outputs now live in
                     result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]

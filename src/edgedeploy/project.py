@@ -46,6 +46,8 @@ PROJECT_KEYS: tuple[Key, ...] = (
     Key("compile.jobs", int, None, "Vela worker processes (default: one per core)", minimum=1, maximum=256),
     Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
     Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf", minimum=0),
+    Key("requirements.max_metric_drop", float, None, "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, "
+        "in its unit", minimum=0),
     Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB", numbers_ok=True),
     Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB", numbers_ok=True),
     Key("requirements.max_latency_ms", float, None, "milliseconds per inference", minimum=0),

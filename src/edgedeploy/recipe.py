@@ -13,30 +13,8 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import Key, check_value, read_toml, validate
+from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
 
-# The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
-NODES: dict[str, tuple[str | None, str | None]] = {
-    "baseline": (None, None),
-    "pruned": ("baseline", "prune"),
-    "clustered": ("baseline", "cluster"),
-    "pruned_clustered": ("pruned", "sparsity_preserving_cluster"),
-    "qat": ("baseline", "qat"),
-    "pqat": ("pruned", "pqat"),
-    "cqat": ("clustered", "cqat"),
-    "pcqat": ("pruned_clustered", "pcqat"),
-}
-# Leaf -> the node it converts (PTQ leaves convert a float node; QAT leaves their QAT node).
-LEAVES: dict[str, str] = {
-    "ptq": "baseline",
-    "qat": "qat",
-    "pruned": "pruned",
-    "pqat": "pqat",
-    "clustered": "clustered",
-    "cqat": "cqat",
-    "pruned_clustered": "pruned_clustered",
-    "pcqat": "pcqat",
-}
-QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -63,31 +41,6 @@ PLAIN: dict[str, Any] = {
 }
 
 
-def stage_kind(node: str) -> str:
-    technique = NODES[node][1]
-    if technique == "prune":
-        return "prune"
-    if technique in ("cluster", "sparsity_preserving_cluster"):
-        return "cluster"
-    return "qat"
-
-
-def nodes_for(leaves: list[str]) -> list[str]:
-    """Every node the leaves need, parents first, each once."""
-    order: list[str] = []
-
-    def add(node: str) -> None:
-        parent = NODES[node][0]
-        if parent is not None:
-            add(parent)
-        if node not in order:
-            order.append(node)
-
-    for leaf in leaves:
-        add(LEAVES[leaf])
-    return order
-
-
 @dataclass(frozen=True)
 class StageSettings:
     epochs: int
@@ -96,7 +49,7 @@ class StageSettings:
 
 @dataclass(frozen=True)
 class Recipe:
-    leaves: tuple[str, ...] = tuple(LEAVES)
+    leaves: tuple[str, ...] = DEFAULT_LEAVES
     sparsity: float = 0.5
     clusters: int = 16
     per_channel_clusters: bool = False
@@ -132,7 +85,10 @@ class Recipe:
     # each trained stage takes at least this many optimizer steps: on little data, epochs are added
     # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
     min_steps: int = 300
-    # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
+    loss: str = ""
+    metric: str = ""
+    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
 
@@ -180,6 +136,7 @@ class Recipe:
     def training_params(self) -> dict[str, Any]:
         """The fine-tuning settings every trained node depends on."""
         return {
+            **({"loss": self.loss} if self.loss else {}),
             "distill": self.distill,
             **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
                if self.distill else {}),
@@ -205,6 +162,10 @@ def _check(r: Recipe, source: str) -> Recipe:
             key = replace(key, choices=tuple(LEAVES))
         check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
                     shown=key.path)
+    if r.loss:
+        from .task import check_loss_name
+
+        check_loss_name(r.loss, f"{source}: `loss`")
     for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
         if kind not in STAGE_KINDS:
             raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
@@ -275,16 +236,6 @@ def check_layers(recipe: Recipe, names: list[str], model: str) -> None:
 
 # --------------------------------------------------------------------------- palette-aware leaves
 
-# Nodes of edgedeploy.palette: int8 kernels keep one shared palette per tensor (each is a leaf of its own name).
-# They are not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`.
-NODES.update({
-    "clustered_palette": ("baseline", "palette"),
-    "pruned_clustered_palette": ("pruned", "palette"),
-    "cqat_palette": ("clustered_palette", "palette_qat"),
-    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
-})
-LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
-QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 # [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
@@ -293,14 +244,14 @@ PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
     "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"), "scales": ("peak", "fitted"),
 }
 PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss", "scales": "peak"}
-# The palette plan file's format (palette.py's PLAN_FILE). 2: it records the batch-norm factors folded into each
+# The palette plan file's format (edgedeploy.optimize.palette.stages.PLAN_FILE). 2: it records the batch-norm factors folded into each
 # kernel, which palette QAT trains in. Part of the palette nodes' cache key, so older run folders are redone.
 PALETTE_PLAN_VERSION = 2
 
 
 # The recipe's keys: a recipe file holds these, a project file the same under [recipe].
 RECIPE_KEYS: tuple[Key, ...] = (
-    Key("leaves", list, list(LEAVES)[:8], "the leaves of the deployment tree to convert", items=str,
+    Key("leaves", list, list(DEFAULT_LEAVES), "the leaves of the deployment tree to convert", items=str,
         choices=tuple(LEAVES)),
     Key("sparsity", float, 0.5, "fraction of each prunable kernel set to zero", minimum=0, maximum=1,
         exclusive_minimum=True, exclusive_maximum=True),
@@ -320,6 +271,10 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0, maximum=1, exclusive_maximum=True),
     Key("fuse_relu", bool, True, "fold a separate ReLU after a Conv/Dense layer into that layer"),
     Key("plain", bool, False, "TFMOT's plain fine-tuning recipe for every key not given"),
+    Key("loss", str, "", "a Keras built-in loss to fine-tune with (empty: the model's compile config, else from "
+        "the data)"),
+    Key("metric", str, "", "the metric leaves are judged by: accuracy, top5_accuracy, mse, mae, psnr, auc or "
+        "module:function (empty: from the task)"),
     Key("pruning.schedule", str, "polynomial", "how sparsity rises during pruning", choices=SCHEDULES,
         field="pruning_schedule"),
     Key("pruning.end_fraction", float, 0.6, "fraction of the pruning steps after which the target is reached",

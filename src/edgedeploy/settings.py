@@ -38,6 +38,7 @@ class Key:
     exclusive_maximum: bool = False
     items: type | None = None  # element type of a list
     required: bool = False
+    required_when: str = ""  # required only for some files, in words (e.g. "boards"); checked by the loader
     numbers_ok: bool = False  # a str key that also takes a number (kept as its text)
     field: str | None = None  # the attribute of the typed object it sets, when not the last path segment
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from edgedeploy.errors import UsageError
-from edgedeploy.fitlength import stretch, train_samples
+from edgedeploy.optimize.fitlength import stretch
 from edgedeploy.recipe import load_recipe
 
 
@@ -28,15 +27,6 @@ def test_zero_keeps_epochs_and_a_stage_set_to_zero_epochs_stays_off():
     assert out.stage("cluster").epochs == 0 and out.stage("prune").epochs == 10
     # a per-stage epoch count is raised the same way, and the stage cache key follows
     assert out.node_params("pruned")["epochs"] == 10 != recipe.node_params("pruned")["epochs"]
-
-
-def test_train_samples_leave_out_the_hold_out_and_unlabelled_without_distillation():
-    y = np.repeat(np.arange(4), 25)
-    recipe = load_recipe(overrides={"validation_fraction": 0.2})
-    assert train_samples(y, recipe) == 80
-    y_unlabelled = np.concatenate([y, -np.ones(10, int)])
-    assert train_samples(y_unlabelled, recipe) == 90  # distillation trains on unlabelled samples
-    assert train_samples(y_unlabelled, load_recipe(overrides={"validation_fraction": 0.2, "distill": False})) == 80
 
 
 def test_plain_recipe_keeps_epochs_and_a_negative_minimum_is_refused():

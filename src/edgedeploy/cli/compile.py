@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128 -t ethos-u85-256"
+
+
+def _complete_target(incomplete: str) -> list[str]:
+    from .common import complete_target
+
+    return complete_target(incomplete)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compile")(compile_cmd)
+    app.command("compile", epilog=EXAMPLE)(compile_cmd)
 
 
 def compile_cmd(
+    ctx: typer.Context,
     models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
                                         "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
-    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several.",
+                                     autocompletion=_complete_target),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
     optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
@@ -33,26 +42,29 @@ def compile_cmd(
                               "on every target (exit 8 when none does)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
-    pool = _early_pool(models, target, out, jobs) if executor == "local" else None
-    try:
-        _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
-                 walk)
-    finally:
-        if pool is not None:
-            pool.close(now=True)
+    from .prestart import PRESTARTED
+
+    pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
+    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
+             walk)
 
 
-def _early_pool(models: List[Path], targets: List[str], out: Path, jobs: Optional[int]):
-    """Vela workers started before anything else is imported, so their start-up overlaps ours.
+def prestart(values: dict[str, Any]):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
 
-    Only for .tflite inputs into a new run folder: a project file runs TensorFlow first, and a re-run
-    most likely reuses its results (workers then start only if something needs compiling).
+    Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
+    first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
-    if not models or any(m.suffix != ".tflite" for m in models) or (out / "manifest.json").exists():
+    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
+    if values.get("executor") != "local" or not models or any(m.suffix != ".tflite" for m in models):
         return None
+    if (out / "manifest.json").exists():
+        return None
+    jobs = str(values.get("jobs") or "")
     from ..vela_pool import VelaPool, default_jobs
 
-    return VelaPool(jobs or default_jobs(max(1, len(targets)) * len(models))).start()
+    n_tasks = max(1, len(values.get("target") or ())) * len(models)
+    return VelaPool(int(jobs) if jobs.isdigit() and int(jobs) > 0 else default_jobs(n_tasks)).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
@@ -60,7 +72,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
     from .. import api
     from ..errors import UsageError
     from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
-    from .common import err_console, guard, out_console, table
+    from .common import err_console, escape, guard, out_console, table
 
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,

@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy optimize model.h5 --data data.npz -o out --leaves ptq,pcqat"
 
 
 def register(app: typer.Typer) -> None:
-    app.command("optimize")(optimize_cmd)
+    app.command("optimize", epilog=EXAMPLE)(optimize_cmd)
 
 
 def optimize_cmd(
@@ -47,6 +48,10 @@ def optimize_cmd(
     min_steps: Optional[int] = typer.Option(None, "--min-steps", help="Optimizer steps each trained stage takes at "
                                             "least; epochs are added on little data (default 300; 0: epochs as given)."),
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="A Keras built-in loss to fine-tune with, e.g. "
+                                       "mean_squared_error (default: the model's compile config, else from the data)."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="The metric leaves are judged by: accuracy, "
+                                         "top5_accuracy, mse, mae, psnr, auc, or module:function (runs that code)."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process) or ray "
@@ -80,7 +85,7 @@ def optimize_cmd(
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
-            "min_steps": min_steps,
+            "min_steps": min_steps, "loss": loss, "metric": metric,
         }
         r = load_recipe(recipe, overrides)
         limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles)
@@ -110,7 +115,7 @@ def optimize_cmd(
             typer.echo(dumps(doc))
         else:
             out_console.print(leaves_table(doc))
-            from .common import err_console
+            from .common import err_console, escape
 
             for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
                 for w in rec.warnings:
@@ -129,6 +134,12 @@ def leaves_json(outcome) -> dict:
     for leaf, rec in outcome.leaves.items():
         m = {k: v.to_dict() for k, v in rec.metrics.items()}
         gz, acc = rec.metric("gzip_bytes"), rec.metric("int8_accuracy")
+        judged = rec.details.get("metric")  # a leaf judged by another metric than accuracy (edgedeploy.task)
+        extra = {}
+        if judged:
+            mine, theirs = rec.metric(f"int8_{judged['key']}"), base.metric(f"int8_{judged['key']}") if base else None
+            extra = {"metric": judged, "delta_int8_metric_vs_ptq": None if mine is None or theirs is None
+                     else round(mine - theirs, 6)}
         kept = [r for r in rec.details.get("preservation", []) if r["status"] not in ("ok",)]
         leaves.append({
             "leaf": leaf,
@@ -139,6 +150,7 @@ def leaves_json(outcome) -> dict:
             "int8_model": rec.output("int8_model").path,
             "preservation_notes": kept,
             "warnings": rec.warnings,
+            **extra,
         })
     return {"schema": "edgedeploy.optimize", "schema_version": 1, "edgedeploy_version": __version__,
             "run_dir": str(outcome.run_dir), "leaves": leaves}
@@ -149,15 +161,24 @@ def leaves_table(doc: dict):
 
     from ..report.render.tables import fmt_bytes, fmt_num
 
-    t = Table(title="Deployment tree leaves (accuracy on the evaluation split)", title_justify="left")
-    for h in ("Leaf", "Float acc (%)", "Int8 acc (%)", "Δ vs ptq (pt)", "TFLite", "gzip", "gzip vs ptq (%)", "Notes"):
+    judged = next((leaf["metric"] for leaf in doc["leaves"] if leaf.get("metric")), None)
+    name = judged["name"] if judged else "accuracy"
+    unit = f" ({judged['unit'] or judged['name']})" if judged else " (%)"
+    t = Table(title=f"Deployment tree leaves ({name} on the evaluation split"
+              + (", lower is better)" if judged and not judged["higher_is_better"] else ")"), title_justify="left")
+    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite", "gzip", "gzip vs ptq (%)",
+              "Notes"):
         t.add_column(h, justify="left" if h in ("Leaf", "Notes") else "right")
     for leaf in doc["leaves"]:
         m = leaf["metrics"]
         notes = {f"{r['layer']}: {r['status']}" for r in leaf["preservation_notes"] if r["status"] != "not optimized"}
         depthwise = any(r["status"] == "not optimized" for r in leaf["preservation_notes"])
         text = "; ".join(sorted(notes)[:3]) + ("; depthwise kept dense (TFMOT)" if depthwise else "")
-        t.add_row(leaf["leaf"], fmt_num(m["float_accuracy"]["value"], 2), fmt_num(m["int8_accuracy"]["value"], 2),
-                  fmt_num(leaf["delta_int8_accuracy_vs_ptq"], 2), fmt_bytes(m["tflite_bytes"]["value"]),
+        key, digits, delta = "accuracy", 2, leaf["delta_int8_accuracy_vs_ptq"]
+        if leaf.get("metric"):
+            key, digits, delta = leaf["metric"]["key"], 4, leaf.get("delta_int8_metric_vs_ptq")
+        t.add_row(leaf["leaf"], fmt_num(m.get(f"float_{key}", {}).get("value"), digits),
+                  fmt_num(m.get(f"int8_{key}", {}).get("value"), digits),
+                  fmt_num(delta, digits), fmt_bytes(m["tflite_bytes"]["value"]),
                   fmt_bytes(m["gzip_bytes"]["value"]), fmt_num(leaf["gzip_compression_vs_ptq_pct"], 1), text.strip("; "))
     return t

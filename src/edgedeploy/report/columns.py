@@ -65,6 +65,23 @@ JUDGMENT_COLUMNS: tuple[Column, ...] = (
     Column("recommended", "Recommended", "", "text"),
 )
 ALL_COLUMNS = KEY_COLUMNS + VALUE_COLUMNS + JUDGMENT_COLUMNS
+# Leaves judged by another metric than accuracy (regression, reconstruction; edgedeploy.task): shown only in a
+# report with such a leaf, so classifier reports keep their columns and keys.
+METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("float_metric", "Float metric", "", "metric"),
+    Column("int8_metric", "Int8 metric", "", "metric"),
+    Column("int8_metric_drop", "Metric drop vs ptq", "", "metric"),
+    Column("int8_other_metrics", "Other int8 metrics", "", "text"),
+)
+
+
+def value_columns(rows) -> tuple[Column, ...]:
+    return VALUE_COLUMNS + (METRIC_COLUMNS if any("int8_metric" in r.get("values", {}) for r in rows) else ())
+
+
+def columns_of(doc: Mapping[str, Any]) -> tuple[Column, ...]:
+    """The columns of a report document, in the order they are shown."""
+    return KEY_COLUMNS + value_columns(doc.get("rows", [])) + JUDGMENT_COLUMNS
 
 # Vela metrics copied from compile records: row key -> (manifest metric, unit).
 VELA_METRICS = {

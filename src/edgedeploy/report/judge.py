@@ -11,6 +11,15 @@ from .columns import value_of
 from .limits import Requirements
 
 
+def _quality(r: Mapping[str, Any]) -> float | None:
+    """How good a row's int8 model is, higher better: its accuracy, else minus its metric drop vs ptq."""
+    acc = value_of(r["values"]["int8_accuracy_pct"])
+    if acc is not None:
+        return acc
+    drop = value_of(r["values"].get("int8_metric_drop"))
+    return None if drop is None else -drop
+
+
 def pareto_front(points: Mapping[str, tuple[float, ...]]) -> set[str]:
     """Names of the points no other point dominates; every objective is to be minimised."""
     front = set()
@@ -28,10 +37,12 @@ def pareto_front(points: Mapping[str, tuple[float, ...]]) -> set[str]:
 def _pareto(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
     compiled = [r for r in rows if value_of(r["values"]["compiled_model_bytes"]) is not None
                 and value_of(r["values"]["total_cycles"]) is not None]
-    with_acc = [r for r in compiled if value_of(r["values"]["int8_accuracy_pct"]) is not None]
+    with_acc = [r for r in compiled if _quality(r) is not None]
     if with_acc:
-        objectives = ["int8_accuracy_pct (max)", "compiled_model_bytes (min)", "total_cycles (min)"]
-        pts = {r["leaf"]: (-value_of(r["values"]["int8_accuracy_pct"]), value_of(r["values"]["compiled_model_bytes"]),
+        by_metric = all(value_of(r["values"]["int8_accuracy_pct"]) is None for r in with_acc)
+        objectives = ["int8_metric_drop (min)" if by_metric else "int8_accuracy_pct (max)",
+                      "compiled_model_bytes (min)", "total_cycles (min)"]
+        pts = {r["leaf"]: (-_quality(r), value_of(r["values"]["compiled_model_bytes"]),
                            value_of(r["values"]["total_cycles"])) for r in with_acc}
         note = "accuracy against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]
@@ -61,6 +72,7 @@ def _leaf_order(name: str) -> tuple:
 # Requirement -> (row value, sign applied to it, unit, label): a requirement holds when sign * value <= limit.
 REQUIREMENT_VALUES = {
     "max_accuracy_drop": ("int8_accuracy_delta_pts", -1, "pts", f"int8 accuracy drop vs {REFERENCE_LEAF}"),
+    "max_metric_drop": ("int8_metric_drop", 1, "", f"int8 metric drop vs {REFERENCE_LEAF}"),
     "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
     "max_sram": ("sram_bytes", 1, "B", "SRAM"),
     "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
@@ -72,7 +84,7 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     checks: dict[str, dict[str, Any]] = {}
     for name, limit in req.given().items():
         key, sign, unit, label = REQUIREMENT_VALUES[name]
-        cell = row["values"][key]
+        cell = row["values"].get(key) or {"value": None, "unavailable": "the leaf is judged by accuracy"}
         value = None if value_of(cell) is None else sign * value_of(cell)
         check: dict[str, Any] = {"label": f"{label} ≤ {_fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
@@ -152,7 +164,7 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
         groups.setdefault(r["level"], []).append(r)
 
     def preference(r: dict[str, Any]) -> tuple:
-        acc = value_of(r["values"]["int8_accuracy_pct"])
+        acc = _quality(r)
         return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
 
     meeting = [r for r in candidates if r["meets_requirements"] in (True, None)]

@@ -6,7 +6,7 @@ import io
 from typing import Any, Mapping, Sequence
 
 from ..tree import PALETTE_LIMIT
-from ..columns import ALL_COLUMNS, Column
+from ..columns import Column, columns_of
 from .walk import walk_lines
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes
 
@@ -55,8 +55,11 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     by_leaf: dict[str, Mapping[str, Any]] = {}
     for r in doc["rows"]:
         by_leaf.setdefault(r["leaf"], r)
-    cols = {c.key: c for c in ALL_COLUMNS}
+    cols = {c.key: c for c in columns_of(doc)}
     acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ACCURACY_KEYS]
+    if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
+        acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
+                                                                      "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
     console.print(_rich_table("Accuracy and file size of each leaf", acc_cols,
                               [[cell_text(r, c, notes) for c in acc_cols] for r in by_leaf.values()]))
     for target, t in doc["targets"].items():

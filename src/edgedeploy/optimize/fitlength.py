@@ -3,7 +3,8 @@
 An epoch count alone makes training length follow the data: two epochs are some 90 steps on 3,000 clips and
 28 on 900 (batch 64), too few for a pruned or clustered model to recover. With ``[training] min_steps``
 each trained stage gets ``max(epochs, ceil(min_steps / steps_per_epoch))`` epochs, where steps per epoch
-count the samples the stage trains on (the fine-tune split less its hold-out). The stretched epochs become
+count the samples the stage trains on (:func:`~edgedeploy.optimize.fit.training_set`: the fine-tune split less
+its hold-out). The stretched epochs become
 the recipe's per-stage epochs, so the pruning schedule, the learning-rate schedule, batch-norm freezing and
 the stage cache keys all follow them. ``min_steps = 0`` keeps the epochs as given.
 """
@@ -14,20 +15,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
-from .recipe import STAGE_KINDS, Recipe
-
-
-def train_samples(y_fit: np.ndarray, recipe: Recipe) -> int:
-    """How many fine-tune samples a stage trains on (the hold-out and, without distillation, unlabelled left out)."""
-    from .finetune import holdout_split
-
-    y = np.asarray(y_fit)
-    train_idx, _ = holdout_split(y, recipe.validation_fraction, recipe.seed)
-    if not recipe.distill:
-        train_idx = train_idx[y[train_idx] >= 0]
-    return int(len(train_idx))
+from ..recipe import STAGE_KINDS, Recipe
 
 
 def stretch(recipe: Recipe, samples: int) -> tuple[Recipe, dict[str, Any]]:
