@@ -118,3 +118,14 @@ def test_npu_cycles_requirement_on_the_recorded_run():
     out = build_report(RUN, Requirements(max_npu_cycles=cycles["dscnn_mlperf"] - 1))
     (u,) = out["recommendations"][t]["unmet"]
     assert u["requirement"] == "max_npu_cycles" and u["excess"] == 1 and "over by 1 cycles" in u["text"]
+
+
+def test_a_regression_leaf_is_judged_by_its_metric_drop():
+    def reg(leaf, level, drop, flash, cycles):
+        r = made(leaf, level, None, flash, cycles)
+        r["values"]["int8_metric_drop"] = cell(drop)
+        return r
+
+    rows = [reg("ptq", 0, 0.0, 60000, 500), reg("pcqat", 4, -0.001, 30000, 480)]  # pcqat's MSE is lower
+    choice = choose(rows)
+    assert choice.row["leaf"] == "pcqat" and choice.beaten == {"ptq": "pcqat"}

@@ -1,6 +1,6 @@
 """Which compiled leaf to recommend for one target: never one that another leaf beats on every axis.
 
-The axes are the leaf's int8 metric (accuracy, higher is better), the compiled model's bytes (flash) and
+The axes are the leaf's int8 quality (its accuracy; for other tasks minus its metric's drop against ``ptq``), the compiled model's bytes (flash) and
 its NPU cycles (latency on one target). Among the leaves that meet the requirements, the ones no other
 meeting leaf dominates form the candidates, and the least-optimized of them (lowest tree level, then the
 best metric, then the smaller flash) is recommended. A leaf that meets the requirements is never passed
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 ACCURACY = "int8_accuracy_pct"
+METRIC_DROP = "int8_metric_drop"
 FLASH = "compiled_model_bytes"
 CYCLES = "total_cycles"
 AXES = ("accuracy", "flash", "latency")
@@ -28,9 +29,19 @@ def _value(row: Mapping[str, Any], key: str) -> Any:
     return None if cell is None else cell.get("value")
 
 
-def objectives(row: Mapping[str, Any]) -> tuple[float, float, float]:
-    """(-metric, flash, cycles), each to be minimised; a missing metric counts as the worst."""
+def quality(row: Mapping[str, Any]) -> float | None:
+    """How good the leaf's int8 model is, higher better: its accuracy, else minus its metric's drop vs ptq (a
+    regression or reconstruction task, whatever the metric's direction)."""
     acc = _value(row, ACCURACY)
+    if acc is not None:
+        return float(acc)
+    drop = _value(row, METRIC_DROP)
+    return None if drop is None else -float(drop)
+
+
+def objectives(row: Mapping[str, Any]) -> tuple[float, float, float]:
+    """(-quality, flash, cycles), each to be minimised; a missing quality counts as the worst."""
+    acc = quality(row)
     flash, cycles = _value(row, FLASH), _value(row, CYCLES)
     return (math.inf if acc is None else -float(acc),
             math.inf if flash is None else float(flash),
