@@ -99,7 +99,22 @@ def key_rows(kind: str) -> list[Row]:
                     "target": ("targets", "TARGET_KEYS")}[kind]
     table = _find_keys(module, name)
     if table is not None:
-        return [Row(k.path, _type_name(k.type), k.default, tuple(k.choices or ()), k.help or "") for k in table]
+        rows, tables = [], set()
+        for k in table:
+            path = k.path.replace("*", "NAME")
+            parts = path.split(".")
+            for i in range(1, len(parts)):
+                prefix = ".".join(parts[:i])
+                if prefix not in tables and not prefix.endswith("NAME"):
+                    tables.add(prefix)
+                    rows.append(Row(prefix, "table", None, ()))
+            default = k.default
+            if default is None and getattr(k, "required", False):
+                default = "(required)"
+            elif default is None and getattr(k, "required_when", ""):
+                default = f"(required for {k.required_when})"
+            rows.append(Row(path, _type_name(k.type), default, tuple(k.choices or ()), k.help or ""))
+        return rows
     rows = {"recipe": _recipe_rows, "project": _project_rows, "target": _target_rows}[kind]()
     return _with_help(kind, rows)
 
@@ -150,10 +165,10 @@ def _palette_defaults() -> dict[str, Any]:
     """The defaults palette.py passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from its source."""
     from edgedeploy import recipe as r
 
-    path = REPO / "src" / "edgedeploy" / "palette.py"
-    if not path.is_file():
-        path = next((REPO / "src" / "edgedeploy").rglob("*.py"))  # moved: the adapter is switched then
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    folder = REPO / "src" / "edgedeploy" / "optimize" / "palette"
+    paths = sorted(folder.glob("*.py")) if folder.is_dir() else [REPO / "src" / "edgedeploy" / "palette.py"]
+    tree = ast.Module(body=[n for path in paths for n in ast.parse(path.read_text(encoding="utf-8")).body],
+                      type_ignores=[])
     names: dict[str, Any] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):

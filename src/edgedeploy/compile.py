@@ -20,7 +20,8 @@ from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
-from .tflite_model import BOUNDARY_OPS, check_int8_model, describe_misbiased, read_tflite
+from .npu_compute import compute_facts
+from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
 from .vela_pool import VelaPool, default_jobs
 
@@ -140,7 +141,8 @@ def compile_spec(variant: str, target: Target, options: CompileOptions, parent: 
     )
 
 
-def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path) -> StageResult:
+def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path,
+                   misbiased: Sequence[str] = ()) -> StageResult:
     stdout = log_path.read_text(encoding="utf-8", errors="replace")
     found = vela_backend.find_vela_outputs(staged, model.stem)
     missing = {"vela_model", "summary_csv"} - set(found)
@@ -165,15 +167,20 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         else Metric.missing("count", "estimated", "Vela printed no operator count")
     )
     warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
-    warnings += [f"{describe_misbiased(o, ratio)} has a bias quantized for another input scale, so the int8 model "
-                 "computes something other than its float model there; re-convert it (a QAT range below zero after "
-                 "a ReLU is a known cause)" for o, ratio in read_tflite(model).misbiased_operators()]
+    warnings += [f"{op} has a bias quantized for another input scale, so the int8 model computes something other "
+                 "than its float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
+                 for op in misbiased]
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.npu_compute)
+    details["npu_compute"] = compute_facts(layers)
+    for bound in ("compute", "memory"):
+        metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
+                                                  "estimated")
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
-        from .palette import npu_weight_report
+        from .optimize.palette.debugdb import npu_weight_report
 
         outputs["debug_db"] = debug_db
         details["npu_weights"] = npu_weight_report(debug_db, model)
@@ -224,8 +231,22 @@ def compile_variants(
                 log_path = staged / "vela.log"
                 submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
                                   pool.submit(args, log_path)))
+            # Read in a worker too (after the compiles), so this process never loads the flatbuffer reader.
+            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in dict.fromkeys(p[2] for p in pending)}
             first_error: EdgeDeployError | None = None
             lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
+
+            def misbiased_of(model: Path) -> list[str]:
+                try:
+                    return misbiased[model].result()
+                except BrokenProcessPool:  # lost with a worker that died on a compile: read it again
+                    pool.restart()
+                    misbiased[model] = pool.call(misbiased_descriptions, str(model))
+                    try:
+                        return misbiased[model].result()
+                    except BrokenProcessPool:
+                        raise ToolFailedError(f"a Vela worker process died reading {model}",
+                                              "check that the model is an intact full-int8 TFLite file") from None
 
             def finish(item, job) -> None:
                 nonlocal first_error
@@ -245,7 +266,7 @@ def compile_variants(
                             f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
                             "full-int8 TFLite model",
                         )
-                    result = _parse_compile(staged, model, target, args, log_path)
+                    result = _parse_compile(staged, model, target, args, log_path, misbiased_of(model))
                     final = ctx.stage_dir(spec.id)
                     # record the command as it reproduces the result: with the folder the outputs now live in
                     result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]
@@ -333,8 +354,9 @@ def compile_tflite(
         raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
     models = [Path(m) for m in models]
     targets = resolve_targets(target_names)
-    ctx = RunContext.open(out)
-    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    # read only: nothing is written (not even the run folder) until every model passed its checks
+    earlier = Manifest.open(out) if Path(out).is_dir() else Manifest(Path(out))
+    imported = {a.sha256 for r in earlier.find(stage="import") if r.status == "ok" for a in r.inputs}
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
@@ -348,6 +370,7 @@ def compile_tflite(
                     pool.restart()
                     raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
                                           "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)

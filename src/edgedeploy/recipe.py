@@ -13,30 +13,12 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import Key, check_value, read_toml, validate
+from .structured import NOT_NPU_FORMATS, PATTERNS
+from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
 
-# The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
-NODES: dict[str, tuple[str | None, str | None]] = {
-    "baseline": (None, None),
-    "pruned": ("baseline", "prune"),
-    "clustered": ("baseline", "cluster"),
-    "pruned_clustered": ("pruned", "sparsity_preserving_cluster"),
-    "qat": ("baseline", "qat"),
-    "pqat": ("pruned", "pqat"),
-    "cqat": ("clustered", "cqat"),
-    "pcqat": ("pruned_clustered", "pcqat"),
-}
-# Leaf -> the node it converts (PTQ leaves convert a float node; QAT leaves their QAT node).
-LEAVES: dict[str, str] = {
-    "ptq": "baseline",
-    "qat": "qat",
-    "pruned": "pruned",
-    "pqat": "pqat",
-    "clustered": "clustered",
-    "cqat": "cqat",
-    "pruned_clustered": "pruned_clustered",
-    "pcqat": "pcqat",
-}
-QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
+# quantizations that are not NPU formats: asking for them as a leaf gets the reason
+NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",
+                  "dynamic_range": "dynamic_range", "ptq_dynamic_range": "dynamic_range", "dynamic": "dynamic_range"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -59,32 +41,8 @@ PLAIN: dict[str, Any] = {
     "batch_size": 64,
     "epochs": 4,
     "qat_ranges": "tfmot",
+    "min_steps": 0,
 }
-
-
-def stage_kind(node: str) -> str:
-    technique = NODES[node][1]
-    if technique == "prune":
-        return "prune"
-    if technique in ("cluster", "sparsity_preserving_cluster"):
-        return "cluster"
-    return "qat"
-
-
-def nodes_for(leaves: list[str]) -> list[str]:
-    """Every node the leaves need, parents first, each once."""
-    order: list[str] = []
-
-    def add(node: str) -> None:
-        parent = NODES[node][0]
-        if parent is not None:
-            add(parent)
-        if node not in order:
-            order.append(node)
-
-    for leaf in leaves:
-        add(LEAVES[leaf])
-    return order
 
 
 @dataclass(frozen=True)
@@ -95,8 +53,9 @@ class StageSettings:
 
 @dataclass(frozen=True)
 class Recipe:
-    leaves: tuple[str, ...] = tuple(LEAVES)
+    leaves: tuple[str, ...] = DEFAULT_LEAVES
     sparsity: float = 0.5
+    sparsity_pattern: str = "unstructured"  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.structured)
     clusters: int = 16
     per_channel_clusters: bool = False
     epochs: int = 4
@@ -128,7 +87,13 @@ class Recipe:
     restore_best: bool = True
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
-    # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    # each trained stage takes at least this many optimizer steps: on little data, epochs are added
+    # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
+    min_steps: int = 300
+    # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
+    loss: str = ""
+    metric: str = ""
+    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
 
@@ -160,12 +125,16 @@ class Recipe:
             out.update(qat_ranges=self.qat_ranges)
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if self.pruning_schedule == "polynomial":
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
                        calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
+            if self.sparsity_pattern != "unstructured":
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -176,6 +145,7 @@ class Recipe:
     def training_params(self) -> dict[str, Any]:
         """The fine-tuning settings every trained node depends on."""
         return {
+            **({"loss": self.loss} if self.loss else {}),
             "distill": self.distill,
             **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
                if self.distill else {}),
@@ -193,6 +163,10 @@ def _check(r: Recipe, source: str) -> Recipe:
     hint = "fix the recipe"
     if not r.leaves:
         raise UsageError(f"{source}: `leaves` is empty; allowed values: {', '.join(LEAVES)}", hint)
+    for leaf in r.leaves:
+        if leaf in NOT_NPU_LEAVES:
+            raise UsageError(f"{source}: `leaves` has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is "
+                             "not an NPU format", "ask for ptq (int8) or ptq_16x8 (int16 activations)")
     for key in RECIPE_KEYS:
         if "*" in key.path or key.path.startswith(("stages.", "palette.")) or not hasattr(r, key.name):
             continue
@@ -201,6 +175,13 @@ def _check(r: Recipe, source: str) -> Recipe:
             key = replace(key, choices=tuple(LEAVES))
         check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
                     shown=key.path)
+    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
+        raise UsageError(f"{source}: `sparsity` is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes "
+                         "exactly 0.5", "leave sparsity at 0.5")
+    if r.loss:
+        from .task import check_loss_name
+
+        check_loss_name(r.loss, f"{source}: `loss`")
     for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
         if kind not in STAGE_KINDS:
             raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
@@ -271,16 +252,6 @@ def check_layers(recipe: Recipe, names: list[str], model: str) -> None:
 
 # --------------------------------------------------------------------------- palette-aware leaves
 
-# Nodes of edgedeploy.palette: int8 kernels keep one shared palette per tensor (each is a leaf of its own name).
-# They are not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`.
-NODES.update({
-    "clustered_palette": ("baseline", "palette"),
-    "pruned_clustered_palette": ("pruned", "palette"),
-    "cqat_palette": ("clustered_palette", "palette_qat"),
-    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
-})
-LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
-QAT_NODES.update({"cqat_palette", "pcqat_palette"})
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 # [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
@@ -289,17 +260,19 @@ PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
     "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"), "scales": ("peak", "fitted"),
 }
 PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss", "scales": "peak"}
-# The palette plan file's format (palette.py's PLAN_FILE). 2: it records the batch-norm factors folded into each
+# The palette plan file's format (edgedeploy.optimize.palette.stages.PLAN_FILE). 2: it records the batch-norm factors folded into each
 # kernel, which palette QAT trains in. Part of the palette nodes' cache key, so older run folders are redone.
 PALETTE_PLAN_VERSION = 2
 
 
 # The recipe's keys: a recipe file holds these, a project file the same under [recipe].
 RECIPE_KEYS: tuple[Key, ...] = (
-    Key("leaves", list, list(LEAVES)[:8], "the leaves of the deployment tree to convert", items=str,
+    Key("leaves", list, list(DEFAULT_LEAVES), "the leaves of the deployment tree to convert", items=str,
         choices=tuple(LEAVES)),
     Key("sparsity", float, 0.5, "fraction of each prunable kernel set to zero", minimum=0, maximum=1,
         exclusive_minimum=True, exclusive_maximum=True),
+    Key("sparsity_pattern", str, "unstructured", "unstructured, or 2:4: two zeros in every four input channels "
+        "(Ethos-U85 skips them)", choices=PATTERNS),
     Key("clusters", int, 16, "distinct values per clustered kernel", minimum=2, maximum=256),
     Key("per_channel_clusters", bool, False, "cluster each output channel on its own"),
     Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0),
@@ -316,6 +289,10 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0, maximum=1, exclusive_maximum=True),
     Key("fuse_relu", bool, True, "fold a separate ReLU after a Conv/Dense layer into that layer"),
     Key("plain", bool, False, "TFMOT's plain fine-tuning recipe for every key not given"),
+    Key("loss", str, "", "a Keras built-in loss to fine-tune with (empty: the model's compile config, else from "
+        "the data)"),
+    Key("metric", str, "", "the metric leaves are judged by: accuracy, top5_accuracy, mse, mae, psnr, auc or "
+        "module:function (empty: from the task)"),
     Key("pruning.schedule", str, "polynomial", "how sparsity rises during pruning", choices=SCHEDULES,
         field="pruning_schedule"),
     Key("pruning.end_fraction", float, 0.6, "fraction of the pruning steps after which the target is reached",
@@ -340,6 +317,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0, field="freeze_batch_norm_after"),
     Key("training.qat_ranges", str, "calibrated", "where QAT's activation ranges start", choices=QAT_RANGES,
         field="qat_ranges"),
+    Key("training.min_steps", int, 300, "optimizer steps each trained stage takes at least; epochs are added on "
+        "little data (0: epochs as given)", minimum=0, field="min_steps"),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
         minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
     Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,

@@ -38,6 +38,7 @@ class Key:
     exclusive_maximum: bool = False
     items: type | None = None  # element type of a list
     required: bool = False
+    required_when: str = ""  # required only for some files, in words (e.g. "boards"); checked by the loader
     numbers_ok: bool = False  # a str key that also takes a number (kept as its text)
     field: str | None = None  # the attribute of the typed object it sets, when not the last path segment
 
@@ -126,6 +127,8 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
         raise fail(f"it must be {key.allowed() if key.choices is None else _WHAT[kind]}")
     if kind is float and not math.isfinite(value):
         raise fail("it must be a finite number")
+    if kind is str and "\0" in value or kind is list and any(isinstance(v, str) and "\0" in v for v in value):
+        raise fail("it holds a NUL character")
     if kind is str and not value and key.required:
         raise fail("it must be a non-empty string")
     if kind is list and key.items is not None:

@@ -194,20 +194,20 @@ TARGET_KEYS: tuple[Key, ...] = (
     Key("vela.system_config", str, None, "a System_Config section of that vela.ini", required=True),
     Key("vela.memory_mode", str, None, "a Memory_Mode section of that vela.ini", required=True),
     Key("clocks.npu_hz", int, None, "NPU clock in Hz (latency = cycles / npu_hz)", minimum=1, required=True),
-    Key("cpu.core", str, None, "the board's CPU core (boards only)"),
-    Key("memory.sram_bytes", int, None, "SRAM for the tensor arena (boards only)", minimum=1),
-    Key("memory.flash_bytes", int, None, "flash or DRAM the model is read from (boards only)", minimum=1),
-    Key("memory.runtime_margin_bytes", int, None, "bytes kept for the runtime's own buffers (boards only)",
+    Key("cpu.core", str, None, "the board's CPU core (boards only)", required_when="boards"),
+    Key("memory.sram_bytes", int, None, "SRAM for the tensor arena (boards only)", required_when="boards", minimum=1),
+    Key("memory.flash_bytes", int, None, "flash or DRAM the model is read from (boards only)", required_when="boards", minimum=1),
+    Key("memory.runtime_margin_bytes", int, None, "bytes kept for the runtime's own buffers (boards only)", required_when="boards",
         minimum=0),
-    Key("memory.model_section", str, None, "linker section of the compiled model (boards only)"),
-    Key("fvp.binary", str, None, "the Corstone FVP executable (boards only)"),
-    Key("fvp.num_macs_param", str, None, "the FVP parameter that sets the NPU's MACs (boards only)"),
-    Key("fvp.model_address", int, None, "where the FVP loads the compiled model (boards only)", **_ADDRESS),
-    Key("fvp.input_address", int, None, "where the FVP loads the input (boards only)", **_ADDRESS),
-    Key("fvp.output_address", int, None, "where the FVP's output is read (boards only)", **_ADDRESS),
+    Key("memory.model_section", str, None, "linker section of the compiled model (boards only)", required_when="boards"),
+    Key("fvp.binary", str, None, "the Corstone FVP executable (boards only)", required_when="boards"),
+    Key("fvp.num_macs_param", str, None, "the FVP parameter that sets the NPU's MACs (boards only)", required_when="boards"),
+    Key("fvp.model_address", int, None, "where the FVP loads the compiled model (boards only)", required_when="boards", **_ADDRESS),
+    Key("fvp.input_address", int, None, "where the FVP loads the input (boards only)", required_when="boards", **_ADDRESS),
+    Key("fvp.output_address", int, None, "where the FVP's output is read (boards only)", required_when="boards", **_ADDRESS),
     Key("fvp.params.*", str, None, "one -C parameter of the FVP (a string or a number)", numbers_ok=True),
 )
-_BOARD_ONLY = [k.path for k in TARGET_KEYS if k.path.split(".")[0] in ("cpu", "memory", "fvp") and "*" not in k.path]
+_BOARD_ONLY = [k.path for k in TARGET_KEYS if k.required_when == "boards"]
 _FVP_PARAM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]*")
 
 
@@ -287,7 +287,12 @@ def resolve_vela_config(config: str, target_file: Path) -> Path:
 @lru_cache(maxsize=None)
 def _ini_sections(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     parser = configparser.ConfigParser()
-    parser.read(path, encoding="utf-8")
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError, OSError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TargetError(f"{path} is not a readable Vela configuration file ({detail[:120]})",
+                          "point vela.config at a vela.ini such as 'Arm/vela.ini'") from exc
     systems = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("System_Config."))
     modes = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("Memory_Mode."))
     return systems, modes

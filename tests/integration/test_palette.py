@@ -31,10 +31,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def small_kws(shared_data, tmp_path_factory) -> Path:
-    """1,024 real fine-tune clips and 912 evaluation clips (every other one of the speaker-disjoint eval split)."""
+def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
+    """1,024 real fine-tune clips (a seeded class-balanced choice: the file is sorted by class) and 912 evaluation
+    clips (every other one of the speaker-disjoint eval split)."""
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
-    fit = np.where(d["split"] == 0)[0][:1024]
+    fit = np.sort(stratified(np.where(d["split"] == 0)[0], d["y"], 1024, seed=0))
     ev = np.where(d["split"] == 1)[0][::2]
     idx = np.concatenate([fit, ev])
     path = tmp_path_factory.mktemp("kws") / "kws.npz"
@@ -47,13 +48,13 @@ def palette_run(shared_data, small_kws, tmp_path_factory):
     out = tmp_path_factory.mktemp("palette") / "run"
     model = shared_data / "kws" / "dscnn_mlperf_float.h5"
     opt = _cli("optimize", str(model), "--data", str(small_kws), "-o", str(out), "--leaves", LEAVES,
-               "--epochs", str(EPOCHS), "--seed", str(SEED), "--sparsity", str(SPARSITY), "--clusters", str(CLUSTERS),
+               "--epochs", str(EPOCHS), "--min-steps", "0", "--seed", str(SEED), "--sparsity", str(SPARSITY), "--clusters", str(CLUSTERS),
                "--json")
     assert opt.returncode == 0, opt.stderr[-3000:]
     project = out.parent / "edgedeploy.toml"
     project.write_text(
         f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        f'[recipe]\nleaves = {json.dumps(LEAVES.split(","))}\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        f'[recipe]\nleaves = {json.dumps(LEAVES.split(","))}\nepochs = {EPOCHS}\ntraining.min_steps = 0\nseed = {SEED}\n'
         f"sparsity = {SPARSITY}\nclusters = {CLUSTERS}\n")
     comp = _cli("compile", str(project), "--json")
     assert comp.returncode == 0, comp.stderr[-3000:]
@@ -136,7 +137,7 @@ def test_a_size_budget_holds_on_the_compiled_leaf(shared_data, small_kws, tmp_pa
     project = tmp_path / "edgedeploy.toml"
     project.write_text(
         f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        f'[recipe]\nleaves = ["ptq", "clustered_palette"]\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        f'[recipe]\nleaves = ["ptq", "clustered_palette"]\nepochs = {EPOCHS}\ntraining.min_steps = 0\nseed = {SEED}\n'
         '[recipe.palette]\nsearch = true\nsize_budget = 0.45\nclusters = [4, 8, 16]\nsparsities = [0.0, 0.5]\n')
     comp = _cli("compile", str(project), "--json")
     assert comp.returncode == 0, comp.stderr[-3000:]

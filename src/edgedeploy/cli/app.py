@@ -8,16 +8,19 @@ import sys
 
 import typer
 
-from .. import __version__
+from .prestart import PRESTART, PrestartGroup
 
-# Each module of this package named here has ``register(app)``; a missing one is left out.
+# Each module of this package named here has ``register(app)``; a missing one is left out. A module may
+# also have ``prestart(values)``: see :class:`.prestart.PrestartGroup`.
 COMMANDS = ("compile", "targets", "optimize", "report", "export", "emulate", "fvp", "doctor")
 
 app = typer.Typer(
+    cls=PrestartGroup,
     name="edgedeploy",
     help="Take a Keras model to an Arm Ethos-U NPU: optimize, convert, compile with Vela, report, export.",
     no_args_is_help=True,
-    add_completion=False,
+    epilog="Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128; "
+           "shell completion: edgedeploy --install-completion",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -25,6 +28,8 @@ app = typer.Typer(
 
 def _version_callback(value: bool) -> None:
     if value:
+        from .. import __version__  # importlib.metadata: only when asked
+
         typer.echo(f"edgedeploy {__version__}")
         raise typer.Exit()
 
@@ -53,6 +58,8 @@ def _register_commands() -> None:
                 continue
             raise
         module.register(app)
+        if hasattr(module, "prestart"):
+            PRESTART[name] = module.prestart
 
 
 _register_commands()

@@ -1,4 +1,4 @@
-"""What every command shares: the consoles, the error guard and the table helper.
+"""What every command shares: the consoles, the error guard, markup escaping and the table helper.
 
 Library code raises :class:`~edgedeploy.errors.EdgeDeployError`; :func:`guard` alone turns
 errors into one-line messages and exit codes.
@@ -51,3 +51,10 @@ def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str,
     for row in rows:
         out.add_row(*(row[key] for key, _ in columns))
     return out
+
+
+def complete_target(incomplete: str) -> list[str]:
+    """Shell completion of ``--target``: the built-in target names."""
+    from ..targets import list_targets
+
+    return [t.name for t in list_targets() if t.name.startswith(incomplete)]

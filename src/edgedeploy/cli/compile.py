@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128 -t ethos-u85-256"
+
+
+def _complete_target(incomplete: str) -> list[str]:
+    from .common import complete_target
+
+    return complete_target(incomplete)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compile")(compile_cmd)
+    app.command("compile", epilog=EXAMPLE)(compile_cmd)
 
 
 def compile_cmd(
+    ctx: typer.Context,
     models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
                                         "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
-    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several.",
+                                     autocompletion=_complete_target),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
     optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
@@ -28,40 +37,58 @@ def compile_cmd(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
     debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
                                   "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
+    walk: bool = typer.Option(False, "--walk", help="With a project file: train, convert and compile the tree level "
+                              "by level and stop at the first level with a leaf meeting the project's requirements "
+                              "on every target (exit 8 when none does)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
-    pool = _early_pool(models, target, out, jobs) if executor == "local" else None
-    try:
-        _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
-    finally:
-        if pool is not None:
-            pool.close(now=True)
+    from .prestart import PRESTARTED
+
+    pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
+    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
+             walk)
 
 
-def _early_pool(models: List[Path], targets: List[str], out: Path, jobs: Optional[int]):
-    """Vela workers started before anything else is imported, so their start-up overlaps ours.
+def prestart(values: dict[str, Any]):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
 
-    Only for .tflite inputs into a new run folder: a project file runs TensorFlow first, and a re-run
-    most likely reuses its results (workers then start only if something needs compiling).
+    Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
+    first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
-    if not models or any(m.suffix != ".tflite" for m in models) or (out / "manifest.json").exists():
+    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
+    if values.get("executor") != "local" or not values.get("target") or not models:
         return None
+    if any(m.suffix != ".tflite" for m in models):
+        return None
+    if (out / "manifest.json").exists():
+        return None
+    jobs = str(values.get("jobs") or "")
     from ..vela_pool import VelaPool, default_jobs
 
-    return VelaPool(jobs or default_jobs(max(1, len(targets)) * len(models))).start()
+    n_tasks = max(1, len(values.get("target") or ())) * len(models)
+    return VelaPool(int(jobs) if jobs.isdigit() and int(jobs) > 0 else default_jobs(n_tasks)).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
-             pool) -> None:
+             pool, walk=False) -> None:
     from .. import api
     from ..errors import UsageError
     from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
-    from .common import err_console, guard, out_console, table
+    from .common import err_console, escape, guard, out_console, table
 
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
                                  ray_address=ray_address, debug_db=debug_db)
-        if len(models) == 1 and models[0].suffix == ".toml":
+        walk_record = None
+        if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
+            raise UsageError("--walk walks the deployment tree of a project file",
+                             "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if walk:
+            walked = api.walk_project(models[0], extra_targets=target,
+                                      out=out if out != Path("edgedeploy-out") else None, options=options)
+            outcome = api.CompileOutcome(walked.run_dir, walked.compiled)
+            walk_record = walked.record
+        elif len(models) == 1 and models[0].suffix == ".toml":
             outcome = api.run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
                                   options=options)
         elif len(models) == 1 and models[0].is_dir():
@@ -79,7 +106,10 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         cached_ids = outcome.cached_ids
         manifest = api.Manifest.load(outcome.run_dir)
         if json_out:
-            typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
+            doc = compile_json(manifest, outcome.records, cached_ids)
+            if walk_record is not None:
+                doc["walk"] = walk_record
+            typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
             columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
@@ -87,6 +117,11 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
             for r in outcome.records:
                 for w in r.warnings:
                     err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
+            if walk_record is not None:
+                from ..report.render.walk import walk_lines
+
+                for line in walk_lines(walk_record):
+                    out_console.print(f"walk {line}", markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
 

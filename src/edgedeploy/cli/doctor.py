@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+EXAMPLE = "Example: edgedeploy doctor --json"
+
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor_cmd)
+    app.command("doctor", epilog=EXAMPLE)(doctor_cmd)
 
 
 def doctor_cmd(json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout.")) -> None:

@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy export out --leaf ptq -t ethos-u55-128 -o fw --golden 8"
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("export")
+    @app.command("export", epilog=EXAMPLE)
     def export_cmd(
         run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`."),
         target: Optional[str] = typer.Option(
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print only the bundle manifest as JSON on stdout."),
     ) -> None:
         """Export a compiled model for firmware: C source/header, CMake, golden vectors."""
-        from .common import err_console, guard, out_console
+        from .common import err_console, escape, guard, out_console
         from ..export import ExportOptions, export_bundle
         from ..report.render.tables import dumps
 

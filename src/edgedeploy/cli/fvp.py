@@ -6,18 +6,19 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
+EXAMPLE = "Example: edgedeploy fvp run out --leaf ptq -t corstone-300-u55-128"
 FVP_SCHEMA = "edgedeploy.fvp"
 FVP_SCHEMA_VERSION = 1
 
 fvp_app = typer.Typer(
     help="Run compiled models on an Arm Corstone FVP (optional: needs an FVP from Arm and a runner app).",
     no_args_is_help=True,
+    epilog=EXAMPLE,
 )
 
 
-@fvp_app.command("run")
+@fvp_app.command("run", epilog=EXAMPLE)
 def fvp_run_cmd(
     run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`."),
     leaf: str = typer.Option(..., "--leaf", "-l", help="Variant (leaf) whose compiled model to run."),
@@ -34,7 +35,7 @@ def fvp_run_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
 ) -> None:
     """Run one compiled model on its board's FVP and record the simulated NPU counters."""
-    from .common import err_console, guard, out_console
+    from .common import err_console, escape, guard, out_console
     from ..fvp.run import fvp_run
     from ..report.render.tables import dumps
 

@@ -9,9 +9,11 @@ import typer
 
 PROJECT_FILE = "edgedeploy.toml"
 
+EXAMPLE = "Example: edgedeploy report out --max-flash 512KiB -f html"
+
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report_cmd)
+    app.command("report", epilog=EXAMPLE)(report_cmd)
 
 
 def report_cmd(
@@ -25,6 +27,10 @@ def report_cmd(
         None, "--max-accuracy-drop", metavar="PTS",
         help="Most int8 accuracy a leaf may lose against the ptq leaf, in percentage points.",
     ),
+    max_metric_drop: Optional[float] = typer.Option(
+        None, "--max-metric-drop", metavar="VALUE",
+        help="Most a leaf's metric (MSE, PSNR ... for models that are not classifiers) may worsen against ptq's.",
+    ),
     max_flash: Optional[str] = typer.Option(
         None, "--max-flash", metavar="BYTES", help="Largest compiled model (the *_vela.tflite firmware stores in flash), e.g. 512KiB or 2MiB."
     ),
@@ -33,6 +39,9 @@ def report_cmd(
     ),
     max_latency_ms: Optional[float] = typer.Option(
         None, "--max-latency-ms", metavar="MS", help="Longest latency at the target's NPU clock."
+    ),
+    max_npu_cycles: Optional[int] = typer.Option(
+        None, "--max-npu-cycles", metavar="N", help="Most NPU cycles per inference (Vela's estimate)."
     ),
     project: Optional[Path] = typer.Option(
         None, "--project", metavar="FILE",
@@ -84,11 +93,13 @@ def report_cmd(
         tolerances = parse_tolerances(tolerance)
         cli_values = {
             "max_accuracy_drop": max_accuracy_drop,
+            "max_metric_drop": max_metric_drop,
             "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
             "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
             "max_latency_ms": max_latency_ms,
+            "max_npu_cycles": max_npu_cycles,
         }
-        for name in ("max_accuracy_drop", "max_latency_ms"):
+        for name in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms", "max_npu_cycles"):
             if cli_values[name] is not None and cli_values[name] < 0:
                 raise UsageError(f"--{name.replace('_', '-')} is {cli_values[name]}", "give a number >= 0")
         given = {k: v for k, v in cli_values.items() if v is not None}

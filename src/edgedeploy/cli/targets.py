@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import typer
 
-targets_app = typer.Typer(help="List and inspect Ethos-U targets.", no_args_is_help=True)
+targets_app = typer.Typer(help="List and inspect Ethos-U targets.", no_args_is_help=True,
+                          epilog="Example: edgedeploy targets show ethos-u55-128")
+
+
+def _complete_target(incomplete: str) -> list[str]:
+    from .common import complete_target
+
+    return complete_target(incomplete)
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(targets_app, name="targets")
 
 
-@targets_app.command("list")
+@targets_app.command("list", epilog="Example: edgedeploy targets list --json")
 def targets_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the built-in targets."""
     from .. import api
@@ -28,8 +35,8 @@ def targets_list(json_out: bool = typer.Option(False, "--json", help="Print JSON
         out_console.print(table("Built-in targets", cols, target_rows(targets)))
 
 
-@targets_app.command("show")
-def targets_show(name: str = typer.Argument(..., help="Target name or TOML file.")) -> None:
+@targets_app.command("show", epilog="Example: edgedeploy targets show corstone-300-u55-128")
+def targets_show(name: str = typer.Argument(..., help="Target name or TOML file.", autocompletion=_complete_target)) -> None:
     """Show one target, resolved (with the vela.ini it uses and its sha256)."""
     from .. import api
     from ..report.render.tables import dumps

@@ -9,8 +9,9 @@ from .. import __version__
 from ..errors import InvalidInputError
 from ..fsutil import sha256_file
 from ..manifest import Manifest, now_iso
+from ..npu_compute import npu_compute_values
 from .tree import LEAF_LEVELS, REFERENCE_LEAF
-from .columns import SCHEMA, SCHEMA_VERSION, ALL_COLUMNS, VALUE_COLUMNS, na, val, value_of
+from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
 from .collect import _accuracy_values, _compile_values, _fit, _variants
 from .judge import _check_requirements, _pareto, _recommend, size_budget_misses
@@ -72,7 +73,9 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
                 "ratio", "computed", f"no {REFERENCE_LEAF} leaf compiled for {r['target']} to compare against")
         else:
             r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
-        r["values"] = {c.key: r["values"][c.key] for c in VALUE_COLUMNS}
+        npu_compute_values(r, rows, REFERENCE_LEAF)  # MACs and cycles vs ptq, compute-bound share
+        r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
+                       for c in value_columns(rows)}
     notes += size_budget_misses(manifest, rows)
     targets = sorted({r["target"] for r in rows if r["target"]})
     pareto: dict[str, Any] = {}
@@ -116,10 +119,11 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "levels": dict(LEAF_LEVELS),
         "reference_leaf": REFERENCE_LEAF if ref is not None else None,
         "requirements": requirements.to_dict(),
-        "columns": [{"key": c.key, "header": c.header, "unit": c.unit} for c in ALL_COLUMNS],
+        "columns": [{"key": c.key, "header": c.header, "unit": c.unit} for c in columns_of({"rows": rows})],
         "rows": rows,
         "pareto": pareto,
         "recommendations": recommendations,
+        "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.walk), when this run was one
         "compression": _compression(manifest, variants) if compression else {},
         "npu_weights": npu_weight_layers(variants),
         "notes": notes,

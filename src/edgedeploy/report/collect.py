@@ -86,6 +86,8 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
         out["int8_accuracy_pct"] = from_metric(acc, "int8_accuracy", "%", "measured", why)
         out["tflite_bytes"] = from_metric(acc, "tflite_bytes", "B", "measured", why)
         out["gzip_bytes"] = from_metric(acc, "gzip_bytes", "B", "measured", why)
+    if acc is not None and isinstance(acc.details.get("metric"), Mapping):
+        return _task_metric_values(v, ref, out)
     # The difference against the ptq leaf (negative: this leaf lost accuracy).
     mine = value_of(out["int8_accuracy_pct"])
     if ref is None or ref.accuracy is None:
@@ -98,6 +100,35 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
         out["int8_accuracy_delta_pts"] = na("pts", "computed", f"the {REFERENCE_LEAF} leaf has no int8 accuracy")
     else:
         out["int8_accuracy_delta_pts"] = val(mine - ref_int8, "pts", "computed")
+    return out
+
+
+def _task_metric_values(v: _Variant, ref: _Variant | None, out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A leaf judged by its task's metric (``details["metric"]`` of its convert record): the metric columns, and
+    the accuracy columns unavailable with the reason."""
+    acc = v.accuracy
+    spec = acc.details["metric"]
+    key, unit, higher = spec["key"], spec.get("unit", ""), bool(spec.get("higher_is_better", True))
+    why = f"not a classifier ({spec.get('task', '')}): judged by {spec.get('title', key)}"
+    for k, u in (("float_accuracy_pct", "%"), ("int8_accuracy_pct", "%"), ("int8_accuracy_delta_pts", "pts")):
+        out[k] = na(u, "measured" if u == "%" else "computed", why)
+    missing = f"convert/{v.name} recorded no {key}"
+    tag = {"metric": spec.get("name", key), "higher_is_better": higher}
+    out["float_metric"] = {**from_metric(acc, f"float_{key}", unit, "measured", missing), **tag}
+    out["int8_metric"] = {**from_metric(acc, f"int8_{key}", unit, "measured", missing), **tag}
+    mine = value_of(out["int8_metric"])
+    theirs = None
+    if ref is not None and ref.accuracy is not None and acc.status != "failed":
+        m = ref.accuracy.metrics.get(f"int8_{key}")
+        theirs = None if m is None else m.value
+    if mine is None or theirs is None:
+        out["int8_metric_drop"] = {**na(unit, "computed", f"no {REFERENCE_LEAF} leaf with an int8 {key} to compare"),
+                                   **tag}
+    else:
+        out["int8_metric_drop"] = {**val((theirs - mine) if higher else (mine - theirs), unit, "computed"), **tag}
+    others = [f"{name[5:].upper()} {m.value:g}{(' ' + m.unit) if m.unit else ''}" for name, m in acc.metrics.items()
+              if name.startswith("int8_") and name not in ("int8_accuracy", f"int8_{key}") and m.value is not None]
+    out["int8_other_metrics"] = val(", ".join(others), "", "measured") if others else na("", "measured", "none")
     return out
 
 

@@ -46,6 +46,10 @@ VALUE_COLUMNS: tuple[Column, ...] = (
     Column("sram_bytes", "SRAM (B)", "B", "bytes"),
     Column("dram_bytes", "DRAM (B)", "B", "bytes"),
     Column("npu_cycles", "NPU cycles", "cycles", "count"),
+    Column("npu_cycles_ratio", "NPU cycles vs ptq (×)", "ratio", "ratio"),
+    Column("npu_macs", "NPU MACs", "MAC", "count"),
+    Column("npu_macs_ratio", "MACs vs ptq (×)", "ratio", "ratio"),
+    Column("compute_bound_pct", "Compute-bound cycles (%)", "%", "pct"),
     Column("total_cycles", "Total cycles", "cycles", "count"),
     Column("npu_clock_mhz", "NPU clock (MHz)", "MHz", "mhz"),
     Column("latency_ms", "Latency (ms)", "ms", "ms"),
@@ -65,6 +69,23 @@ JUDGMENT_COLUMNS: tuple[Column, ...] = (
     Column("recommended", "Recommended", "", "text"),
 )
 ALL_COLUMNS = KEY_COLUMNS + VALUE_COLUMNS + JUDGMENT_COLUMNS
+# Leaves judged by another metric than accuracy (regression, reconstruction; edgedeploy.task): shown only in a
+# report with such a leaf, so classifier reports keep their columns and keys.
+METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("float_metric", "Float metric", "", "metric"),
+    Column("int8_metric", "Int8 metric", "", "metric"),
+    Column("int8_metric_drop", "Metric drop vs ptq", "", "metric"),
+    Column("int8_other_metrics", "Other int8 metrics", "", "text"),
+)
+
+
+def value_columns(rows) -> tuple[Column, ...]:
+    return VALUE_COLUMNS + (METRIC_COLUMNS if any("int8_metric" in r.get("values", {}) for r in rows) else ())
+
+
+def columns_of(doc: Mapping[str, Any]) -> tuple[Column, ...]:
+    """The columns of a report document, in the order they are shown."""
+    return KEY_COLUMNS + value_columns(doc.get("rows", [])) + JUDGMENT_COLUMNS
 
 # Vela metrics copied from compile records: row key -> (manifest metric, unit).
 VELA_METRICS = {
@@ -73,6 +94,9 @@ VELA_METRICS = {
     "sram_bytes": ("sram_bytes", "B"),
     "dram_bytes": ("dram_bytes", "B"),
     "npu_cycles": ("npu_cycles", "cycles"),
+    "npu_macs": ("macs", "MAC"),
+    "compute_bound_cycles": ("compute_bound_cycles", "cycles"),  # (for compute_bound_pct)
+    "memory_bound_cycles": ("memory_bound_cycles", "cycles"),
     "total_cycles": ("total_cycles", "cycles"),
     "latency_ms": ("latency_ms", "ms"),
     "inferences_per_s": ("inferences_per_second", "1/s"),

@@ -11,6 +11,15 @@ from .columns import value_of
 from .limits import Requirements
 
 
+def _quality(r: Mapping[str, Any]) -> float | None:
+    """How good a row's int8 model is, higher better: its accuracy, else minus its metric drop vs ptq."""
+    acc = value_of(r["values"]["int8_accuracy_pct"])
+    if acc is not None:
+        return acc
+    drop = value_of(r["values"].get("int8_metric_drop"))
+    return None if drop is None else -drop
+
+
 def pareto_front(points: Mapping[str, tuple[float, ...]]) -> set[str]:
     """Names of the points no other point dominates; every objective is to be minimised."""
     front = set()
@@ -28,10 +37,12 @@ def pareto_front(points: Mapping[str, tuple[float, ...]]) -> set[str]:
 def _pareto(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
     compiled = [r for r in rows if value_of(r["values"]["compiled_model_bytes"]) is not None
                 and value_of(r["values"]["total_cycles"]) is not None]
-    with_acc = [r for r in compiled if value_of(r["values"]["int8_accuracy_pct"]) is not None]
+    with_acc = [r for r in compiled if _quality(r) is not None]
     if with_acc:
-        objectives = ["int8_accuracy_pct (max)", "compiled_model_bytes (min)", "total_cycles (min)"]
-        pts = {r["leaf"]: (-value_of(r["values"]["int8_accuracy_pct"]), value_of(r["values"]["compiled_model_bytes"]),
+        by_metric = all(value_of(r["values"]["int8_accuracy_pct"]) is None for r in with_acc)
+        objectives = ["int8_metric_drop (min)" if by_metric else "int8_accuracy_pct (max)",
+                      "compiled_model_bytes (min)", "total_cycles (min)"]
+        pts = {r["leaf"]: (-_quality(r), value_of(r["values"]["compiled_model_bytes"]),
                            value_of(r["values"]["total_cycles"])) for r in with_acc}
         note = "accuracy against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]
@@ -61,9 +72,11 @@ def _leaf_order(name: str) -> tuple:
 # Requirement -> (row value, sign applied to it, unit, label): a requirement holds when sign * value <= limit.
 REQUIREMENT_VALUES = {
     "max_accuracy_drop": ("int8_accuracy_delta_pts", -1, "pts", f"int8 accuracy drop vs {REFERENCE_LEAF}"),
+    "max_metric_drop": ("int8_metric_drop", 1, "", f"int8 metric drop vs {REFERENCE_LEAF}"),
     "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
     "max_sram": ("sram_bytes", 1, "B", "SRAM"),
     "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
+    "max_npu_cycles": ("npu_cycles", 1, "cycles", "NPU cycles"),
 }
 
 
@@ -71,7 +84,7 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     checks: dict[str, dict[str, Any]] = {}
     for name, limit in req.given().items():
         key, sign, unit, label = REQUIREMENT_VALUES[name]
-        cell = row["values"][key]
+        cell = row["values"].get(key) or {"value": None, "unavailable": "the leaf is judged by accuracy"}
         value = None if value_of(cell) is None else sign * value_of(cell)
         check: dict[str, Any] = {"label": f"{label} ≤ {_fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
@@ -132,11 +145,14 @@ def _fmt_limit(v: Any, unit: str) -> str:
         return f"{v:.4g} ms"
     if unit == "pts":
         return f"{v:.2f} pts"
+    if unit == "cycles":
+        return f"{int(round(v)):,} cycles"
     return f"{v:g} {unit}".strip()
 
 
 def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> dict[str, Any]:
-    """Walk the tree levels, least optimized first; in a level prefer accuracy, then smaller flash."""
+    """The least-optimized leaf meeting the requirements that no other meeting leaf beats on accuracy, flash and
+    latency at once (:mod:`edgedeploy.recommend`); in a level prefer accuracy, then smaller flash."""
     candidates = [r for r in rows if value_of(r["values"]["total_cycles"]) is not None]
     base = {"target": target, "requirements": req.given()}
     if not candidates:
@@ -146,28 +162,35 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in candidates:
         groups.setdefault(r["level"], []).append(r)
-    order = sorted(groups, key=lambda lv: (lv is None, lv if lv is not None else 0))
 
     def preference(r: dict[str, Any]) -> tuple:
-        acc = value_of(r["values"]["int8_accuracy_pct"])
-        return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
+        acc = _quality(r)
+        # with a latency requirement, fewer cycles come before a smaller flash
+        cycles = value_of(r["values"]["total_cycles"]) if req.max_latency_ms is not None else 0
+        return (-(acc if acc is not None else -math.inf), cycles or 0, value_of(r["values"]["compiled_model_bytes"]),
+                r["leaf"])
 
-    for level in order:
-        meeting = [r for r in groups[level] if r["meets_requirements"] in (True, None)]
-        if meeting:
-            best = min(meeting, key=preference)
-            best["recommended"] = True
-            names = ", ".join(sorted(r["leaf"] for r in groups[level]))
-            what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
-            if level is None:
-                why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
-            else:
-                why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
-                       f"requirement ({what})")
-            if len(groups[level]) > 1:
-                why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
-            return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
-                    "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
+    meeting = [r for r in candidates if r["meets_requirements"] in (True, None)]
+    if meeting:  # the least-optimized meeting leaf that no other meeting leaf beats on every axis
+        from .recommend import choose
+
+        choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
+        best, level = choice.row, choice.row["level"]
+        best["recommended"] = True
+        names = ", ".join(sorted(r["leaf"] for r in groups[level]))
+        what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
+        if level is None:
+            why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
+        else:
+            why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
+                   f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
+        if len(groups[level]) > 1:
+            why += ("; chosen within the level for the best int8 accuracy, then "
+                    + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
+        why += choice.why()
+        return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
+                "passed_over": choice.beaten,
+                "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
     # Nothing meets everything: say which requirement nothing meets, and by how much.
     names = sorted({n for r in candidates for n in r["requirements"]})
     unmet = []

@@ -56,12 +56,15 @@ GATED = {
     "flash": ("compiled_model_bytes", False, "flash (compiled model)", "B"),
     "sram": ("sram_bytes", False, "SRAM", "B"),
     "cycles": ("total_cycles", False, "total cycles", "cycles"),
+    # a leaf judged by another metric than accuracy (MSE, PSNR ...): its direction is in the cell
+    "metric": ("int8_metric", True, "int8 metric", ""),
 }
 DEFAULT_TOLERANCES = {
     "accuracy": Tolerance(0.5, False),
     "flash": Tolerance(1.0, True),
     "sram": Tolerance(1.0, True),
     "cycles": Tolerance(2.0, True),
+    "metric": Tolerance(1.0, True),
 }
 DEFAULT_TOLERANCE_TEXT = "accuracy=0.5,flash=1%,sram=1%,cycles=2%"
 
@@ -106,12 +109,14 @@ class Requirements:
     """What the user needs; None means no limit."""
 
     max_accuracy_drop: float | None = None  # percentage points of int8 accuracy below the ptq leaf
+    max_metric_drop: float | None = None  # the leaf's metric worse than the ptq leaf's, in its unit (any task)
     max_flash: int | None = None  # bytes of the compiled model (what firmware stores in flash)
     max_sram: int | None = None  # bytes, Vela's SRAM estimate
     max_latency_ms: float | None = None
+    max_npu_cycles: int | None = None  # Vela's NPU cycle estimate
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_flash", "max_sram", "max_latency_ms")
+    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}
@@ -147,13 +152,19 @@ def requirements_from_project(path: Path) -> Requirements:
             f"allowed keys: {', '.join(Requirements.KEYS)}",
         )
     values: dict[str, Any] = {}
-    for key in ("max_accuracy_drop", "max_latency_ms"):
+    for key in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
         if key in table:
             v = table[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise UsageError(f"{path}: key `requirements.{key}` is {v!r}; it must be a number >= 0",
                                  "fix the project file")
             values[key] = float(v)
+    if "max_npu_cycles" in table:
+        v = table["max_npu_cycles"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise UsageError(f"{path}: key `requirements.max_npu_cycles` is {v!r}; it must be an integer >= 0",
+                             "fix the project file")
+        values["max_npu_cycles"] = v
     for key in ("max_flash", "max_sram"):
         if key in table:
             try:

@@ -38,6 +38,8 @@ def load_report_json(path: Path) -> dict[str, Any]:
 def _fmt_gated(v: float, unit: str) -> str:
     if unit == "%":
         return f"{v:.2f}%"
+    if unit == "":  # a task's metric (MSE ...)
+        return f"{v:.4g}"
     return f"{int(round(v)):,}" + (" B" if unit == "B" else "")
 
 
@@ -59,6 +61,9 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
         o_vals, n_vals = old_rows[key].get("values", {}), new_rows[key]["values"]
         for name, (vkey, higher_better, label, unit) in GATED.items():
             o, n = value_of(o_vals.get(vkey)), value_of(n_vals.get(vkey))
+            if name == "metric":  # the leaf's own metric, with its direction
+                cell = n_vals.get(vkey) or o_vals.get(vkey) or {}
+                higher_better, label = bool(cell.get("higher_is_better", True)), f"int8 {cell.get('metric', 'metric')}"
             if o is None and n is None:
                 continue
             base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
@@ -75,7 +80,8 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
             worse_by = (o - n) if higher_better else (n - o)
             tol = tolerances[name]
             rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
-            diff = f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+,.0f}"
+            diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
+                    f"{n - o:+,.0f}")
             text = (f"{leaf} on {target}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
             if worse_by > tol.allowed(o) + 1e-9:
                 regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
+from ..tree import CLUSTERED_LEAVES, LEAF_LEVELS  # noqa: F401
 
 
-
-# Levels of the deployment tree, least optimized first. The recommendation walks
-# them in this order and takes the first level with a leaf that meets every
-# requirement. A name ending in one of LEVEL_SUFFIXES has the level of its base
+# Levels of the deployment tree, least optimized first. The recommendation takes
+# the least-optimized leaf that meets every requirement and that no other such
+# leaf beats on accuracy, flash and latency at once (report.recommend). A name ending in one of LEVEL_SUFFIXES has the level of its base
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
-LEAF_LEVELS: dict[str, int] = {
-    "ptq": 0,
-    "qat": 1,
-    "pruned": 2,
-    "clustered": 2,
-    "pqat": 3,
-    "cqat": 3,
-    "pruned_clustered": 3,
-    "pcqat": 4,
-}
+# (the levels are the node table's: edgedeploy.tree)
 LEVEL_SUFFIXES = ("_palette", "_ptq")
 REFERENCE_LEAF = "ptq"
-# Leaves whose weights were clustered, so Vela's palette encoding should apply to them.
-CLUSTERED_LEAVES = frozenset({"clustered", "cqat", "pruned_clustered", "pcqat"})
 
 # Vela's weight encoder keeps a palette of at most 32 distinct values per weight stream.
 PALETTE_LIMIT = 32

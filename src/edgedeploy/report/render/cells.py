@@ -76,6 +76,8 @@ def cell_text(row: Mapping[str, Any], col: Column, notes: Footnotes | None = Non
         return judgment_text(row, col.key)
     cell = row["values"][col.key]
     text = fmt_value(cell.get("value"), col.kind)
+    if col.kind == "metric" and cell.get("value") is not None:  # a leaf judged by its task's metric (e.g. MSE)
+        text = f"{cell['value']:.4g}{(' ' + cell['unit']) if cell.get('unit') else ''} {cell.get('metric', '')}".strip()
     if cell.get("value") is None and notes is not None:
         text += f" [{notes.mark(cell.get('unavailable') or 'not recorded')}]"
     return text

@@ -7,7 +7,7 @@ import io
 import json
 from typing import Any, Mapping
 
-from ..columns import ALL_COLUMNS, JUDGMENT_COLUMNS, VALUE_COLUMNS
+from ..columns import JUDGMENT_COLUMNS, columns_of, value_columns
 from .cells import judgment_text
 
 
@@ -20,11 +20,11 @@ def render_csv(doc: Mapping[str, Any]) -> str:
     """One line per row; numbers exactly as in the JSON, unavailable cells empty and explained in the last column."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([c.key for c in ALL_COLUMNS] + ["unavailable"])
+    writer.writerow([c.key for c in columns_of(doc)] + ["unavailable"])
     for row in doc["rows"]:
         line: list[Any] = [row["leaf"], row.get("target") or "", "" if row.get("level") is None else row["level"]]
         missing = []
-        for c in VALUE_COLUMNS:
+        for c in value_columns(doc["rows"]):
             cell = row["values"][c.key]
             v = cell.get("value")
             line.append("" if v is None else repr(v) if isinstance(v, float) else v)

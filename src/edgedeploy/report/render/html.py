@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Callable, Mapping, Sequence
 
-from ..columns import ALL_COLUMNS
+from ..columns import columns_of
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 from .text import LAYER_HEADERS, npu_layer_tables
 from .plots import plot_accuracy_vs, plot_flash_vs_cycles, plot_layer_cycles, plot_weight_stages
@@ -75,9 +75,9 @@ def render_html(doc: Mapping[str, Any]) -> str:
         parts.append(f"<li class='{cls}'>{_h(r['message'])}</li>")
     parts.append("</ul>")
     parts.append("<h2>Results</h2>")
-    numeric = [c.kind != "text" for c in ALL_COLUMNS]
-    parts.append(_html_table([c.header for c in ALL_COLUMNS],
-                             [[cell_text(r, c, notes) for c in ALL_COLUMNS] for r in doc["rows"]], numeric,
+    numeric = [c.kind != "text" for c in columns_of(doc)]
+    parts.append(_html_table([c.header for c in columns_of(doc)],
+                             [[cell_text(r, c, notes) for c in columns_of(doc)] for r in doc["rows"]], numeric,
                              ["recommended" if r.get("recommended") else "" for r in doc["rows"]], keys=3))
     parts.append("<h2>Pareto front (per target)</h2><ul>")
     for t, p in doc["pareto"].items():
