@@ -335,6 +335,17 @@ def _check_cpu_fallback(ctx: RunContext, records: Iterable[StageRecord]) -> None
         )
 
 
+def _imported_models(run_dir: Path) -> set[str]:
+    """sha256 of the models ``run_dir`` imported before; read without its lock, only to skip checking them again."""
+    if not (Path(run_dir) / "manifest.json").is_file():
+        return set()
+    try:
+        manifest = Manifest.load(run_dir)
+    except EdgeDeployError:
+        return set()  # opening the run folder reports it
+    return {a.sha256 for r in manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+
+
 def compile_tflite(
     models: Sequence[Path],
     target_names: Sequence[str],
@@ -348,8 +359,8 @@ def compile_tflite(
         raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
     models = [Path(m) for m in models]
     targets = resolve_targets(target_names)
-    ctx = RunContext.open(out)
-    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    # The models are checked before the run folder is opened (created and locked): bad input leaves nothing.
+    imported = _imported_models(out)
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
@@ -363,6 +374,7 @@ def compile_tflite(
                     pool.restart()
                     raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
                                           "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)
