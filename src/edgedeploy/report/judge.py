@@ -162,7 +162,10 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
 
     def preference(r: dict[str, Any]) -> tuple:
         acc = _quality(r)
-        return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
+        # with a latency requirement, fewer cycles come before a smaller flash
+        cycles = value_of(r["values"]["total_cycles"]) if req.max_latency_ms is not None else 0
+        return (-(acc if acc is not None else -math.inf), cycles or 0, value_of(r["values"]["compiled_model_bytes"]),
+                r["leaf"])
 
     for level in order:
         meeting = [r for r in groups[level] if r["meets_requirements"] in (True, None)]
@@ -177,7 +180,8 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
                 why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
                        f"requirement ({what})")
             if len(groups[level]) > 1:
-                why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
+                why += ("; chosen within the level for the best int8 accuracy, then "
+                        + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
             return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
                     "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
     # Nothing meets everything: say which requirement nothing meets, and by how much.
