@@ -556,7 +556,7 @@ if _pytest is not None:
 
     @_pytest.fixture(scope="session")
     def edgedeploy_device(request: Any, golden_bundle: GoldenBundle) -> Iterator[Transport]:
-        """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per session)."""
+        """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per test run)."""
         kind = request.config.getoption("edgedeploy_device", default=None) or "host"
         if kind == "qemu":
             transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))

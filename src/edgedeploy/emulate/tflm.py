@@ -26,7 +26,7 @@ from .render import fill, template
 from .toolchain import Toolchain
 
 KERNELS = "tensorflow/lite/micro/kernels"
-# runtime sources, relative to the tree; test helpers left out
+# runtime sources, relative to the tree; test-only sources left out
 RUNTIME_DIRS = (
     "tensorflow/lite/micro",
     "tensorflow/lite/micro/arena_allocator",
@@ -41,7 +41,7 @@ RUNTIME_DIRS = (
     "tensorflow/compiler/mlir/lite/core/api",
     "tensorflow/compiler/mlir/lite/schema",
 )
-RUNTIME_SKIP = {  # test helpers, and what the interpreter links without (recording allocators, profiler, hexdump)
+RUNTIME_SKIP = {  # test-only sources, and what the interpreter links without (recording allocators, profiler, hexdump)
     "fake_micro_context.cc", "mock_micro_graph.cc", "test_helpers.cc", "test_helper_custom_ops.cc", "hexdump.cc",
     "micro_profiler.cc", "micro_time.cc", "recording_micro_allocator.cc", "recording_single_arena_buffer_allocator.cc",
     "system_setup.cc", "non_persistent_buffer_planner_shim.cc",
