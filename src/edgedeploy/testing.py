@@ -39,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import InvalidInputError, ToolFailedError
+from .errors import InvalidInputError, ToolFailedError, ToolMissingError
 
 Transport = Callable[[bytes], bytes]
 
@@ -561,7 +561,11 @@ if _pytest is not None:
         """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per test run)."""
         kind = request.config.getoption("edgedeploy_device", default=None) or "host"
         if kind == "qemu":
-            transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))
+            try:
+                transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))
+            except ToolMissingError as exc:  # one line that names this plugin's option, not a traceback
+                hint = (exc.hint or "").replace("--tflm-dir", "--edgedeploy-tflm-dir")
+                _pytest.fail(f"--edgedeploy-device qemu: {exc.message}. {hint}", pytrace=False)
             try:
                 yield transport
             finally:

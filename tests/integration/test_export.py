@@ -289,8 +289,9 @@ def test_edgedeploy_add_model_regenerates_when_settings_or_model_change(cmake, b
 # --------------------------------------------------------------------------- the sample HIL test
 
 
-def run_hil(test_dir: Path, bundle: Path) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_dir), "--edgedeploy-bundle", str(bundle)]
+def run_hil(test_dir: Path, bundle: Path, *more: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_dir), "--edgedeploy-bundle", str(bundle),
+            *more]
     if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
         args[3:3] = ["-p", "edgedeploy.testing"]  # a source checkout that was not installed
     return subprocess.run(args, capture_output=True, text=True, cwd=test_dir)
@@ -300,6 +301,18 @@ def test_sample_hil_test_passes_against_the_host_reference(bundle):
     proc = run_hil(REPO / "examples" / "hil", bundle)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "9 passed" in proc.stdout  # 8 golden cases + the top-1 test
+
+
+def test_qemu_device_without_its_tools_says_so_in_one_line(bundle, tmp_path):
+    """No TFLM tree (or no toolchain): each test errors with one line naming the fix, not a traceback."""
+    proc = run_hil(REPO / "examples" / "hil", bundle, "--edgedeploy-device", "qemu", "--edgedeploy-tflm-dir", str(tmp_path))
+    assert proc.returncode == 1 and "9 errors" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout and "ToolMissingError" not in proc.stdout, proc.stdout[-3000:]
+    lines = {line for line in proc.stdout.splitlines() if line.startswith("--edgedeploy-device qemu: ")}
+    assert len(lines) == 1, proc.stdout[-3000:]
+    tools = ("arm-none-eabi-gcc", "cmake", "qemu-system-arm")
+    if all(shutil.which(t) for t in tools):  # else the first missing tool is named
+        assert "--edgedeploy-tflm-dir" in lines.pop()
 
 
 def test_sample_hil_test_fails_on_a_one_element_change(bundle, tmp_path):
