@@ -124,6 +124,29 @@ def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
     assert " mse" in text and "AUC" in text and "0.00" not in text.split("Accuracy")[0]
 
 
+def test_a_reconstruction_leaf_exports_golden_vectors_without_class_labels(ad_tree, anomaly_data, tmp_path):
+    """Its targets are the inputs, not class indices: export takes the evaluation rows in file order and
+    writes golden outputs equal to a TFLM run, with no label."""
+    from edgedeploy.compile import compile_run
+
+    compile_run(ad_tree.run_dir, ["ethos-u55-128"])
+    fw = tmp_path / "fw"
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(ad_tree.run_dir), "--leaf", "ptq", "-t",
+                           "ethos-u55-128", "-o", str(fw), "--golden", "3"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    g = np.load(fw / "golden.npz")
+    d = np.load(anomaly_data)
+    assert g["row"].tolist() == np.flatnonzero(d["split"] == 1)[:3].tolist()
+    assert g["label"].tolist() == [-1, -1, -1] and g["output_0"].shape == (3, 490)
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(fw / "ptq_int8.tflite"))
+    for x, want in zip(g["input_0"], g["output_0"]):
+        interp.set_input(x[None, ...], 0)
+        interp.invoke()
+        assert np.array_equal(np.asarray(interp.get_output(0))[0], want)
+
+
 def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_data, tmp_path):
     d = np.load(anomaly_data)
     bad = tmp_path / "bad.npz"
@@ -183,3 +206,10 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     ptq = outcome.leaves["ptq"].metrics
     assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
     assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
+    from edgedeploy.compile import compile_run
+
+    compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(outcome.run_dir), "--leaf", "ptq", "-t",
+                           "ethos-u55-128", "-o", str(tmp_path / "fw"), "--golden", "2"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert np.load(tmp_path / "fw" / "golden.npz")["output_0"].shape == (2, 49, 10, 1)

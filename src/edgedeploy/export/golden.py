@@ -30,20 +30,25 @@ class EvalData:
     sha256: str = ""
 
 
-def load_eval_data(path: Path, input_shape: Sequence[int], num_classes: int) -> EvalData:
-    """The evaluation split of a data file (see :mod:`edgedeploy.data`), with each row's index in the file."""
+def load_eval_data(path: Path, input_shape: Sequence[int], num_classes: int, kind: str = "classification") -> EvalData:
+    """The evaluation split of a data file (see :mod:`edgedeploy.data`), with each row's index in the file.
+
+    ``kind`` is the run's task (:mod:`edgedeploy.task`): only a classifier's targets are class labels; a
+    regression or reconstruction model's are values, so its golden cases carry no label (``y`` is None).
+    """
     import numpy as np
 
     from ..data import EVAL, load_dataset
 
-    ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes))
+    ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes), kind)
     info = ds.describe()
     if ds.layout == "x/y/split":
         with np.load(ds.path, allow_pickle=False) as npz:
             rows = np.flatnonzero(npz["split"] == EVAL).astype(np.int64)
     else:
         rows = np.arange(len(ds.x_eval), dtype=np.int64)
-    return EvalData(ds.path, ds.x_eval, ds.y_eval, rows, ds.labels, str(info["eval_split"]), ds.sha256)
+    y = ds.y_eval if kind == "classification" else None
+    return EvalData(ds.path, ds.x_eval, y, rows, ds.labels, str(info["eval_split"]), ds.sha256)
 
 
 def select_cases(y: Any | None, n: int) -> list[int]:

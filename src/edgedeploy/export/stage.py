@@ -167,7 +167,8 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     data = None
     if data_path is not None:
         in_shape = int8_model.inputs[0].shape if int8_model.inputs else ()
-        data = load_eval_data(data_path, in_shape[1:] if len(in_shape) > 1 else in_shape, n_classes or 0)
+        kind = str(src.data_info.get("task") or "classification")  # what optimize trained it for
+        data = load_eval_data(data_path, in_shape[1:] if len(in_shape) > 1 else in_shape, n_classes or 0, kind)
     labels, labels_origin, label_warnings = _labels_for(src, data, n_classes)
     warnings += label_warnings
 
