@@ -126,6 +126,24 @@ def test_a_firmware_that_faults_gives_one_line(tflm_cache, bundle, build_dir, tm
     assert "EDGEDEPLOY start" in err[0]  # the last lines the firmware printed
 
 
+def test_an_arena_too_small_quotes_tflm_in_one_line(tflm_cache, bundle, build_dir, tmp_path):
+    """AllocateTensors fails: the one line quotes TFLM's own reason (its MicroPrintf output), not just the call."""
+    fw = copy_bundle(bundle, build_dir)
+    manifest = json.loads((fw / "manifest.json").read_text())
+    header = fw / f"{manifest['name']}.h"
+    define = f"#define {manifest['name'].upper()}_CPU_TENSOR_ARENA_SIZE "
+    text = header.read_text()
+    assert define in text
+    header.write_text("\n".join(define + "4096u" if ln.startswith(define) else ln for ln in text.split("\n")))
+    manifest["files"][header.name]["sha256"] = sha256_file(header)  # as if exported with a 4 KiB arena
+    (fw / "manifest.json").write_text(json.dumps(manifest))
+    result = cli("emulate", fw, "--build-dir", build_dir)
+    assert result.exit_code == 6, result.output
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in result.output, result.output
+    assert "AllocateTensors failed (arena 4096 bytes); TFLM says: " in err[0] and "allocate" in err[0], err[0]
+
+
 def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path):
     from edgedeploy.emulate.run import emulate_bundle
     from edgedeploy.errors import ToolFailedError

@@ -46,6 +46,14 @@ def test_parse_output_fault_and_error_lines():
     assert rep.error == "AllocateTensors failed (arena 64 bytes)"
 
 
+def test_parse_output_keeps_tflm_messages_in_order():
+    rep = qemu.parse_output("EDGEDEPLOY start model=10 arena=64\nEDGEDEPLOY tflm Failed to allocate tail memory.\n"
+                            "EDGEDEPLOY tflm \nEDGEDEPLOY tflm Node CONV_2D (number 0) failed to prepare\n"
+                            "EDGEDEPLOY error AllocateTensors failed (arena 64 bytes)\n")
+    assert rep.tflm_messages == ["Failed to allocate tail memory.", "Node CONV_2D (number 0) failed to prepare"]
+    assert rep.error == "AllocateTensors failed (arena 64 bytes)"
+
+
 def test_last_lines_is_one_line():
     assert qemu.last_lines("a\n\nb\nc\nd\n") == "b | c | d"
     assert qemu.last_lines("") == "(no output)"

@@ -37,6 +37,7 @@ class FirmwareReport:
     fault: str | None = None
     error: str | None = None
     lines: list[str] = field(default_factory=list)
+    tflm_messages: list[str] = field(default_factory=list)  # TFLM's MicroPrintf lines, in order
 
 
 def parse_output(text: str) -> FirmwareReport:
@@ -60,6 +61,8 @@ def parse_output(text: str) -> FirmwareReport:
             rep.fault = rest[len(word) :].strip()
         elif word == "error":
             rep.error = rest[len(word) :].strip()
+        elif word == "tflm" and rest[len(word) :].strip():
+            rep.tflm_messages.append(rest[len(word) :].strip())
         if "arena_used_bytes" in kv:
             rep.arena_used_bytes = int(kv["arena_used_bytes"])
         if "stack_used_bytes" in kv:
@@ -97,7 +100,8 @@ def run_firmware(qemu: str, elf: Path, workdir: Path, inputs: bytes, timeout: fl
     if res.timed_out:
         raise ToolFailedError(f"the firmware hung: no exit within {timeout:g} s on QEMU; last output: {last_lines(text)}", hint)
     if rep.error:
-        raise ToolFailedError(f"the firmware stopped: {rep.error}", hint)
+        said = f"; TFLM says: {' | '.join(rep.tflm_messages[-3:])}" if rep.tflm_messages else ""
+        raise ToolFailedError(f"the firmware stopped: {rep.error}{said}", hint)
     if not rep.started:
         raise ToolFailedError(f"the firmware printed no start line (QEMU exit {res.returncode}); output: {last_lines(text)}", hint)
     if not rep.done or res.returncode != 0:
