@@ -1,6 +1,6 @@
 """`edgedeploy emulate` for real: TFLM built for Cortex-M55, the bundle's firmware on QEMU's mps3-an547.
 
-The TFLM library is built once per test session into one cache (``EDGEDEPLOY_TEST_TFLM_CACHE`` names a
+The TFLM library is built once per test run into one cache (``EDGEDEPLOY_TEST_TFLM_CACHE`` names a
 persistent one); each test then builds only its small firmware.
 """
 

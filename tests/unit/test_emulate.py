@@ -194,3 +194,25 @@ def test_cli_on_a_bundle_without_cpu_path(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"schema": "edgedeploy.firmware", "name": "kws", "cpu_model": None}))
     result = CliRunner().invoke(app, ["emulate", str(tmp_path)])
     assert result.exit_code == 3 and "no CPU path" in result.stderr and "--golden N" in result.stderr
+
+
+def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_path):
+    from edgedeploy.doctor import emulation_checks
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(toolchain.TFLM_ENV, raising=False)
+    checks = {c.name: c for c in emulation_checks(have_gcc=False)}
+    assert checks["newlib (arm-none-eabi)"].hint == "apt-get install libnewlib-arm-none-eabi"
+    assert checks["libstdc++ (arm-none-eabi)"].hint == "apt-get install libstdc++-arm-none-eabi-newlib"
+    assert checks["qemu-system-arm"].hint == "apt-get install qemu-system-arm"
+    assert not any(c.found for c in checks.values())
+    assert "--tflm-dir" in checks["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"].hint
+
+
+@needs_tree
+def test_doctor_finds_the_tree_from_the_environment(monkeypatch):
+    from edgedeploy.doctor import emulation_checks
+
+    monkeypatch.setenv(toolchain.TFLM_ENV, str(TREE))
+    tree = {c.name: c for c in emulation_checks(have_gcc=False)}["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"]
+    assert tree.found and tree.path == str(TREE.resolve())

@@ -20,7 +20,7 @@ from ..errors import InvalidInputError, ToolFailedError
 from ..fsutil import atomic_write_text
 from ..proc import run_command
 from .render import fill, template
-from .tflm import OpKernel, TflmLibrary
+from .tflm import OpKernel, TflmLibrary, cmake_generator
 from .toolchain import Toolchain
 
 LINKER_TEMPLATE = "third_party/cortex_dfp/ARMCM55/Config/ARMCM55_gcc.ld"
@@ -83,10 +83,8 @@ def write_project(
 def build(project: Path, toolchain: Toolchain, timeout: float = 600) -> Firmware:
     """Configure and build the firmware project; a failure is a ToolFailedError with the compiler's last lines."""
     build_dir = project / "build"
-    from .tflm import _generator
-
     cfg = run_command(
-        [toolchain.cmake, "-S", project, "-B", build_dir, "-G", _generator(),
+        [toolchain.cmake, "-S", project, "-B", build_dir, "-G", cmake_generator(),
          f"-DCMAKE_TOOLCHAIN_FILE={project / 'toolchain.cmake'}", "-DCMAKE_BUILD_TYPE=Release", *toolchain.cmake_defines()],
         timeout=300,
         log_file=project / "configure.log",

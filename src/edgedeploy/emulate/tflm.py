@@ -21,12 +21,12 @@ from typing import Iterable
 from .. import __version__
 from ..errors import UsageError
 from ..fsutil import atomic_write_text
-from ..proc import check, run_command
+from ..proc import check, run_command, which
 from .render import fill, template
 from .toolchain import Toolchain
 
 KERNELS = "tensorflow/lite/micro/kernels"
-# runtime sources, relative to the tree; test helpers left out
+# runtime sources, relative to the tree; test-only sources left out
 RUNTIME_DIRS = (
     "tensorflow/lite/micro",
     "tensorflow/lite/micro/arena_allocator",
@@ -41,7 +41,7 @@ RUNTIME_DIRS = (
     "tensorflow/compiler/mlir/lite/core/api",
     "tensorflow/compiler/mlir/lite/schema",
 )
-RUNTIME_SKIP = {  # test helpers, and what the interpreter links without (recording allocators, profiler, hexdump)
+RUNTIME_SKIP = {  # test-only sources, and what the interpreter links without (recording allocators, profiler, hexdump)
     "fake_micro_context.cc", "mock_micro_graph.cc", "test_helpers.cc", "test_helper_custom_ops.cc", "hexdump.cc",
     "micro_profiler.cc", "micro_time.cc", "recording_micro_allocator.cc", "recording_single_arena_buffer_allocator.cc",
     "system_setup.cc", "non_persistent_buffer_planner_shim.cc",
@@ -141,7 +141,7 @@ def cache_root() -> Path:
 def cache_key(tree: Path, toolchain: Toolchain) -> str:
     h = hashlib.sha256()
     h.update(tree_digest(tree).encode())
-    h.update(f"\0{tree}\0{toolchain.gcc}\0{toolchain.gcc_version}\0{_generator()}\0".encode())
+    h.update(f"\0{tree}\0{toolchain.gcc}\0{toolchain.gcc_version}\0{cmake_generator()}\0".encode())
     for name in TEMPLATES:
         h.update(template(name).encode())
     return h.hexdigest()[:20]
@@ -182,7 +182,7 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
         build = root / "build"
         log = root / "build.log"
         cfg = run_command(
-            [toolchain.cmake, "-S", src, "-B", build, "-G", _generator(), f"-DCMAKE_TOOLCHAIN_FILE={src / 'toolchain.cmake'}",
+            [toolchain.cmake, "-S", src, "-B", build, "-G", cmake_generator(), f"-DCMAKE_TOOLCHAIN_FILE={src / 'toolchain.cmake'}",
              "-DCMAKE_BUILD_TYPE=Release", *toolchain.cmake_defines()],
             timeout=300,
             log_file=log,
@@ -195,7 +195,6 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
         return TflmLibrary(lib, key, True, cfg.seconds + res.seconds, len(sources))
 
 
-def _generator() -> str:
-    from ..proc import which
-
+def cmake_generator() -> str:
+    """Ninja when installed (it starts faster), else make."""
     return "Ninja" if which("ninja") else "Unix Makefiles"
