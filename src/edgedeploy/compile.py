@@ -20,6 +20,7 @@ from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
+from .npu_compute import compute_facts
 from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
 from .vela_pool import MAX_JOBS, VelaPool, default_jobs
@@ -172,6 +173,11 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.npu_compute)
+    details["npu_compute"] = compute_facts(layers)
+    for bound in ("compute", "memory"):
+        metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
+                                                  "estimated")
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
         from .optimize.palette.debugdb import npu_weight_report

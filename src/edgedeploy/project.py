@@ -105,6 +105,18 @@ def load_project(path: Path) -> Project:
     )
 
 
+def merged_options(project: Project, options: CompileOptions | None) -> CompileOptions:
+    """The project's compile options, with command-line options that differ from the defaults winning."""
+    opts = project.compile
+    if options is not None:
+        defaults = CompileOptions()
+        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
+                                                         "debug_db")
+                                if getattr(options, k) != getattr(defaults, k)})
+    opts.check()
+    return opts
+
+
 def run_project(
     path: Path,
     extra_targets: Sequence[str] = (),
@@ -117,15 +129,10 @@ def run_project(
 
     project = load_project(path)
     targets = resolve_targets([*project.targets, *extra_targets])
-    opts = project.compile
-    if options is not None:  # command-line options that differ from the defaults win
-        defaults = CompileOptions()
-        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
-                                                         "debug_db")
-                                if getattr(options, k) != getattr(defaults, k)})
-    opts.check()
+    opts = merged_options(project, options)
     run_dir = out or project.out
-    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda)
+    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda,
+                      executor=opts.executor, ray_address=opts.ray_address)
     ctx = RunContext.open(run_dir)
     variants = [(leaf, ctx.manifest.resolve(rec.output("int8_model")), rec.id) for leaf, rec in result.leaves.items()]
     return compile_variants(ctx, variants, targets, opts)

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from ..tree import PALETTE_LIMIT
 from ..columns import Column, columns_of
+from .walk import walk_lines
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes
 
 
@@ -14,7 +15,7 @@ ACCURACY_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta
                  "gzip_bytes")
 MEMORY_KEYS = ("leaf", "level", "encoded_weights_bytes", "encoded_weights_ratio", "compiled_model_bytes", "vela_flash_bytes",
                "sram_bytes", "dram_bytes", "fits_board")
-SPEED_KEYS = ("leaf", "npu_cycles", "total_cycles", "npu_clock_mhz", "latency_ms", "inferences_per_s",
+SPEED_KEYS = ("leaf", "npu_cycles", "npu_cycles_ratio", "npu_macs", "npu_macs_ratio", "compute_bound_pct", "total_cycles", "npu_clock_mhz", "latency_ms", "inferences_per_s",
               "mac_utilization_pct", "cpu_operators", "pareto", "meets_requirements", "recommended")
 
 
@@ -80,6 +81,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
+    for line in walk_lines(doc.get("walk")):
+        console.print(f"Walk {line}", markup=False)
     for t, p in doc["pareto"].items():
         console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})", markup=False)
     for leaf, c in doc.get("compression", {}).items():
