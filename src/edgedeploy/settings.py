@@ -60,10 +60,14 @@ class Key:
         if self.choices is not None:
             return f"one of {', '.join(str(c) for c in self.choices)}"
         if self.minimum is not None or self.maximum is not None:
-            lo = "" if self.minimum is None else f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}"
-            hi = "" if self.maximum is None else f"{'<' if self.exclusive_maximum else '<='} {self.maximum:g}"
+            lo = "" if self.minimum is None else f"{'>' if self.exclusive_minimum else '>='} {_num(self.minimum)}"
+            hi = "" if self.maximum is None else f"{'<' if self.exclusive_maximum else '<='} {_num(self.maximum)}"
             what += " " + " and ".join(p for p in (lo, hi) if p)
         return what
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _printable(text: str, limit: int = 80) -> str:
