@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +31,7 @@ class Row:
     default: Any
     choices: tuple = ()
     help: str = ""
+    allowed: str = ""  # a range, in words, where there are no choices
 
 
 # Pages written beside the code they document, and the nav section each joins when it is not listed in mkdocs.yml.
@@ -99,9 +100,34 @@ def key_rows(kind: str) -> list[Row]:
                     "target": ("targets", "TARGET_KEYS")}[kind]
     table = _find_keys(module, name)
     if table is not None:
-        return [Row(k.path, _type_name(k.type), k.default, tuple(k.choices or ()), k.help or "") for k in table]
+        rows = [_row_of_key(k) for k in table if not (kind == "project" and k.path.startswith("recipe."))]
+        if kind == "recipe":  # [palette] defaults the sweep applies where the key table leaves them unset
+            used = _palette_defaults()
+            rows = [replace(r, default=used[r.path[8:]]) if r.default is None and r.path.startswith("palette.")
+                    and used.get(r.path[8:]) is not None else r for r in rows]
+        return rows
     rows = {"recipe": _recipe_rows, "project": _project_rows, "target": _target_rows}[kind]()
     return _with_help(kind, rows)
+
+
+def _row_of_key(k: Any) -> Row:
+    """A row from a ``settings.Key``: path ("*" shown as NAME), type, default or required, allowed values, help."""
+    default = k.default
+    if getattr(k, "required", False):
+        default = "(required)"
+    elif getattr(k, "required_when", ""):
+        default = f"(required for {k.required_when})"
+    def bound(value: float) -> str:
+        return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+    lo, hi = getattr(k, "minimum", None), getattr(k, "maximum", None)
+    allowed = " and ".join(
+        f"{sign} {bound(v)}" for sign, v in ((">" if getattr(k, "exclusive_minimum", False) else "≥", lo),
+                                              ("<" if getattr(k, "exclusive_maximum", False) else "≤", hi))
+        if v is not None)
+    items = getattr(k, "items", None)
+    kind = _type_name(k.type) + (f" of {_type_name(items)}s" if items else "")
+    return Row(k.path.replace("*", "NAME"), kind, default, tuple(k.choices or ()), k.help or "", allowed)
 
 
 def _find_keys(module: str, name: str):
@@ -147,33 +173,37 @@ def _recipe_rows() -> list[Row]:
 
 
 def _palette_defaults() -> dict[str, Any]:
-    """The defaults palette.py passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from its source."""
+    """The defaults the sweep passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from the source that calls it."""
     from edgedeploy import recipe as r
 
-    path = REPO / "src" / "edgedeploy" / "palette.py"
-    if not path.is_file():
-        path = next((REPO / "src" / "edgedeploy").rglob("*.py"))  # moved: the adapter is switched then
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                names[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Name):
-            return names[node.id]
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "PALETTE_DEFAULTS":
-            return r.PALETTE_DEFAULTS[ast.literal_eval(node.slice)]
-        return ast.literal_eval(node)
-
     out: dict[str, Any] = {}
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_palette_opt" and len(node.args) == 3
-                and isinstance(node.args[1], ast.Constant)):
-            out.setdefault(node.args[1].value, value(node.args[2]))
+    for path in sorted((REPO / "src" / "edgedeploy").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "_palette_opt(" not in text:
+            continue
+        tree = ast.parse(text)
+        names: dict[str, Any] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    names[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+
+        def value(node: ast.AST) -> Any:
+            if isinstance(node, ast.Name):
+                return names.get(node.id, getattr(r, node.id, None))
+            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "PALETTE_DEFAULTS":
+                return r.PALETTE_DEFAULTS[ast.literal_eval(node.slice)]
+            try:
+                return ast.literal_eval(node)
+            except ValueError:
+                return None
+
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_palette_opt"
+                    and len(node.args) == 3 and isinstance(node.args[1], ast.Constant)):
+                out.setdefault(node.args[1].value, value(node.args[2]))
     return out
 
 
@@ -236,7 +266,8 @@ def _target_rows() -> list[Row]:
             return super().string(key, allowed, required)
 
         def integer(self, key, minimum=0, required=True):
-            self._note(key, f"integer ≥ {minimum}", required)
+            self._note(key, "integer", required)
+            seen[f"{self.prefix}{key}"] = replace(seen[f"{self.prefix}{key}"], allowed=f"≥ {minimum:,}")
             return super().integer(key, minimum, required)
 
     t._Reader = Recording
@@ -409,17 +440,19 @@ def _code(value: Any) -> str:
 def _keys_table(kind: str) -> str:
     lines = ["| key | type | default | allowed values | what it sets |", "|---|---|---|---|---|"]
     for r in key_rows(kind):
-        choices = ", ".join(f"`{c}`" for c in r.choices)
-        lines.append(f"| `{r.path}` | {r.type} | {_cell(_code(r.default))} | {choices} | {_cell(r.help)} |")
+        lines.append(f"| `{r.path}` | {r.type} | {_cell(_code(r.default))} | {_allowed(r)} | {_cell(r.help)} |")
     return "\n".join(lines)
+
+
+def _allowed(r: Row) -> str:
+    return ", ".join(f"`{c}`" for c in r.choices) if r.choices else _cell(r.allowed)
 
 
 def _target_keys_table(_: str) -> str:
     lines = ["| key | type | required, or an example from the built-in files | allowed values | what it is |",
              "|---|---|---|---|---|"]
     for r in key_rows("target"):
-        choices = ", ".join(f"`{c}`" for c in r.choices)
-        lines.append(f"| `{r.path}` | {r.type} | {_cell(_code(r.default))} | {choices} | {_cell(r.help)} |")
+        lines.append(f"| `{r.path}` | {r.type} | {_cell(_code(r.default))} | {_allowed(r)} | {_cell(r.help)} |")
     return "\n".join(lines)
 
 
