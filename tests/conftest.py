@@ -38,6 +38,27 @@ def missing_data(item) -> str | None:
     return None
 
 
+def stratified_choice(indices, labels, n: int, seed: int):
+    """``n`` of ``indices`` (positions into ``labels``), the same share from every class, chosen at random with
+    ``seed``, in random order. The data sets are stored sorted by class: a leading slice would hold few classes."""
+    import numpy as np
+
+    indices = np.asarray(indices)
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels[indices])
+    groups = [rng.permutation(indices[labels[indices] == c]) for c in classes]
+    share = n // len(classes)
+    taken = [g[:share] for g in groups]
+    rest = rng.permutation(np.concatenate([g[share:] for g in groups]))[: n - sum(len(t) for t in taken)]
+    return rng.permutation(np.concatenate(taken + [rest]))
+
+
+@pytest.fixture(scope="session")
+def stratified():
+    """:func:`stratified_choice`: a seeded, class-balanced choice of samples for training, calibration or scoring."""
+    return stratified_choice
+
+
 def pytest_report_header(config):
     where = f"{SHARED_DATA} (found)" if SHARED_DATA.is_dir() else f"{SHARED_DATA} absent: the bundled examples/ instead"
     return [f"edgedeploy test seed: {SEED}", f"real data: {where}"]
@@ -72,6 +93,9 @@ def _isolate(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("EDGEDEPLOY_FVP_DIR", raising=False)
     random.seed(SEED)
     yield
+    from edgedeploy.fsutil import release_run_dirs
+
+    release_run_dirs()  # a command holds its run folder's lock until the process ends; tests share one process
 
 
 @pytest.fixture(scope="session")

@@ -100,7 +100,18 @@ def key_rows(kind: str) -> list[Row]:
                     "target": ("targets", "TARGET_KEYS")}[kind]
     table = _find_keys(module, name)
     if table is not None:
-        rows = [_row_of_key(k) for k in table if not (kind == "project" and k.path.startswith("recipe."))]
+        rows, tables = [], set()
+        for k in table:
+            if kind == "project" and k.path.startswith("recipe."):
+                continue  # the recipe page lists them
+            row = _row_of_key(k)
+            parts = row.path.split(".")
+            for i in range(1, len(parts)):
+                prefix = ".".join(parts[:i])
+                if prefix not in tables and not prefix.endswith("NAME"):
+                    tables.add(prefix)
+                    rows.append(Row(prefix, "table", None, ()))
+            rows.append(row)
         if kind == "recipe":  # [palette] defaults the sweep applies where the key table leaves them unset
             used = _palette_defaults()
             rows = [replace(r, default=used[r.path[8:]]) if r.default is None and r.path.startswith("palette.")
@@ -176,19 +187,24 @@ def _palette_defaults() -> dict[str, Any]:
     """The defaults the sweep passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from the source that calls it."""
     from edgedeploy import recipe as r
 
+    def constants(folder: Path) -> dict[str, Any]:
+        names: dict[str, Any] = {}
+        for path in sorted(folder.glob("*.py")):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    try:
+                        names.setdefault(node.targets[0].id, ast.literal_eval(node.value))
+                    except ValueError:
+                        pass
+        return names
+
     out: dict[str, Any] = {}
     for path in sorted((REPO / "src" / "edgedeploy").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "_palette_opt(" not in text:
             continue
         tree = ast.parse(text)
-        names: dict[str, Any] = {}
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                try:
-                    names[node.targets[0].id] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
+        names = constants(path.parent)
 
         def value(node: ast.AST) -> Any:
             if isinstance(node, ast.Name):
@@ -514,16 +530,10 @@ def _options(command: str) -> str:
 
 
 def _cli_app():
-    import importlib
+    """The typer application of the command line (``edgedeploy.cli.app.app``)."""
+    from edgedeploy.cli.app import app
 
-    for name in ("edgedeploy.cli", "edgedeploy.commands", "edgedeploy.cli.app"):
-        try:
-            app = getattr(importlib.import_module(name), "app", None)
-        except ModuleNotFoundError:
-            continue
-        if app is not None:
-            return app
-    raise ModuleNotFoundError("no typer app found in edgedeploy.cli")
+    return app
 
 
 GENERATORS: dict[str, Callable[[str], str]] = {

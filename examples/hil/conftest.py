@@ -1,9 +1,17 @@
 """Connects the HIL tests in this folder to a device.
 
-Here the "device" is the TensorFlow Lite Micro interpreter on the host, running
-the bundle's int8 model (the reference the golden vectors came from), so the
-tests run anywhere. On hardware, return your own transport instead, e.g. over
-a serial port whose firmware reads one input and answers with the outputs:
+Here the device is the one `--edgedeploy-device` names (the `edgedeploy_device` fixture):
+
+- `host` (the default): the TensorFlow Lite Micro interpreter on this machine, running the
+  bundle's int8 model (the reference the golden vectors came from), so the tests run anywhere;
+- `qemu`: the bundle's firmware (its CPU path, built with TFLM for Cortex-M55) on QEMU's
+  emulated mps3-an547 board, so the suite runs in CI without hardware:
+
+      pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device qemu \\
+          --edgedeploy-tflm-dir TFLM_DIR   # or set EDGEDEPLOY_TFLM_DIR
+
+On hardware, return your own transport instead, e.g. over a serial port whose firmware
+reads one input and answers with the outputs:
 
     import serial
     from edgedeploy.testing import stream_transport
@@ -28,9 +36,7 @@ or through files with semihosting on an FVP:
 
 import pytest
 
-from edgedeploy.testing import host_reference_transport
-
 
 @pytest.fixture(scope="session")
-def device(golden_bundle):
-    return host_reference_transport(golden_bundle)
+def device(edgedeploy_device):
+    return edgedeploy_device

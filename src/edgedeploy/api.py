@@ -25,6 +25,7 @@ __all__ = [
     "StageRecord",
     "Target",
     "build_report",
+    "compile_run",
     "compile_tflite",
     "compile_variants",
     "export_bundle",
@@ -63,3 +64,17 @@ def export_bundle(*args: Any, **kwargs: Any):
     from .export import export_bundle as export
 
     return export(*args, **kwargs)
+
+
+def compile_run(*args: Any, **kwargs: Any):
+    """Compile the leaves of an ``edgedeploy optimize`` run folder into it. See :func:`edgedeploy.compile.compile_run`."""
+    from .compile import compile_run as run
+
+    return run(*args, **kwargs)
+
+
+def emulate_bundle(*args: Any, **kwargs: Any):
+    """A bundle's golden vectors on an emulated Cortex-M55. See :func:`edgedeploy.emulate.run.emulate_bundle`."""
+    from .emulate.run import emulate_bundle as emulate
+
+    return emulate(*args, **kwargs)

@@ -7,18 +7,21 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from .fsutil import new_staging_dir, promote, sha256_file
+from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
-from .tflite_model import BOUNDARY_OPS, check_int8_model, describe_misbiased, read_tflite
+from .npu_compute import compute_facts
+from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
 from .vela_pool import VelaPool, default_jobs
 
@@ -92,16 +95,22 @@ def resolve_targets(names: Sequence[str]) -> list[Target]:
 def variant_names(models: Sequence[Path]) -> list[str]:
     """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
     ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
-    bases = [m.stem.removesuffix("_int8") or m.stem for m in models]
+    bases = [_safe_name(m.stem.removesuffix("_int8") or m.stem) for m in models]
     names: list[str] = []
     for m, base in zip(models, bases):
         if bases.count(base) > 1 and m.parent.name:
-            base = m.parent.name if base == "model" else f"{m.parent.name}_{base}"
+            base = _safe_name(m.parent.name if base == "model" else f"{m.parent.name}_{base}")
         name, i = base, 2
         while name in names:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
     return names
+
+
+def _safe_name(text: str) -> str:
+    """A variant name made from a file name: characters other than letters, digits, '-' and '_' become '_'."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text).lstrip("_-")[:56].rstrip("_-")
+    return name or "model"
 
 
 def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:
@@ -132,7 +141,8 @@ def compile_spec(variant: str, target: Target, options: CompileOptions, parent: 
     )
 
 
-def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path) -> StageResult:
+def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path,
+                   misbiased: Sequence[str] = ()) -> StageResult:
     stdout = log_path.read_text(encoding="utf-8", errors="replace")
     found = vela_backend.find_vela_outputs(staged, model.stem)
     missing = {"vela_model", "summary_csv"} - set(found)
@@ -157,15 +167,20 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         else Metric.missing("count", "estimated", "Vela printed no operator count")
     )
     warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
-    warnings += [f"{describe_misbiased(o, ratio)} has a bias quantized for another input scale, so the int8 model "
-                 "computes something other than its float model there; re-convert it (a QAT range below zero after "
-                 "a ReLU is a known cause)" for o, ratio in read_tflite(model).misbiased_operators()]
+    warnings += [f"{op} has a bias quantized for another input scale, so the int8 model computes something other "
+                 "than its float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
+                 for op in misbiased]
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.npu_compute)
+    details["npu_compute"] = compute_facts(layers)
+    for bound in ("compute", "memory"):
+        metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
+                                                  "estimated")
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
-        from .palette import npu_weight_report
+        from .optimize.palette.debugdb import npu_weight_report
 
         outputs["debug_db"] = debug_db
         details["npu_weights"] = npu_weight_report(debug_db, model)
@@ -216,10 +231,32 @@ def compile_variants(
                 log_path = staged / "vela.log"
                 submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
                                   pool.submit(args, log_path)))
+            # Read in a worker too (after the compiles), so this process never loads the flatbuffer reader.
+            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in dict.fromkeys(p[2] for p in pending)}
             first_error: EdgeDeployError | None = None
-            for spec, key, model, target, staged, args, log_path, started, t0, future in submitted:
+            lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
+
+            def misbiased_of(model: Path) -> list[str]:
                 try:
-                    job = future.result()
+                    return misbiased[model].result()
+                except BrokenProcessPool:  # lost with a worker that died on a compile: read it again
+                    pool.restart()
+                    misbiased[model] = pool.call(misbiased_descriptions, str(model))
+                    try:
+                        return misbiased[model].result()
+                    except BrokenProcessPool:
+                        raise ToolFailedError(f"a Vela worker process died reading {model}",
+                                              "check that the model is an intact full-int8 TFLite file") from None
+
+            def finish(item, job) -> None:
+                nonlocal first_error
+                spec, key, model, target, staged, args, log_path, started, t0, _ = item
+                try:
+                    if isinstance(job, BaseException):
+                        raise ToolFailedError(
+                            f"Vela's worker process died compiling {_source_of(ctx, spec.parent) or model} for target "
+                            f"{target.name} (killed by a signal, a crash or lack of memory)",
+                            "check that the model is an intact full-int8 TFLite file; the other compiles went on")
                     if job.returncode != 0:
                         tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
                         shown = _source_of(ctx, spec.parent) or model
@@ -229,7 +266,7 @@ def compile_variants(
                             f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
                             "full-int8 TFLite model",
                         )
-                    result = _parse_compile(staged, model, target, args, log_path)
+                    result = _parse_compile(staged, model, target, args, log_path, misbiased_of(model))
                     final = ctx.stage_dir(spec.id)
                     # record the command as it reproduces the result: with the folder the outputs now live in
                     result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]
@@ -241,6 +278,26 @@ def compile_variants(
                     _remove_empty_parents(staged.parent, ctx.run_dir)
                     record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
                     first_error = first_error or exc
+
+            for item in submitted:
+                try:
+                    job = item[-1].result()
+                except BrokenProcessPool:
+                    lost.append(item)
+                    continue
+                finish(item, job)
+            # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a
+            # time on a fresh worker, so the model that kills a worker is the one named and the others finish.
+            for item in lost:
+                staged, args, log_path = item[4], item[5], item[6]
+                shutil.rmtree(staged, ignore_errors=True)
+                staged.mkdir(mode=0o777 & ~current_umask())
+                pool.restart()
+                try:
+                    job = pool.submit(args, log_path).result()
+                except BrokenProcessPool as exc:
+                    job = exc
+                finish(item, job)
             if first_error is not None:
                 raise first_error
         finally:
@@ -297,8 +354,9 @@ def compile_tflite(
         raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
     models = [Path(m) for m in models]
     targets = resolve_targets(target_names)
-    ctx = RunContext.open(out)
-    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    # read only: nothing is written (not even the run folder) until every model passed its checks
+    earlier = Manifest.open(out) if Path(out).is_dir() else Manifest(Path(out))
+    imported = {a.sha256 for r in earlier.find(stage="import") if r.status == "ok" for a in r.inputs}
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
@@ -306,7 +364,13 @@ def compile_tflite(
             # A model this run folder imported before was checked then. Otherwise it is checked in a
             # worker, which has the flatbuffer reader's dependencies loaded already.
             if not (m.is_file() and sha256_file(m) in imported):
-                pool.call(check_int8_model, str(m)).result()
+                try:
+                    pool.call(check_int8_model, str(m)).result()
+                except BrokenProcessPool as exc:
+                    pool.restart()
+                    raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
+                                          "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)

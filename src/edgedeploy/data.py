@@ -4,6 +4,11 @@ Two layouts are understood:
 - ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
 - ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
 
+``y`` holds class labels (or one-hot rows) for a classifier, float targets shaped like the model's output for a
+regression model; without ``y`` (``x`` and ``split``, or ``x_train`` and ``x_test`` only) the model reconstructs
+its input. ``y_anomaly`` (one 0/1 value per sample of ``x``, or per evaluation sample) marks anomalous samples
+for the ROC AUC of the reconstruction error (see :mod:`edgedeploy.task`).
+
 Fine-tune samples without a label carry the label ``-1`` (in ``y`` where ``split == 0``, or in ``y_train``):
 distillation learns the float model's outputs on them, the hold-out and the plain recipe skip them, and
 they calibrate int8 conversion like any other sample. Every evaluation sample needs a label.
@@ -36,8 +41,16 @@ class Dataset:
     labels: list[str] | None
     sha256: str
     reshaped_from: tuple[int, ...] | None = None
-    # the float model's log-probabilities on x_fit (set by optimize when it distils)
+    # the float model's log-probabilities (classifiers) or outputs on x_fit (set by optimize when it distils)
     soft_targets: np.ndarray | None = None
+    kind: str = "classification"  # edgedeploy.task: classification, regression or reconstruction
+    task: Any = None  # the edgedeploy.task.Task it is scored for (set by optimize)
+    anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them
+
+    @property
+    def labelled(self) -> bool:
+        """Class labels (with -1 for unlabelled samples), rather than target values."""
+        return self.kind == "classification"
 
     def calibration(self, n: int, seed: int = 0) -> tuple[np.ndarray, str]:
         """``n`` fine-tune samples for int8 calibration, and where they come from.
@@ -59,11 +72,14 @@ class Dataset:
             "fit_split": "split == 0" if self.layout == "x/y/split" else "x_train",
             "eval_split": "split == 1" if self.layout == "x/y/split" else "x_test",
             "n_fit": int(len(self.x_fit)),
-            "n_fit_unlabelled": int(np.sum(self.y_fit < 0)),
+            "n_fit_unlabelled": int(np.sum(self.y_fit < 0)) if self.labelled else 0,
             "n_eval": int(len(self.x_eval)),
             "labels": self.labels,
             "input_shape": list(self.x_fit.shape[1:]),
             "reshaped_from": list(self.reshaped_from) if self.reshaped_from else None,
+            **({"task": self.kind, "targets": "the inputs" if self.kind == "reconstruction" else "y (values)",
+                "anomaly_labels": None if self.anomaly is None else int(np.sum(self.anomaly))}
+               if not self.labelled else {}),
         }
 
 
@@ -71,19 +87,66 @@ def _fail(path: Path, what: str, hint: str) -> InvalidInputError:
     return InvalidInputError(f"{path}: {what}", hint)
 
 
-def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int) -> Dataset:
-    """Load and check ``path`` against a model's input shape (without batch) and class count."""
+def read_targets(path: Path | str) -> tuple[np.ndarray | None, bool]:
+    """The fine-tune targets of ``path`` as stored (None when the file has none), to decide the task, and whether
+    the file has anomaly labels."""
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
     try:
-        npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
+        with np.load(path, allow_pickle=False) as npz:
+            anomaly = any(k in npz.files for k in ANOMALY_KEYS)
+            if "y" in npz.files and "split" in npz.files:
+                y, split = npz["y"], npz["split"]
+                return (y[split == FIT] if split.shape == (len(y),) else y), anomaly
+            if "y_train" in npz.files:
+                return npz["y_train"], anomaly
+            return None, anomaly
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
+
+
+def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification"
+                 ) -> Dataset:
+    """Load and check ``path`` against a model's input shape (without batch) and class count (``kind``:
+    classification; regression and reconstruction take target values, see :mod:`edgedeploy.task`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):
+                raise ValueError("a single .npy array, not an .npz archive")
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
+    except Exception as exc:  # a damaged archive fails in zipfile, zlib or numpy's header reader in many ways
+        raise _fail(path, f"is not a readable .npz file ({type(exc).__name__}: {exc})",
+                    "save the data with numpy.savez") from exc
+    for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
+        if key in arrays and arrays[key].ndim == 0:
+            raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
+    for key in ("x", "x_train", "x_test"):
+        a = arrays.get(key)
+        if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
+                              or np.issubdtype(a.dtype, np.complexfloating)):
+            raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
+        if a is not None and np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            raise _fail(path, f"'{key}' holds NaN or infinite values", "replace or drop those samples")
     keys = set(arrays)
     hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
-    if {"x", "y", "split"} <= keys:
+    if {"x", "split"} <= keys and "y" not in keys:
+        arrays["y"] = None  # no targets: reconstruction
+    if {"x_train", "x_test"} <= keys and not ({"y_train", "y_test"} & keys):
+        arrays["y_train"] = arrays["y_test"] = None
+        keys |= {"y_train", "y_test"}
+    if {"x", "split"} <= keys and arrays.get("y", 0) is None:
+        split = arrays["split"]
+        if split.shape != (len(arrays["x"]),):
+            raise _fail(path, "x and split have different lengths", "give one split value per sample")
+        x_fit, x_eval, y_fit, y_eval = arrays["x"][split == FIT], arrays["x"][split == EVAL], None, None
+        layout = "x/y/split"
+    elif {"x", "y", "split"} <= keys:
         split = arrays["split"]
         if split.shape != (len(arrays["x"]),) or len(arrays["y"]) != len(arrays["x"]):
             raise _fail(path, "x, y and split have different lengths", "give one split value and one label per sample")
@@ -96,7 +159,7 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
     elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
         x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
         layout = "train/test"
-        if len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval):
+        if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
             raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
     else:
         raise _fail(path, f"has arrays {sorted(keys)}, not a layout edgedeploy reads", hint_layout)
@@ -119,10 +182,18 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
                 f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
                 "give data shaped like the model input (without the batch axis)",
             )
-    y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
-    y_eval = _labels(path, y_eval, num_classes, "evaluation")
+    anomaly = _anomaly(path, arrays, len(x_eval), layout)
+    if kind == "classification":
+        y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
+        y_eval = _labels(path, y_eval, num_classes, "evaluation")
+    elif y_fit is None or kind == "reconstruction":
+        # reconstruction: the targets are the inputs
+        y_fit, y_eval = (np.ascontiguousarray(x_fit, dtype=np.float32), np.ascontiguousarray(x_eval, dtype=np.float32))
+    else:
+        y_fit = np.asarray(y_fit, np.float32).reshape((len(y_fit), -1)) if y_fit.ndim == 1 else np.asarray(y_fit, np.float32)
+        y_eval = np.asarray(y_eval, np.float32).reshape((len(y_eval), -1)) if y_eval.ndim == 1 else np.asarray(y_eval, np.float32)
     names = None
-    for key in ("labels", "classes"):
+    for key in ("labels", "classes") if kind == "classification" else ():
         if key in arrays and arrays[key].ndim == 1:
             names = [str(v) for v in arrays[key].tolist()]
             if len(names) != num_classes:
@@ -139,7 +210,25 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         labels=names,
         sha256=sha256_file(path),
         reshaped_from=reshaped_from,
+        kind=kind,
+        anomaly=anomaly,
     )
+
+
+ANOMALY_KEYS = ("y_anomaly", "anomaly", "y_test_anomaly")
+
+
+def _anomaly(path: Path, arrays: dict[str, Any], n_eval: int, layout: str) -> np.ndarray | None:
+    key = next((k for k in ANOMALY_KEYS if k in arrays), None)
+    if key is None:
+        return None
+    a = np.asarray(arrays[key]).reshape(-1)
+    if layout == "x/y/split" and len(a) == len(arrays["split"]):
+        a = a[arrays["split"] == EVAL]
+    if len(a) != n_eval or not np.all((a == 0) | (a == 1)):
+        raise _fail(path, f"'{key}' ({list(np.shape(arrays[key]))} {np.asarray(arrays[key]).dtype}) is not one 0/1 "
+                    f"value per evaluation sample ({n_eval})", "give 1 for anomalous and 0 for normal samples")
+    return a.astype(np.int64)
 
 
 def _labels(path: Path, y: np.ndarray, num_classes: int, which: str, unlabelled_ok: bool = False) -> np.ndarray:

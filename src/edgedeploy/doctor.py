@@ -250,6 +250,48 @@ def optional_checks() -> list[Check]:
             hint=None if tflm else f"pip install --pre tflite-micro{'==' + tflm_pin if tflm_pin else ''}",
         )
     )
+    return checks + emulation_checks(gcc_path is not None)
+
+
+def emulation_checks(have_gcc: bool) -> list[Check]:
+    """What `edgedeploy emulate` and the HIL plugin's qemu device need besides the cross compiler and CMake."""
+    from .emulate.toolchain import ARM_GXX, PACKAGES, QEMU, QEMU_MACHINE, TFLM_ENV, find_tflm, lib_found, qemu_version
+    from .proc import run_command, which
+
+    checks: list[Check] = []
+    gxx = which(ARM_GXX) if have_gcc else None
+    for piece, lib in (("newlib", "librdimon.a"), ("libstdc++", "libstdc++.a")):
+        what, package = PACKAGES[piece]
+        found = gxx is not None and lib_found(gxx, lib)
+        checks.append(
+            Check(
+                f"{piece} (arm-none-eabi)", False, found, detail=f"{what}: {lib} for Cortex-M55 firmware (`edgedeploy emulate`)",
+                hint=None if found else f"apt-get install {package}",
+            )  # fmt: skip
+        )
+    qemu = which(QEMU)
+    board = False
+    if qemu is not None:
+        res = run_command([qemu, "-machine", "help"], timeout=30)
+        board = res.ok and QEMU_MACHINE in res.stdout
+    checks.append(
+        Check(
+            QEMU, False, qemu is not None and board, qemu_version(qemu) if qemu else None, path=qemu,
+            detail=f"emulates the {QEMU_MACHINE} board (Cortex-M55) for `edgedeploy emulate`"
+            + ("" if qemu is None or board else f"; this QEMU has no {QEMU_MACHINE} machine (7.0 or newer has)"),
+            hint=None if qemu and board else f"apt-get install {PACKAGES[QEMU][1]}",
+        )  # fmt: skip
+    )
+    try:
+        tree, detail = find_tflm(None), "TensorFlow Lite Micro tree for cortex-m55 with CMSIS-NN (`edgedeploy emulate`)"
+    except EdgeDeployError as exc:
+        tree, detail = None, exc.message
+    checks.append(
+        Check(
+            f"TFLM tree (${TFLM_ENV})", False, tree is not None, path=str(tree) if tree else None, detail=detail,
+            hint=None if tree else f"set {TFLM_ENV} to a TFLM tree generated for cortex-m55 with CMSIS-NN, or pass --tflm-dir",
+        )  # fmt: skip
+    )
     return checks
 
 

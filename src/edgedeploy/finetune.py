@@ -251,9 +251,11 @@ def batch_norm_wrapped(model) -> bool:
 
 def validation_callback(keras, *, x_val: np.ndarray, y_val: np.ndarray, t_val: np.ndarray | None,
                         loss_fn: Callable, selector: Selector, eligible: Callable[[int], bool],
-                        restore_best: bool, batch_size: int = 256, on_epoch: Callable | None = None):
+                        restore_best: bool, batch_size: int = 256, on_epoch: Callable | None = None,
+                        score: Callable[[np.ndarray], float] | None = None):
     """Scores the model on the hold-out after each epoch, keeps the best eligible epoch's weights in memory,
-    stops training when ``selector`` says so and restores the best weights when training ends."""
+    stops training when ``selector`` says so and restores the best weights when training ends (``score``: the
+    hold-out accuracy from the outputs, by default the top-1 accuracy of class labels ``y_val``)."""
 
     class Validate(keras.callbacks.Callback):
         def __init__(self):
@@ -263,8 +265,11 @@ def validation_callback(keras, *, x_val: np.ndarray, y_val: np.ndarray, t_val: n
 
         def on_epoch_end(self, epoch, logs=None):
             out = self.model.predict(x_val, batch_size=batch_size, verbose=0)
-            accuracy = float(np.mean(np.argmax(out, axis=-1) == y_val)) * 100.0
-            packed = pack_targets(y_val, t_val, out.shape[-1])
+            if score is None:
+                accuracy = float(np.mean(np.argmax(out, axis=-1) == y_val)) * 100.0
+                packed = pack_targets(y_val, t_val, out.shape[-1])
+            else:
+                accuracy, packed = score(out), None
             loss = float(loss_fn(packed, out))
             ok = eligible(epoch + 1)
             best, stop = selector.update(epoch + 1, accuracy, loss, ok)

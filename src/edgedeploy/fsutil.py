@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,11 +34,28 @@ def sha256_json(obj: Any) -> str:
     return sha256_bytes(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode())
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` all or nothing, with the mode a plain ``open`` would give (0644 under umask 022)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask())  # mkstemp makes it 0600
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:
@@ -72,11 +91,23 @@ def staging_dir(final: Path) -> Iterator[Path]:
 def new_staging_dir(final: Path) -> Path:
     """A fresh, hidden temporary folder beside ``final``."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700; the folder is renamed into place as it is
+    return tmp
 
 
 def promote(tmp: Path, final: Path) -> None:
-    """Replace ``final`` (a folder edgedeploy wrote earlier, if any) with the finished ``tmp``."""
+    """Replace ``final`` (a folder edgedeploy wrote earlier, if any) with the finished ``tmp``.
+
+    Only ever inside one folder: ``tmp`` must be a staging folder beside ``final``, and a ``final`` that is a
+    link is replaced as a link (what it points at is never touched).
+    """
+    tmp, final = Path(tmp), Path(final)
+    if (os.path.realpath(tmp.parent) != os.path.realpath(final.parent) or final.name in ("", ".", "..")
+            or not tmp.name.startswith(f".{final.name}.")):
+        raise ValueError(f"promote: {tmp} is not a staging folder beside {final}")
+    if final.is_symlink():
+        final.unlink()
     if final.exists():
         old = final.with_name(f".{final.name}.old{os.getpid()}")
         os.replace(final, old)
@@ -84,3 +115,59 @@ def promote(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
+
+
+LOCK_NAME = ".edgedeploy.lock"
+_held: dict[str, Any] = {}
+# what tempfile.mkstemp/mkdtemp (8 random characters) and promote name their temporary files and folders
+_STALE = re.compile(r"\..+\.(?:[A-Za-z0-9_]{8}\.part|old\d+)")
+_STAGE_DEPTH = 3  # stage/variant/target
+
+
+def lock_run_dir(run_dir: Path, log: logging.Logger | None = None) -> None:
+    """Hold the run folder's lock until this process ends; a second command waits for it and says so.
+
+    While the lock is held no other edgedeploy process writes the folder, so the staging folders left by a
+    killed run (``.NAME.XXXX.part``, ``.NAME.oldPID``) are removed here: a re-run then completes the folder.
+    """
+    from filelock import FileLock, Timeout
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(run_dir)
+    if key in _held:
+        return
+    lock = FileLock(os.path.join(key, LOCK_NAME), mode=0o666 & ~current_umask())
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        (log or logging.getLogger("edgedeploy")).warning(
+            "%s is being written by another edgedeploy command; waiting for it to finish", run_dir)
+        lock.acquire()
+    _held[key] = lock
+    _remove_stale_staging(Path(key))
+
+
+def release_run_dirs() -> None:
+    """Let go of every run folder this process locked (the end of a command; tests call it between tests)."""
+    while _held:
+        _, lock = _held.popitem()
+        lock.release(force=True)
+
+
+def _remove_stale_staging(run_dir: Path) -> None:
+    """Remove what a killed edgedeploy left in its own run folder (one with a manifest): temporary files and
+    staging folders beside the manifest and the stage folders, nothing deeper and nothing else."""
+    if not (run_dir / "manifest.json").is_file():
+        return
+    for folder, dirs, files in os.walk(run_dir):
+        depth = len(Path(folder).relative_to(run_dir).parts)
+        for name in [d for d in dirs if _STALE.fullmatch(d)]:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            dirs.remove(name)
+        for name in files:
+            if _STALE.fullmatch(name) and not os.path.islink(os.path.join(folder, name)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+        if depth >= _STAGE_DEPTH - 1:
+            dirs.clear()

@@ -117,6 +117,13 @@ def _layer_config(path: Path, entry: dict) -> dict:
             raise _fail(path, f"layer {name} ({kind}) sets {key} = {value!r}, which tf_keras's {kind} does not have")
     return {"class_name": kind, "config": config, "name": name}
 
+def unique_name(name: str, taken: set[str]) -> str:
+    """``name``, with ``_`` appended until no layer in ``taken`` has it; the result is added to ``taken``."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
 
 def _tf_keras_activations():
     import tf_keras
@@ -127,8 +134,6 @@ def _tf_keras_activations():
 def _activation_layer(layer: dict, taken: set[str]) -> dict | None:
     """For a layer whose activation tf_keras has only as a layer (``relu6``): that layer, to follow it, and the
     layer's own activation set to linear. None for any other layer."""
-    from .keras_model import unique_name
-
     activation = layer["config"].get("activation")
     if layer["class_name"] == "Activation" or activation not in _ACTIVATION_LAYERS:
         return None

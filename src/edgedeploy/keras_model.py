@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import InvalidInputError
+from .keras3 import unique_name  # noqa: F401  (layer names are made unique the same way in both)
 from .preserve import WeightStats, stats
 
 KERNEL_LAYERS = ("Conv2D", "DepthwiseConv2D", "Dense")
@@ -315,14 +316,6 @@ def split_separable(model):
             weights = weights[1:]
         layer.set_weights(weights)
     return new, split
-
-
-def unique_name(name: str, taken: set[str]) -> str:
-    """``name``, with ``_`` appended until no layer in ``taken`` has it; the result is added to ``taken``."""
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
 
 
 def bypass_layers(config: dict, rename: dict[str, str]) -> dict:

@@ -160,15 +160,26 @@ class Manifest:
             ) from exc
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"{path} is not valid JSON ({exc})", "re-run the command that wrote it") from exc
-        if data.get("schema") != SCHEMA:
+        except OSError as exc:
+            raise InvalidInputError(f"{path} cannot be read ({exc.strerror})", "check the path and permissions") from exc
+        except RecursionError as exc:
+            raise InvalidInputError(f"{path} is nested too deeply to be a manifest", "point at a run folder") from exc
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise InvalidInputError(f"{path} is not an edgedeploy manifest", "point at a run folder")
-        if data.get("schema_version", 0) > SCHEMA_VERSION:
+        version = data.get("schema_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidInputError(f"{path} has schema version {version!r}", "re-run the command that wrote it")
+        if version > SCHEMA_VERSION:
             raise InvalidInputError(
                 f"{path} has schema version {data.get('schema_version')}, newer than this edgedeploy "
                 f"understands ({SCHEMA_VERSION})",
                 "upgrade edgedeploy",
             )
-        return cls(path.parent, data)
+        try:
+            return cls(path.parent, data)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise InvalidInputError(f"{path} is damaged ({type(exc).__name__}: {exc})",
+                                    "re-run the command that wrote it into a new folder") from exc
 
     @classmethod
     def open(cls, run_dir: Path) -> "Manifest":

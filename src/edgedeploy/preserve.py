@@ -15,9 +15,7 @@ import numpy as np
 
 from .errors import PreservationError
 
-PRUNED_NODES = {"pruned", "pruned_clustered", "pqat", "pcqat"}
-CLUSTERED_NODES = {"clustered", "pruned_clustered", "cqat", "pcqat"}
-QAT_CLUSTER_NODES = {"cqat", "pcqat"}
+from .tree import CLUSTERED_NODES, PRUNED_NODES, QAT_CLUSTER_NODES  # what each node of the tree promises
 DEPTHWISE_NOTE = "TFMOT 0.8.1 does not prune or cluster DepthwiseConv2D kernels"
 
 

@@ -23,16 +23,35 @@ inputs and settings are unchanged are reused from the run folder.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from .compile import CompileOptions, CompileOutcome, compile_variants, resolve_targets
 from .errors import UsageError
-from .recipe import Recipe, load_recipe
+from .recipe import RECIPE_KEYS, Recipe, load_recipe
+from .settings import Key, lookup, read_toml, validate
+from .vela import OPTIMISE_CHOICES
 
-KNOWN = {"model", "data", "out", "targets", "trust_lambda", "recipe", "compile", "requirements"}
+_P = "fix the project file"
+PROJECT_KEYS: tuple[Key, ...] = (
+    Key("model", str, None, "the float Keras model (.h5 or .keras), relative to the project file", required=True),
+    Key("data", str, None, "the data (.npz), relative to the project file", required=True),
+    Key("out", str, "edgedeploy-out", "the run folder, relative to the project file"),
+    Key("targets", list, [], "target names or target files (.toml, relative to the project file)", items=str),
+    Key("trust_lambda", bool, False, "load Lambda layers (runs code stored in the model file)"),
+    *(k.under("recipe") for k in RECIPE_KEYS),
+    Key("compile.optimise", str, "Performance", "Vela's --optimise", choices=OPTIMISE_CHOICES),
+    Key("compile.allow_cpu_ops", bool, False, "accept operators that fall back to the CPU"),
+    Key("compile.jobs", int, None, "Vela worker processes (default: one per core)", minimum=1, maximum=256),
+    Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
+    Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf", minimum=0),
+    Key("requirements.max_metric_drop", float, None, "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, "
+        "in its unit", minimum=0),
+    Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB", numbers_ok=True),
+    Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB", numbers_ok=True),
+    Key("requirements.max_latency_ms", float, None, "milliseconds per inference", minimum=0),
+)
 
 
 @dataclass(frozen=True)
@@ -50,52 +69,37 @@ class Project:
 
 def load_project(path: Path) -> Project:
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UsageError(f"project file {path} does not exist", "check the path") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
-    for key in doc:
-        if key not in KNOWN:
-            raise UsageError(f"{path}: unknown key `{key}`", f"allowed keys: {', '.join(sorted(KNOWN))}")
+    doc = read_toml(path, "project file", UsageError)
+    values = validate(doc, PROJECT_KEYS, str(path), UsageError, _P)
     base = path.resolve().parent
 
     def file_key(key: str) -> Path:
-        value = doc.get(key)
-        if not isinstance(value, str) or not value:
-            raise UsageError(f"{path}: `{key}` is missing or not a string", f"set {key} = \"path\" (relative to the project file)")
+        value = values[key]
+        if "\0" in value:
+            raise UsageError(f"{path}: `{key}` holds a NUL character", f"set {key} = \"path\" (relative to the project file)")
         return (base / value).resolve()
 
-    targets = doc.get("targets", [])
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise UsageError(f"{path}: `targets` must be a list of target names", 'e.g. targets = ["ethos-u55-128"]')
     # a target given as a path is relative to the project file
-    targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in targets]
-    compile_table = doc.get("compile", {})
-    unknown = set(compile_table) - {"optimise", "allow_cpu_ops", "jobs", "debug_db"}
-    if unknown:
-        raise UsageError(f"{path}: unknown key `compile.{sorted(unknown)[0]}`",
-                         "allowed keys: optimise, allow_cpu_ops, jobs, debug_db")
-    recipe_table = doc.get("recipe", {})
+    targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in values.get("targets", [])]
     try:
-        recipe = load_recipe(table=recipe_table)
-    except UsageError as exc:
+        recipe = load_recipe(table=doc.get("recipe", {}))
+    except UsageError as exc:  # the checks across keys (the keys themselves were checked above)
         raise UsageError(exc.message.replace("recipe:", f"{path} [recipe]:", 1), exc.hint) from exc
+    get = lambda key: values.get(key, lookup(PROJECT_KEYS, key).default)  # noqa: E731
     return Project(
         path=path,
         model=file_key("model"),
         data=file_key("data"),
-        out=(base / doc.get("out", "edgedeploy-out")).resolve(),
+        out=(base / get("out")).resolve(),
         targets=tuple(targets),
         recipe=recipe,
-        trust_lambda=bool(doc.get("trust_lambda", False)),
+        trust_lambda=get("trust_lambda"),
         compile=CompileOptions(
-            optimise=compile_table.get("optimise", "Performance"),
-            allow_cpu_ops=bool(compile_table.get("allow_cpu_ops", False)),
-            jobs=compile_table.get("jobs"),
+            optimise=get("compile.optimise"),
+            allow_cpu_ops=get("compile.allow_cpu_ops"),
+            jobs=get("compile.jobs"),
             # Vela's debug database (per-layer encoded weights): on by default when a palette leaf is asked for
-            debug_db=bool(compile_table.get("debug_db", any("palette" in leaf for leaf in recipe.leaves))),
+            debug_db=values.get("compile.debug_db", any("palette" in leaf for leaf in recipe.leaves)),
         ),
         requirements=dict(doc.get("requirements", {})),
     )

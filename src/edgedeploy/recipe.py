@@ -6,36 +6,19 @@ load; a bad value names the file, the key and the allowed values.
 
 from __future__ import annotations
 
-import tomllib
+import difflib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
+from .settings import Key, check_value, read_toml, validate
+from .structured import NOT_NPU_FORMATS, PATTERNS
+from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
 
-# The deployment tree: node -> (parent node, technique). Leaves are converted to int8.
-NODES: dict[str, tuple[str | None, str | None]] = {
-    "baseline": (None, None),
-    "pruned": ("baseline", "prune"),
-    "clustered": ("baseline", "cluster"),
-    "pruned_clustered": ("pruned", "sparsity_preserving_cluster"),
-    "qat": ("baseline", "qat"),
-    "pqat": ("pruned", "pqat"),
-    "cqat": ("clustered", "cqat"),
-    "pcqat": ("pruned_clustered", "pcqat"),
-}
-# Leaf -> the node it converts (PTQ leaves convert a float node; QAT leaves their QAT node).
-LEAVES: dict[str, str] = {
-    "ptq": "baseline",
-    "qat": "qat",
-    "pruned": "pruned",
-    "pqat": "pqat",
-    "clustered": "clustered",
-    "cqat": "cqat",
-    "pruned_clustered": "pruned_clustered",
-    "pcqat": "pcqat",
-}
-QAT_NODES = {"qat", "pqat", "cqat", "pcqat"}
+# quantizations that are not NPU formats: asking for them as a leaf gets the reason
+NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",
+                  "dynamic_range": "dynamic_range", "ptq_dynamic_range": "dynamic_range", "dynamic": "dynamic_range"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -61,31 +44,6 @@ PLAIN: dict[str, Any] = {
 }
 
 
-def stage_kind(node: str) -> str:
-    technique = NODES[node][1]
-    if technique == "prune":
-        return "prune"
-    if technique in ("cluster", "sparsity_preserving_cluster"):
-        return "cluster"
-    return "qat"
-
-
-def nodes_for(leaves: list[str]) -> list[str]:
-    """Every node the leaves need, parents first, each once."""
-    order: list[str] = []
-
-    def add(node: str) -> None:
-        parent = NODES[node][0]
-        if parent is not None:
-            add(parent)
-        if node not in order:
-            order.append(node)
-
-    for leaf in leaves:
-        add(LEAVES[leaf])
-    return order
-
-
 @dataclass(frozen=True)
 class StageSettings:
     epochs: int
@@ -94,8 +52,9 @@ class StageSettings:
 
 @dataclass(frozen=True)
 class Recipe:
-    leaves: tuple[str, ...] = tuple(LEAVES)
+    leaves: tuple[str, ...] = DEFAULT_LEAVES
     sparsity: float = 0.5
+    sparsity_pattern: str = "unstructured"  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.structured)
     clusters: int = 16
     per_channel_clusters: bool = False
     epochs: int = 4
@@ -127,7 +86,10 @@ class Recipe:
     restore_best: bool = True
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
-    # palette-aware leaves (edgedeploy.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
+    loss: str = ""
+    metric: str = ""
+    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
 
@@ -159,12 +121,16 @@ class Recipe:
             out.update(qat_ranges=self.qat_ranges)
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if self.pruning_schedule == "polynomial":
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
                        calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
+            if self.sparsity_pattern != "unstructured":
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -175,6 +141,7 @@ class Recipe:
     def training_params(self) -> dict[str, Any]:
         """The fine-tuning settings every trained node depends on."""
         return {
+            **({"loss": self.loss} if self.loss else {}),
             "distill": self.distill,
             **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
                if self.distill else {}),
@@ -187,93 +154,35 @@ class Recipe:
         }
 
 
-class _Checker:
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, key: str, what: str) -> UsageError:
-        return UsageError(f"{self.source}: `{key}` {what}", "fix the recipe")
-
-
 def _check(r: Recipe, source: str) -> Recipe:
-    c = _Checker(source)
+    """The recipe's values (after command-line overrides) checked against ``RECIPE_KEYS``."""
+    hint = "fix the recipe"
     if not r.leaves:
-        raise c.fail("leaves", f"is empty; allowed values: {', '.join(LEAVES)}")
+        raise UsageError(f"{source}: `leaves` is empty; allowed values: {', '.join(LEAVES)}", hint)
     for leaf in r.leaves:
-        if leaf not in LEAVES:
-            raise c.fail("leaves", f"has '{leaf}'; allowed values: {', '.join(LEAVES)}")
-    if not 0.0 < r.sparsity < 1.0:
-        raise c.fail("sparsity", f"is {r.sparsity}; it must be between 0 and 1 (e.g. 0.5)")
-    if not 2 <= r.clusters <= 256:
-        raise c.fail("clusters", f"is {r.clusters}; it must be an integer from 2 to 256")
-    for key in ("epochs", "batch_size", "calibration_samples"):
-        if getattr(r, key) < (0 if key == "epochs" else 1):
-            raise c.fail(key, f"is {getattr(r, key)}; it must be a positive integer")
-    if not r.learning_rate > 0:
-        raise c.fail("learning_rate", f"is {r.learning_rate}; it must be > 0")
-    if r.pruning_schedule not in SCHEDULES:
-        raise c.fail("pruning.schedule", f"is '{r.pruning_schedule}'; allowed values: {', '.join(SCHEDULES)}")
-    if r.centroid_init not in CENTROID_INITS:
-        raise c.fail("clustering.centroid_init", f"is '{r.centroid_init}'; allowed values: {', '.join(CENTROID_INITS)}")
-    if r.cluster_gradient_aggregation not in GRADIENT_AGGREGATIONS:
-        raise c.fail("clustering.gradient_aggregation", f"is '{r.cluster_gradient_aggregation}'; allowed values: "
-                     f"{', '.join(GRADIENT_AGGREGATIONS)}")
-    if not 0.0 < r.pruning_end_fraction <= 1.0:
-        raise c.fail("pruning.end_fraction", f"is {r.pruning_end_fraction}; it must be in (0, 1] (e.g. 0.6)")
-    if r.lr_schedule not in LR_SCHEDULES:
-        raise c.fail("training.lr_schedule", f"is '{r.lr_schedule}'; allowed values: {', '.join(LR_SCHEDULES)}")
-    if r.qat_ranges not in QAT_RANGES:
-        raise c.fail("training.qat_ranges", f"is '{r.qat_ranges}'; allowed values: {', '.join(QAT_RANGES)}")
-    if not 0.0 <= r.warmup_fraction < 1.0:
-        raise c.fail("training.warmup_fraction", f"is {r.warmup_fraction}; it must be in [0, 1) (e.g. 0.1)")
-    if r.freeze_batch_norm_after < 0:
-        raise c.fail("training.freeze_batch_norm_after", f"is {r.freeze_batch_norm_after}; it must be >= 0 epochs")
-    if not r.distill_temperature > 0:
-        raise c.fail("distillation.temperature", f"is {r.distill_temperature}; it must be > 0 (e.g. 4)")
-    if not 0.0 <= r.distill_label_weight <= 1.0:
-        raise c.fail("distillation.label_weight", f"is {r.distill_label_weight}; it must be in [0, 1]")
-    if not 0.0 <= r.validation_fraction < 0.5:
-        raise c.fail("selection.validation_fraction", f"is {r.validation_fraction}; it must be in [0, 0.5) "
-                     "(0 turns hold-out selection off)")
-    if r.selection_metric not in SELECTION_METRICS:
-        raise c.fail("selection.metric", f"is '{r.selection_metric}'; allowed values: {', '.join(SELECTION_METRICS)}")
-    if r.patience < 0:
-        raise c.fail("selection.patience", f"is {r.patience}; it must be >= 0 (0: never stop early)")
+        if leaf in NOT_NPU_LEAVES:
+            raise UsageError(f"{source}: `leaves` has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is "
+                             "not an NPU format", "ask for ptq (int8) or ptq_16x8 (int16 activations)")
+    for key in RECIPE_KEYS:
+        if "*" in key.path or key.path.startswith(("stages.", "palette.")) or not hasattr(r, key.name):
+            continue
+        value = getattr(r, key.name)
+        if key.name == "leaves":
+            key = replace(key, choices=tuple(LEAVES))
+        check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
+                    shown=key.path)
+    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
+        raise UsageError(f"{source}: `sparsity` is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes "
+                         "exactly 0.5", "leave sparsity at 0.5")
+    if r.loss:
+        from .task import check_loss_name
+
+        check_loss_name(r.loss, f"{source}: `loss`")
     for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
         if kind not in STAGE_KINDS:
-            raise c.fail(f"stages.{kind}", f"is not a stage; allowed values: {', '.join(STAGE_KINDS)}")
-    if not 0 <= r.sparsity_tolerance < 1:
-        raise c.fail("sparsity_tolerance", "must be between 0 and 1")
+            raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
+                             hint)
     return r
-
-
-_SIMPLE = {
-    "leaves": list, "sparsity": float, "clusters": int, "per_channel_clusters": bool, "epochs": int,
-    "batch_size": int, "learning_rate": float, "seed": int, "skip_layers": list, "float_io": bool,
-    "calibration_samples": int, "sparsity_tolerance": float, "fuse_relu": bool, "plain": bool,
-}
-# Keys of the training tables: table -> key -> (Recipe field, type).
-_TABLES: dict[str, dict[str, tuple[str, type]]] = {
-    "pruning": {"schedule": ("pruning_schedule", str), "end_fraction": ("pruning_end_fraction", float)},
-    "clustering": {"centroid_init": ("centroid_init", str),
-                   "gradient_aggregation": ("cluster_gradient_aggregation", str)},
-    "distillation": {"enabled": ("distill", bool), "temperature": ("distill_temperature", float),
-                     "label_weight": ("distill_label_weight", float)},
-    "training": {"lr_schedule": ("lr_schedule", str), "warmup_fraction": ("warmup_fraction", float),
-                 "freeze_batch_norm": ("freeze_batch_norm", bool),
-                 "freeze_batch_norm_after": ("freeze_batch_norm_after", int), "qat_ranges": ("qat_ranges", str)},
-    "selection": {"validation_fraction": ("validation_fraction", float), "patience": ("patience", int),
-                  "restore_best": ("restore_best", bool), "metric": ("selection_metric", str)},
-}
-
-
-def _typed(source: str, key: str, value: Any, kind: type) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        what = {int: "an integer", float: "a number", bool: "true or false", list: "a list", str: "a string"}[kind]
-        raise UsageError(f"{source}: `{key}` is {value!r}; it must be {what}", "fix the recipe")
-    return value
 
 
 def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -284,40 +193,34 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     if path is not None:
         path = Path(path)
         source = str(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise UsageError(f"recipe file {path} does not exist", "check the path") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
-    known = set(_SIMPLE) | set(_TABLES) | {"stages"} | {"layers", "palette"}
-    for key in data:
-        if key not in known:
-            raise UsageError(f"{source}: unknown key `{key}`", f"allowed keys: {', '.join(sorted(known))}")
+        data = read_toml(path, "recipe file", UsageError)
+    values = validate(data, RECIPE_KEYS, source, UsageError, "fix the recipe")
     kwargs: dict[str, Any] = {}
-    for key, kind in _SIMPLE.items():
-        if key in data:
-            value = _typed(source, key, data[key], kind)
-            kwargs[key] = tuple(value) if kind is list else value
-    for table, keys in _TABLES.items():
-        values = data.get(table, {})
-        if not isinstance(values, dict):
-            raise UsageError(f"{source}: `{table}` must be a table", f"e.g. [{table}] {next(iter(keys))} = ...")
-        for key, value in values.items():
-            if key not in keys:
-                raise UsageError(f"{source}: unknown key `{table}.{key}`", f"allowed keys: {', '.join(keys)}")
-            name, kind = keys[key]
-            kwargs[name] = _typed(source, f"{table}.{key}", value, kind)
-    stages = data.get("stages", {})
-    if not isinstance(stages, dict):
-        raise UsageError(f"{source}: `stages` must be a table", "e.g. [stages.prune] epochs = 2")
-    kwargs["stage_epochs"] = {k: v["epochs"] for k, v in stages.items() if isinstance(v, dict) and "epochs" in v}
-    kwargs["stage_learning_rates"] = {
-        k: float(v["learning_rate"]) for k, v in stages.items() if isinstance(v, dict) and "learning_rate" in v
-    }
-    for k in stages:
-        if k not in STAGE_KINDS:
-            raise UsageError(f"{source}: `stages.{k}` is not a stage", f"allowed values: {', '.join(STAGE_KINDS)}")
+    stage_epochs: dict[str, int] = {}
+    stage_rates: dict[str, float] = {}
+    layers: dict[str, dict[str, Any]] = {}
+    palette: dict[str, Any] = {}
+    for dotted, value in values.items():
+        parts = dotted.split(".")
+        if parts[0] == "stages":
+            (stage_epochs if parts[2] == "epochs" else stage_rates)[parts[1]] = value
+        elif parts[0] == "layers":
+            name, setting = dotted.removeprefix("layers.").rsplit(".", 1)
+            layers.setdefault(name, {})[setting] = value
+        elif parts[0] == "palette":
+            palette[parts[1]] = list(value) if isinstance(value, list) else value
+        else:
+            name = _KEYS_BY_PATH[dotted].name
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
+    kwargs["stage_epochs"] = stage_epochs
+    kwargs["stage_learning_rates"] = stage_rates
+    if layers:
+        kwargs["layers"] = layers
+    if "size_budget" in palette and not palette.get("search", False):
+        raise UsageError(f"{source}: `palette.size_budget` picks the per-layer settings of the palette sweep, "
+                         "which is off", "add [palette] search = true")
+    if palette:
+        kwargs["palette"] = palette
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if "leaves" in given:
         given["leaves"] = tuple(given["leaves"])
@@ -325,7 +228,6 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         # the plain preset sets what the file and the flags leave unset
         explicit = set(kwargs) | set(given)
         kwargs = {**{k: v for k, v in PLAIN.items() if k not in explicit}, **kwargs}
-    kwargs.update(_palette_keys(data, source))
     recipe = Recipe(**kwargs)
     if given:
         recipe = replace(recipe, **given)
@@ -333,23 +235,19 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     return _check(recipe, source)
 
 
+def check_layers(recipe: Recipe, names: list[str], model: str) -> None:
+    """``[layers.NAME]`` and ``skip_layers`` name layers of the model (checked before any training)."""
+    for key, given in (("layers", list(recipe.layers)), ("skip_layers", list(recipe.skip_layers))):
+        for name in given:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+                near = f"nearest: {', '.join(close)}" if close else f"its layers: {', '.join(names[:12])}"
+                shown = f"layers.{name}" if key == "layers" else "skip_layers"
+                raise UsageError(f"recipe `{shown}`: {model} has no layer {name!r}", near)
+
+
 # --------------------------------------------------------------------------- palette-aware leaves
 
-# Nodes of edgedeploy.palette: int8 kernels keep one shared palette per tensor (each is a leaf of its own name).
-# They are not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`.
-NODES.update({
-    "clustered_palette": ("baseline", "palette"),
-    "pruned_clustered_palette": ("pruned", "palette"),
-    "cqat_palette": ("clustered_palette", "palette_qat"),
-    "pcqat_palette": ("pruned_clustered_palette", "palette_qat"),
-})
-LEAVES.update({n: n for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette", "pcqat_palette")})
-QAT_NODES.update({"cqat_palette", "pcqat_palette"})
-PALETTE_KEYS: dict[str, type] = {"search": bool, "accuracy_budget": float, "holdout": float, "clusters": list,
-                                 "sparsities": list, "executor": str, "workers": int, "target": str,
-                                 "measure_on": str, "measure_samples": int,
-                                 "budget_from": str, "projection": str, "hessian_samples": int,
-                                 "drop_estimate": str, "size_budget": float, "scales": str}
 PALETTE_EXECUTORS = ("process", "ray")
 PALETTE_MEASURE_ON = ("holdout", "fine-tune")
 # [palette] keys with a fixed set of values, and the defaults of the keys the palette node's cache key names
@@ -358,66 +256,99 @@ PALETTE_CHOICES: dict[str, tuple[str, ...]] = {
     "projection": ("gptq", "nearest"), "drop_estimate": ("loss", "accuracy"), "scales": ("peak", "fitted"),
 }
 PALETTE_DEFAULTS = {"projection": "gptq", "drop_estimate": "loss", "scales": "peak"}
-# The palette plan file's format (palette.py's PLAN_FILE). 2: it records the batch-norm factors folded into each
+# The palette plan file's format (edgedeploy.optimize.palette.stages.PLAN_FILE). 2: it records the batch-norm factors folded into each
 # kernel, which palette QAT trains in. Part of the palette nodes' cache key, so older run folders are redone.
 PALETTE_PLAN_VERSION = 2
 
 
-def _palette_keys(data: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """``[layers.NAME] sparsity/clusters`` and ``[palette]`` (the sweep), checked."""
-    out: dict[str, Any] = {}
-    layers = data.get("layers", {})
-    if not isinstance(layers, dict) or not all(isinstance(v, dict) for v in layers.values()):
-        raise UsageError(f"{source}: `layers` must hold one table per layer", "e.g. [layers.conv2d_1] sparsity = 0.7")
-    checked: dict[str, dict[str, Any]] = {}
-    for name, values in layers.items():
-        for key, value in values.items():
-            if key == "clusters":
-                value = _typed(source, f"layers.{name}.clusters", value, int)
-                if not 2 <= value <= 32:
-                    raise UsageError(f"{source}: `layers.{name}.clusters` is {value}; it must be from 2 to 32 "
-                                     "(Vela's palette holds at most 32 values)", "fix the recipe")
-            elif key == "sparsity":
-                value = _typed(source, f"layers.{name}.sparsity", value, float)
-                if not 0.0 <= value < 1.0:
-                    raise UsageError(f"{source}: `layers.{name}.sparsity` is {value}; it must be in [0, 1)",
-                                     "fix the recipe")
-            else:
-                raise UsageError(f"{source}: unknown key `layers.{name}.{key}`", "allowed keys: clusters, sparsity")
-            checked.setdefault(name, {})[key] = value
-    if checked:
-        out["layers"] = checked
-    palette = data.get("palette", {})
-    if not isinstance(palette, dict):
-        raise UsageError(f"{source}: `palette` must be a table", "e.g. [palette] search = true")
-    opts: dict[str, Any] = {}
-    for key, value in palette.items():
-        if key not in PALETTE_KEYS:
-            raise UsageError(f"{source}: unknown key `palette.{key}`", f"allowed keys: {', '.join(PALETTE_KEYS)}")
-        value = _typed(source, f"palette.{key}", value, PALETTE_KEYS[key])
-        if key in PALETTE_CHOICES and value not in PALETTE_CHOICES[key]:
-            raise UsageError(f"{source}: `palette.{key}` is '{value}'; allowed values: "
-                             f"{', '.join(PALETTE_CHOICES[key])}", "fix the recipe")
-        if key == "clusters" and not all(isinstance(v, int) and 2 <= v <= 32 for v in value):
-            raise UsageError(f"{source}: `palette.clusters` is {value}; each must be an integer from 2 to 32",
-                             "fix the recipe")
-        if key == "sparsities" and not all(isinstance(v, (int, float)) and 0 <= v < 1 for v in value):
-            raise UsageError(f"{source}: `palette.sparsities` is {value}; each must be in [0, 1)", "fix the recipe")
-        if key in ("accuracy_budget", "holdout") and not 0 <= value < (100 if key == "accuracy_budget" else 0.5):
-            raise UsageError(f"{source}: `palette.{key}` is {value}; out of range", "fix the recipe")
-        if key == "size_budget" and not 0 < value <= 1:
-            raise UsageError(f"{source}: `palette.size_budget` is {value}; it must be in (0, 1], a fraction of the "
-                             "ptq leaf's encoded weights", "e.g. [palette] size_budget = 0.4")
-        if key == "hessian_samples" and value < 16:
-            raise UsageError(f"{source}: `palette.hessian_samples` is {value}; it must be >= 16", "fix the recipe")
-        if key == "measure_samples" and value < 100:
-            raise UsageError(f"{source}: `palette.measure_samples` is {value}; it must be >= 100", "fix the recipe")
-        if key == "workers" and value < 1:
-            raise UsageError(f"{source}: `palette.workers` is {value}; it must be >= 1", "fix the recipe")
-        opts[key] = list(value) if isinstance(value, list) else value
-    if "size_budget" in opts and not opts.get("search", False):
-        raise UsageError(f"{source}: `palette.size_budget` picks the per-layer settings of the palette sweep, "
-                         "which is off", "add [palette] search = true")
-    if opts:
-        out["palette"] = opts
-    return out
+# The recipe's keys: a recipe file holds these, a project file the same under [recipe].
+RECIPE_KEYS: tuple[Key, ...] = (
+    Key("leaves", list, list(DEFAULT_LEAVES), "the leaves of the deployment tree to convert", items=str,
+        choices=tuple(LEAVES)),
+    Key("sparsity", float, 0.5, "fraction of each prunable kernel set to zero", minimum=0, maximum=1,
+        exclusive_minimum=True, exclusive_maximum=True),
+    Key("sparsity_pattern", str, "unstructured", "unstructured, or 2:4: two zeros in every four input channels "
+        "(Ethos-U85 skips them)", choices=PATTERNS),
+    Key("clusters", int, 16, "distinct values per clustered kernel", minimum=2, maximum=256),
+    Key("per_channel_clusters", bool, False, "cluster each output channel on its own"),
+    Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0),
+    Key("batch_size", int, 32, "fine-tuning batch size", minimum=1),
+    Key("learning_rate", float, 5e-4, "peak learning rate of the fine-tuning schedule", minimum=0,
+        exclusive_minimum=True),
+    Key("seed", int, 0, "seed of every random choice (data order, initialisation, calibration samples)",
+        minimum=0, maximum=2**32 - 1),
+    Key("skip_layers", list, [], "layers left unpruned and unclustered", items=str),
+    Key("float_io", bool, False, "keep float32 model inputs and outputs (int8 inside)"),
+    Key("calibration_samples", int, 500, "fine-tune samples (seeded random choice) that calibrate int8 ranges",
+        minimum=1),
+    Key("sparsity_tolerance", float, 0.02, "sparsity a stage may lose below its target before it fails",
+        minimum=0, maximum=1, exclusive_maximum=True),
+    Key("fuse_relu", bool, True, "fold a separate ReLU after a Conv/Dense layer into that layer"),
+    Key("plain", bool, False, "TFMOT's plain fine-tuning recipe for every key not given"),
+    Key("loss", str, "", "a Keras built-in loss to fine-tune with (empty: the model's compile config, else from "
+        "the data)"),
+    Key("metric", str, "", "the metric leaves are judged by: accuracy, top5_accuracy, mse, mae, psnr, auc or "
+        "module:function (empty: from the task)"),
+    Key("pruning.schedule", str, "polynomial", "how sparsity rises during pruning", choices=SCHEDULES,
+        field="pruning_schedule"),
+    Key("pruning.end_fraction", float, 0.6, "fraction of the pruning steps after which the target is reached",
+        minimum=0, maximum=1, exclusive_minimum=True, field="pruning_end_fraction"),
+    Key("clustering.centroid_init", str, "kmeans++", "how cluster centroids start", choices=CENTROID_INITS,
+        field="centroid_init"),
+    Key("clustering.gradient_aggregation", str, "sum", "how centroid gradients are combined",
+        choices=GRADIENT_AGGREGATIONS, field="cluster_gradient_aggregation"),
+    Key("distillation.enabled", bool, True, "train against the parent's outputs as well as the labels",
+        field="distill"),
+    Key("distillation.temperature", float, 4.0, "softmax temperature of distillation", minimum=0,
+        exclusive_minimum=True, field="distill_temperature"),
+    Key("distillation.label_weight", float, 0.5, "weight of the labels against the parent's outputs", minimum=0,
+        maximum=1, field="distill_label_weight"),
+    Key("training.lr_schedule", str, "cosine", "learning-rate schedule", choices=LR_SCHEDULES,
+        field="lr_schedule"),
+    Key("training.warmup_fraction", float, 0.1, "fraction of the steps spent warming up the learning rate",
+        minimum=0, maximum=1, exclusive_maximum=True, field="warmup_fraction"),
+    Key("training.freeze_batch_norm", bool, True, "keep batch-norm statistics fixed while fine-tuning",
+        field="freeze_batch_norm"),
+    Key("training.freeze_batch_norm_after", int, 0, "epochs of batch-norm training before it is frozen",
+        minimum=0, field="freeze_batch_norm_after"),
+    Key("training.qat_ranges", str, "calibrated", "where QAT's activation ranges start", choices=QAT_RANGES,
+        field="qat_ranges"),
+    Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
+        minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
+    Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,
+        field="patience"),
+    Key("selection.restore_best", bool, True, "keep the best epoch's weights", field="restore_best"),
+    Key("selection.metric", str, "loss", "what picks the best epoch", choices=SELECTION_METRICS,
+        field="selection_metric"),
+    *(Key(f"stages.{kind}.epochs", int, None, f"epochs of the {kind} stages (default: epochs)", minimum=0)
+      for kind in STAGE_KINDS),
+    *(Key(f"stages.{kind}.learning_rate", float, None, f"learning rate of the {kind} stages (default: "
+          "learning_rate)", minimum=0, exclusive_minimum=True) for kind in STAGE_KINDS),
+    Key("layers.*.clusters", int, None, "palette values of this layer (Vela's palette holds at most 32)",
+        minimum=2, maximum=32),
+    Key("layers.*.sparsity", float, None, "sparsity of this layer in the palette leaves", minimum=0, maximum=1,
+        exclusive_maximum=True),
+    Key("palette.search", bool, False, "run the per-layer sensitivity sweep"),
+    Key("palette.accuracy_budget", float, None, "accuracy points the sweep may lose", minimum=0, maximum=100,
+        exclusive_maximum=True),
+    Key("palette.holdout", float, None, "fraction of the fine-tune data the sweep measures on", minimum=0,
+        maximum=0.5, exclusive_maximum=True),
+    Key("palette.clusters", list, None, "palette sizes the sweep tries", items=int, minimum=2, maximum=32),
+    Key("palette.sparsities", list, None, "sparsities the sweep tries", items=float, minimum=0, maximum=1,
+        exclusive_maximum=True),
+    Key("palette.executor", str, "process", "where sweep jobs run", choices=PALETTE_EXECUTORS),
+    Key("palette.workers", int, None, "sweep worker processes", minimum=1),
+    Key("palette.target", str, None, "target whose Vela encoding sizes the sweep's layers"),
+    Key("palette.measure_on", str, None, "data the sweep measures on", choices=PALETTE_MEASURE_ON),
+    Key("palette.measure_samples", int, None, "samples per sweep measurement", minimum=100),
+    Key("palette.budget_from", str, None, "what the accuracy budget is measured from",
+        choices=PALETTE_CHOICES["budget_from"]),
+    Key("palette.projection", str, "gptq", "how kernels snap to their palette", choices=PALETTE_CHOICES["projection"]),
+    Key("palette.hessian_samples", int, None, "samples for the projection's Hessians", minimum=16),
+    Key("palette.drop_estimate", str, "loss", "what estimates a layer's accuracy drop",
+        choices=PALETTE_CHOICES["drop_estimate"]),
+    Key("palette.size_budget", float, None, "fraction of the ptq leaf's encoded weights to fit (needs search)",
+        minimum=0, maximum=1, exclusive_minimum=True),
+    Key("palette.scales", str, "peak", "how each channel's scale is chosen", choices=PALETTE_CHOICES["scales"]),
+)
+_KEYS_BY_PATH = {k.path: k for k in RECIPE_KEYS}

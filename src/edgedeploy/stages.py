@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import EdgeDeployError
-from .fsutil import sha256_file, sha256_json, staging_dir
+from .errors import EdgeDeployError, UsageError
+from .fsutil import lock_run_dir, sha256_file, sha256_json, staging_dir
+from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
 log = logging.getLogger("edgedeploy")
@@ -31,11 +32,24 @@ class RunContext:
 
     @classmethod
     def open(cls, run_dir: Path) -> "RunContext":
+        """The run folder, locked for this process (another command writing it is waited for), and its manifest."""
         run_dir = Path(run_dir)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"output folder {run_dir} is a file", "pass a folder path with -o/--out")
+        try:
+            lock_run_dir(run_dir, log)
+        except OSError as exc:
+            raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
+                             "check the path and its permissions") from exc
         return cls(run_dir, Manifest.open(run_dir))
 
     def stage_dir(self, stage_id: str) -> Path:
-        return self.run_dir / stage_id
+        """The folder of one stage: every part of its id a checked name, so it always lies inside the run."""
+        parts = stage_id.split("/")
+        for part in parts:
+            if not is_valid("target", part):
+                check_name("target", part, f"{self.run_dir}: stage {stage_id!r}: name", UsageError)
+        return self.run_dir.joinpath(*parts)
 
 
 @dataclass

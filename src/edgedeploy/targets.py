@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import configparser
 import difflib
-import tomllib
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import TargetError
+from .names import check_name, is_valid
+from .settings import Key, read_toml, validate
 from .fsutil import sha256_file, sha256_json
 
 SCHEMA_VERSION = 1
@@ -144,18 +146,20 @@ def list_targets() -> list[Target]:
 
 def get_target(name_or_path: str) -> Target:
     """A built-in target by name, or a user's TOML file by path."""
+    if not isinstance(name_or_path, str) or not name_or_path or "\0" in name_or_path:
+        raise TargetError(f"target {name_or_path!r} is not a name or a path", "give a target name or a .toml file")
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
         if not candidate.is_file():
             raise TargetError(f"target file {candidate} does not exist", "check the path")
         return load_target_file(candidate)
     path = builtin_targets_dir() / f"{name_or_path}.toml"
-    if not path.is_file():
+    if not is_valid("target", name_or_path) or not path.is_file():
         names = builtin_target_names()
         close = difflib.get_close_matches(name_or_path, names, n=1)
         guess = f"did you mean {close[0]}? " if close else ""
         raise TargetError(
-            f"unknown target '{name_or_path}'",
+            f"unknown target {name_or_path!r}",
             f"{guess}valid targets: {', '.join(names)} (or a path to your own .toml)",
         )
     return load_target_file(path)
@@ -163,13 +167,7 @@ def get_target(name_or_path: str) -> Target:
 
 @lru_cache(maxsize=None)
 def _load_cached(path: Path, mtime_ns: int) -> Target:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise TargetError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
-    except OSError as exc:
-        raise TargetError(f"{path}: cannot be read ({exc.strerror})", "check the path and permissions") from exc
-    return _parse(path, data)
+    return _parse(path, read_toml(path, "target file", TargetError))
 
 
 def load_target_file(path: Path) -> Target:
@@ -181,106 +179,78 @@ def load_target_file(path: Path) -> Target:
     return _load_cached(path, mtime)
 
 
-class _Reader:
-    """Typed access to a TOML table that names the file and key path on error."""
-
-    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str = "") -> None:
-        self.path, self.data, self.prefix = path, data, prefix
-
-    def _fail(self, key: str, what: str) -> TargetError:
-        return TargetError(f"{self.path}: key `{self.prefix}{key}` {what}", "fix the target file")
-
-    def table(self, key: str, required: bool = True) -> "_Reader | None":
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                raise self._fail(key, "is missing (a table is required)")
-            return None
-        if not isinstance(value, dict):
-            raise self._fail(key, "must be a table")
-        return _Reader(self.path, value, f"{self.prefix}{key}.")
-
-    def string(self, key: str, allowed: tuple[str, ...] | None = None, required: bool = True) -> str | None:
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                raise self._fail(key, "is missing" + (f"; allowed values: {', '.join(allowed)}" if allowed else ""))
-            return None
-        if not isinstance(value, str) or not value:
-            raise self._fail(key, "must be a non-empty string")
-        if allowed is not None and value not in allowed:
-            raise self._fail(key, f"is '{value}'; allowed values: {', '.join(allowed)}")
-        return value
-
-    def integer(self, key: str, minimum: int = 0, required: bool = True) -> int | None:
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                raise self._fail(key, f"is missing (an integer >= {minimum})")
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise self._fail(key, f"is {value!r}; it must be an integer >= {minimum}")
-        return value
+_T = "fix the target file"
+_ADDRESS = dict(minimum=0, maximum=2**32 - 1)
+TARGET_KEYS: tuple[Key, ...] = (
+    Key("schema_version", int, SCHEMA_VERSION, "version of the target file format", choices=(SCHEMA_VERSION,),
+        required=True),
+    Key("name", str, None, "the target's name (a folder name in run folders)", required=True),
+    Key("kind", str, None, "an NPU configuration or a board", choices=KINDS, required=True),
+    Key("description", str, "", "one line about the target"),
+    Key("npu.accelerator_config", str, None, "Vela's --accelerator-config", choices=ACCELERATOR_CONFIGS,
+        required=True),
+    Key("vela.config", str, None, "vela.ini: beside the target file, or one of Vela's bundled files",
+        required=True),
+    Key("vela.system_config", str, None, "a System_Config section of that vela.ini", required=True),
+    Key("vela.memory_mode", str, None, "a Memory_Mode section of that vela.ini", required=True),
+    Key("clocks.npu_hz", int, None, "NPU clock in Hz (latency = cycles / npu_hz)", minimum=1, required=True),
+    Key("cpu.core", str, None, "the board's CPU core (boards only)", required_when="boards"),
+    Key("memory.sram_bytes", int, None, "SRAM for the tensor arena (boards only)", required_when="boards", minimum=1),
+    Key("memory.flash_bytes", int, None, "flash or DRAM the model is read from (boards only)", required_when="boards", minimum=1),
+    Key("memory.runtime_margin_bytes", int, None, "bytes kept for the runtime's own buffers (boards only)", required_when="boards",
+        minimum=0),
+    Key("memory.model_section", str, None, "linker section of the compiled model (boards only)", required_when="boards"),
+    Key("fvp.binary", str, None, "the Corstone FVP executable (boards only)", required_when="boards"),
+    Key("fvp.num_macs_param", str, None, "the FVP parameter that sets the NPU's MACs (boards only)", required_when="boards"),
+    Key("fvp.model_address", int, None, "where the FVP loads the compiled model (boards only)", required_when="boards", **_ADDRESS),
+    Key("fvp.input_address", int, None, "where the FVP loads the input (boards only)", required_when="boards", **_ADDRESS),
+    Key("fvp.output_address", int, None, "where the FVP's output is read (boards only)", required_when="boards", **_ADDRESS),
+    Key("fvp.params.*", str, None, "one -C parameter of the FVP (a string or a number)", numbers_ok=True),
+)
+_BOARD_ONLY = [k.path for k in TARGET_KEYS if k.required_when == "boards"]
+_FVP_PARAM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]*")
 
 
 def _parse(path: Path, data: Mapping[str, Any]) -> Target:
-    r = _Reader(path, data)
-    version = r.integer("schema_version", minimum=1)
-    if version != SCHEMA_VERSION:
-        raise TargetError(
-            f"{path}: key `schema_version` is {version}; allowed values: {SCHEMA_VERSION}", "fix the target file"
-        )
-    name = r.string("name")
-    kind = r.string("kind", KINDS)
-    description = r.string("description", required=False) or ""
-    npu = r.table("npu")
-    accel = npu.string("accelerator_config", ACCELERATOR_CONFIGS)
-    vela = r.table("vela")
-    settings = VelaSettings(
-        config=vela.string("config"),
-        system_config=vela.string("system_config"),
-        memory_mode=vela.string("memory_mode"),
-    )
-    _check_vela_sections(path, settings)
-    clocks = r.table("clocks")
-    npu_hz = clocks.integer("npu_hz", minimum=1)
-    cpu = r.table("cpu", required=(kind == "board"))
-    memory = None
-    fvp = None
+    v = validate(data, TARGET_KEYS, str(path), TargetError, _T)
+    for key in ("name", "vela.config", "vela.system_config", "vela.memory_mode"):
+        if not v[key]:
+            raise TargetError(f"{path}: `{key}` is ''; it must be a non-empty string", _T)
+    name = check_name("target", v["name"], f"{path}: key `name`", TargetError)
+    kind = v["kind"]
     if kind == "board":
-        mem = r.table("memory")
-        memory = BoardMemory(
-            sram_bytes=mem.integer("sram_bytes", minimum=1),
-            flash_bytes=mem.integer("flash_bytes", minimum=1),
-            runtime_margin_bytes=mem.integer("runtime_margin_bytes", minimum=0),
-            model_section=mem.string("model_section"),
-        )
-        f = r.table("fvp")
-        params = f.table("params", required=False)
-        pairs: list[tuple[str, str]] = []
-        for key, value in (params.data if params else {}).items():
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise TargetError(f"{path}: key `fvp.params.{key}` must be a string or number", "fix the target file")
-            pairs.append((key, str(value)))
-        fvp = FvpSettings(
-            binary=f.string("binary"),
-            num_macs_param=f.string("num_macs_param"),
-            model_address=f.integer("model_address"),
-            input_address=f.integer("input_address"),
-            output_address=f.integer("output_address"),
-            params=tuple(pairs),
-        )
+        for key in _BOARD_ONLY:
+            if key not in v:
+                raise TargetError(f"{path}: `{key}` is missing; a board needs it", _T)
+        check_name("section", v["memory.model_section"], f"{path}: key `memory.model_section`", TargetError)
+    settings = VelaSettings(config=v["vela.config"], system_config=v["vela.system_config"],
+                            memory_mode=v["vela.memory_mode"])
+    _check_vela_sections(path, settings)
+    memory = fvp = None
+    if kind == "board":
+        memory = BoardMemory(sram_bytes=v["memory.sram_bytes"], flash_bytes=v["memory.flash_bytes"],
+                             runtime_margin_bytes=v["memory.runtime_margin_bytes"],
+                             model_section=v["memory.model_section"])
+        pairs = []
+        for dotted, value in v.items():
+            if dotted.startswith("fvp.params."):
+                param = dotted.removeprefix("fvp.params.")
+                if not _FVP_PARAM.fullmatch(param) or any(c in value for c in "\0\n\r"):
+                    raise TargetError(f"{path}: key `fvp.params.{param}` is not an FVP parameter name and value",
+                                      "use names like mps3_board.uart0.out_file and one-line values")
+                pairs.append((param, value))
+        fvp = FvpSettings(binary=v["fvp.binary"], num_macs_param=v["fvp.num_macs_param"],
+                          model_address=v["fvp.model_address"], input_address=v["fvp.input_address"],
+                          output_address=v["fvp.output_address"], params=tuple(pairs))
     return Target(
         name=name,
         kind=kind,
-        description=description,
-        accelerator_config=accel,
+        description=v.get("description", ""),
+        accelerator_config=v["npu.accelerator_config"],
         vela=settings,
-        npu_hz=npu_hz,
+        npu_hz=v["clocks.npu_hz"],
         source=path,
-        cpu_core=cpu.string("core") if cpu else None,
+        cpu_core=v.get("cpu.core"),
         memory=memory,
         fvp=fvp,
         raw=data,
@@ -317,7 +287,12 @@ def resolve_vela_config(config: str, target_file: Path) -> Path:
 @lru_cache(maxsize=None)
 def _ini_sections(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     parser = configparser.ConfigParser()
-    parser.read(path, encoding="utf-8")
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError, OSError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TargetError(f"{path} is not a readable Vela configuration file ({detail[:120]})",
+                          "point vela.config at a vela.ini such as 'Arm/vela.ini'") from exc
     systems = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("System_Config."))
     modes = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("Memory_Mode."))
     return systems, modes

@@ -387,6 +387,36 @@ def host_reference_transport(bundle: GoldenBundle) -> Transport:
     return transport
 
 
+class QemuTransport:
+    """A "device" that is the bundle's firmware on QEMU's emulated Cortex-M55 (mps3-an547).
+
+    The firmware (the bundle's CPU path with TensorFlow Lite Micro, see :mod:`edgedeploy.emulate`)
+    is built once; each call runs it on one input over semihosting and returns its output bytes.
+    ``tflm_dir`` defaults to ``$EDGEDEPLOY_TFLM_DIR``. Call :meth:`close` to remove the build.
+    """
+
+    def __init__(self, bundle: GoldenBundle, tflm_dir: str | os.PathLike | None = None, timeout: float = 120.0) -> None:
+        from .emulate.board import EmulatedBoard
+
+        self.bundle = bundle
+        self.board = EmulatedBoard(bundle.path, tflm_dir=tflm_dir, timeout=timeout)
+
+    def __call__(self, data: bytes) -> bytes:
+        want = sum(t.nbytes for t in self.bundle.inputs)
+        if len(data) != want:
+            raise ValueError(f"input is {len(data)} bytes; {self.bundle.name} takes {want}")
+        _report, out, _seconds = self.board.run(bytes(data))
+        return out
+
+    def close(self) -> None:
+        self.board.close()
+
+
+def qemu_transport(bundle: GoldenBundle, tflm_dir: str | os.PathLike | None = None, timeout: float = 120.0) -> QemuTransport:
+    """The bundle's firmware on an emulated Cortex-M55 as a transport; see :class:`QemuTransport`."""
+    return QemuTransport(bundle, tflm_dir, timeout)
+
+
 def stream_transport(stream: Any, bundle: GoldenBundle, *, flush: bool = True) -> Transport:
     """A transport over a byte stream (``serial.Serial``, a socket file ...).
 
@@ -454,6 +484,7 @@ def _bundle_option(config: Any) -> str | None:
     return str(Path(value).resolve()) if value else None
 
 
+DEVICES = ("host", "qemu")
 _NO_BUNDLE = "no firmware bundle given: pass --edgedeploy-bundle FWDIR (a folder written by `edgedeploy export --golden N`)"
 
 
@@ -465,6 +496,21 @@ def pytest_addoption(parser: Any) -> None:
         metavar="FWDIR",
         default=None,
         help=f"firmware bundle written by `edgedeploy export` (default: ${BUNDLE_ENV})",
+    )
+    group.addoption(
+        "--edgedeploy-device",
+        dest="edgedeploy_device",
+        choices=DEVICES,
+        default=None,
+        help="the device the edgedeploy_device fixture gives: host (the TFLM reference on this machine, the default) "
+        "or qemu (the bundle's firmware on an emulated Cortex-M55; needs a TFLM tree, see --edgedeploy-tflm-dir)",
+    )
+    group.addoption(
+        "--edgedeploy-tflm-dir",
+        dest="edgedeploy_tflm_dir",
+        metavar="DIR",
+        default=None,
+        help="TensorFlow Lite Micro tree for --edgedeploy-device qemu (default: $EDGEDEPLOY_TFLM_DIR)",
     )
     group.addoption(
         "--edgedeploy-max-abs-diff",
@@ -507,6 +553,19 @@ if _pytest is not None:
         if path is None:
             _pytest.skip(_NO_BUNDLE)
         return _cached_bundle(path)
+
+    @_pytest.fixture(scope="session")
+    def edgedeploy_device(request: Any, golden_bundle: GoldenBundle) -> Iterator[Transport]:
+        """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per session)."""
+        kind = request.config.getoption("edgedeploy_device", default=None) or "host"
+        if kind == "qemu":
+            transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))
+            try:
+                yield transport
+            finally:
+                transport.close()
+        else:
+            yield host_reference_transport(golden_bundle)
 
     @_pytest.fixture(scope="session")
     def golden_tolerance(request: Any) -> float:

@@ -25,7 +25,9 @@ DTYPES = (
 )  # fmt: skip
 FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16"}
 OP_QUANTIZE, OP_DEQUANTIZE, OP_CUSTOM = 114, 6, 32
-BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")  # inputs: data, weights, bias
+# CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED (inputs: data, weights, bias), by BuiltinOperator code, so that
+# reading scales needs no operator names (naming imports the generated schema package, the slowest part).
+BIAS_OPS = {3: "CONV_2D", 4: "DEPTHWISE_CONV_2D", 9: "FULLY_CONNECTED"}
 BIAS_SCALE_TOLERANCE = 0.02  # the kernels take a bias scale of input scale x weight scale
 # Operators that convert between float and integer at a model's edges.
 BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
@@ -88,7 +90,7 @@ class OperatorInfo:
         """For a convolution or fully-connected operator with a non-zero int32 bias: the bias scale over the input
         scale times the weight scale, the farthest from 1 over the channels (the kernels compute with 1); else
         None."""
-        if self.op not in BIAS_OPS or len(self.input_types) != 3 or self.input_types[2] != "int32" or self.zero_bias:
+        if self.code not in BIAS_OPS or len(self.input_types) != 3 or self.input_types[2] != "int32" or self.zero_bias:
             return None
         inp, weights, bias = self.input_scales
         if len(inp) != 1 or not weights or len(weights) not in (1, len(bias)) or not inp[0]:
@@ -291,6 +293,12 @@ def require_integer_model(model: TfliteModel) -> None:
             f"{', '.join(kinds[:5])}); Vela would leave {'it' if len(floats) == 1 else 'them'} on the CPU",
             "convert it to full int8 first: `edgedeploy optimize MODEL.h5 --data DATA.npz --leaves ptq`",
         )
+
+
+def misbiased_descriptions(path: str) -> list[str]:
+    """:meth:`TfliteModel.misbiased_operators` of ``path`` in words; picklable, so a Vela worker (which has
+    the flatbuffer reader's dependencies loaded already) computes it while the main process stays light."""
+    return [describe_misbiased(o, ratio) for o, ratio in read_tflite(path).misbiased_operators()]
 
 
 def check_int8_model(path: str) -> None:

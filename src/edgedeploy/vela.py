@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .errors import ToolMissingError
+from .errors import ToolFailedError, ToolMissingError
 from .manifest import Metric
 from .targets import Target
 
@@ -75,32 +75,38 @@ def _number(text: str) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
-def parse_summary_csv(text: str) -> dict[str, Any]:
-    """The single data row of Vela's ``*_summary_*.csv``: numbers as floats (NaN -> None), text kept."""
-    rows = list(csv.DictReader(io.StringIO(text)))
-    if len(rows) != 1:
-        raise ValueError(f"expected one data row in Vela's summary CSV, found {len(rows)}")
+def _rows(text: str, what: str) -> list[dict[str, Any]]:
+    try:
+        return list(csv.DictReader(io.StringIO(text.replace("\0", ""), newline="")))
+    except csv.Error as exc:
+        raise ToolFailedError(f"Vela's {what} is not readable CSV ({exc})", "re-run the compile; read vela.log") from exc
+
+
+def _cells(row: dict[Any, Any], keep_nan_text: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, raw in rows[0].items():
-        if key is None:
+    for key, raw in row.items():
+        if not isinstance(key, str) or not isinstance(raw, str):  # a short or long row
             continue
         num = _number(raw)
-        out[key.strip()] = num if num is not None or raw.strip().lower() in ("nan", "inf") else raw.strip()
+        if num is None and keep_nan_text and raw.strip().lower() in ("nan", "inf", "-inf"):
+            out[key.strip()] = None
+        else:
+            out[key.strip()] = num if num is not None else raw.strip()
     return out
+
+
+def parse_summary_csv(text: str) -> dict[str, Any]:
+    """The single data row of Vela's ``*_summary_*.csv``: numbers as floats (NaN -> None), text kept."""
+    rows = _rows(text, "summary CSV")
+    if len(rows) != 1:
+        raise ToolFailedError(f"expected one data row in Vela's summary CSV, found {len(rows)}",
+                              "re-run the compile; read vela.log")
+    return _cells(rows[0], keep_nan_text=True)
 
 
 def parse_per_layer_csv(text: str) -> list[dict[str, Any]]:
     """Rows of Vela's ``*_per-layer.csv`` (``--verbose-performance``), numbers converted."""
-    layers = []
-    for row in csv.DictReader(io.StringIO(text)):
-        layer: dict[str, Any] = {}
-        for key, raw in row.items():
-            if key is None:
-                continue
-            num = _number(raw)
-            layer[key.strip()] = num if num is not None else raw.strip()
-        layers.append(layer)
-    return layers
+    return [_cells(row, keep_nan_text=False) for row in _rows(text, "per-layer CSV")]
 
 
 _WARNING_RE = re.compile(r"^Warning \(supported operators\) operator: (?P<op>[A-Z0-9_]+), ofm: '(?P<name>.*)'$")
@@ -172,12 +178,16 @@ def summary_metrics(summary: dict[str, Any], target: Target, layers: list[dict[s
             return Metric.missing(unit, "estimated", "Vela reported no value (nan)")
         return Metric(value, unit, "estimated")
 
+    def number(key: str) -> float | None:
+        v = summary.get(key)  # text where a number belongs counts as no value
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
     def kib(key: str) -> Metric:
-        v = summary.get(key)
+        v = number(key)
         return est(None if v is None else int(round(v * KIB)), "B")
 
     def integer(key: str, unit: str) -> Metric:
-        v = summary.get(key)
+        v = number(key)
         return est(None if v is None else int(v), unit)
 
     m: dict[str, Metric] = {
@@ -191,13 +201,13 @@ def summary_metrics(summary: dict[str, Any], target: Target, layers: list[dict[s
         "total_cycles": integer("cycles_total", "cycles"),
         "macs": integer("nn_macs", "MAC"),
         "vela_core_clock_hz": integer("core_clock", "Hz"),
-        "vela_inference_time_s": est(summary.get("inference_time"), "s"),
-        "vela_inferences_per_second": est(summary.get("inferences_per_second"), "1/s"),
+        "vela_inference_time_s": est(number("inference_time"), "s"),
+        "vela_inferences_per_second": est(number("inferences_per_second"), "1/s"),
     }
-    flash = sum(summary.get(k) or 0 for k in ("on_chip_flash_memory_used", "off_chip_flash_memory_used"))
+    flash = sum(number(k) or 0 for k in ("on_chip_flash_memory_used", "off_chip_flash_memory_used"))
     m["flash_bytes"] = Metric(int(round(flash * KIB)), "B", "estimated")
-    cycles = summary.get("cycles_total")
-    macs = summary.get("nn_macs")
+    cycles = number("cycles_total")
+    macs = number("nn_macs")
     if cycles:
         latency = cycles / target.npu_hz
         m["latency_ms"] = Metric(latency * 1e3, "ms", "estimated")

@@ -100,13 +100,18 @@ class VelaPool:
         assert self._pool is not None
         return self._pool.submit(fn, *args)
 
+    def restart(self) -> None:
+        """A fresh pool after a worker died (a broken pool runs nothing more)."""
+        self.close(now=True)
+        self.start()
+
     def close(self, now: bool = False) -> None:
         """Stop the workers; ``now`` ends them at once (they may still be importing Vela)."""
         if self._pool is None:
             return
         if now:
             # ProcessPoolExecutor has no public way to end idle workers before Python 3.14.
-            for proc in list(getattr(self._pool, "_processes", {}).values()):
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
                 proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
         else:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from edgedeploy.commands import app
+from edgedeploy.cli.app import app
 from edgedeploy.compile import compile_tflite
 
 pytestmark = pytest.mark.requires_data

@@ -43,7 +43,7 @@ def _model(env, dim=8, classes=3, bn=True):
 
 
 def _loss():
-    from edgedeploy.optimize import Loss
+    from edgedeploy.optimize import Loss  # (the task: edgedeploy.task.Task)
 
     return Loss("sparse_categorical_crossentropy", False, "test")
 
@@ -119,7 +119,7 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("metric", ["loss", "accuracy"])
 def test_the_best_epoch_is_restored(env, metric):
-    from edgedeploy.optimize import _fit
+    from edgedeploy.optimize import fine_tune as _fit
 
     data = _dataset()
     model = _model(env)
@@ -139,7 +139,7 @@ def test_the_best_epoch_is_restored(env, metric):
 
 
 def test_without_restore_the_last_epoch_stays_and_patience_stops_early(env):
-    from edgedeploy.optimize import _fit
+    from edgedeploy.optimize import fine_tune as _fit
 
     data = _dataset()
     model = _model(env)
@@ -156,7 +156,7 @@ def test_without_restore_the_last_epoch_stays_and_patience_stops_early(env):
 
 
 def test_frozen_batch_norm_keeps_its_statistics_and_is_unfrozen_after(env):
-    from edgedeploy.optimize import _fit
+    from edgedeploy.optimize import fine_tune as _fit
 
     data = _dataset()
     for freeze in (True, False):
@@ -174,7 +174,7 @@ def test_frozen_batch_norm_keeps_its_statistics_and_is_unfrozen_after(env):
 
 def test_distillation_follows_the_teacher(env):
     """With only unlabelled samples and soft targets from a teacher, the student learns the teacher's answers."""
-    from edgedeploy.optimize import _fit, teacher_targets
+    from edgedeploy.optimize import fine_tune as _fit, teacher_targets
 
     data = _dataset(n=600)
     keras = env.keras
@@ -221,7 +221,7 @@ def test_polynomial_pruning_selects_only_epochs_at_the_target(env):
 
 def test_cluster_preserving_qat_kernels_hold_only_centroids(env):
     """Even with a large learning rate, the CQAT kernels end with at most `clusters` distinct values."""
-    from edgedeploy.optimize import cluster, qat_model, settle_cluster_weights, _fit
+    from edgedeploy.optimize import cluster, qat_model, settle_cluster_weights, fine_tune as _fit
 
     data = _dataset()
     recipe = load_recipe(overrides={"epochs": 1, "learning_rate": 1e-2, "batch_size": 32, "seed": SEED,

@@ -39,7 +39,7 @@ def test_separate_relu_is_folded_into_the_layer(keras):
 
 def test_a_sequential_model_loads_as_the_same_functional_model(keras, tmp_path):
     """Folding batch norms, fusing ReLUs and TFMOT's Conv + BatchNorm patterns need a functional graph."""
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     keras.utils.set_random_seed(5)
     layers = keras.layers
@@ -172,7 +172,8 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
 
     keras.utils.set_random_seed(7)
     d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
-    x, y = d["x_train"][:512].astype(np.float32), d["y_train"][:512].ravel()
+    train = np.random.default_rng(7).choice(len(d["x_train"]), 512, replace=False)  # the file is sorted by class
+    x, y = d["x_train"][train].astype(np.float32), d["y_train"][train].ravel()
     inp = keras.Input((32, 32, 3))
     h = keras.layers.Rescaling(1 / 255.0, name="rescale")(inp)
     h = keras.layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="conv")(h)
@@ -202,7 +203,8 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     interp.allocate_tensors()
     inp_d, out_d = interp.get_input_details()[0], interp.get_output_details()[0]
     scale, zero = inp_d["quantization"]
-    ev = d["x_test"][:200].astype(np.float32)
+    ev_idx = np.random.default_rng(8).choice(len(d["x_test"]), 200, replace=False)
+    ev = d["x_test"][ev_idx].astype(np.float32)
     preds = []
     for img in ev:
         interp.set_tensor(inp_d["index"], np.clip(np.round(img[None] / scale + zero), -128, 127).astype(np.int8))
@@ -273,7 +275,7 @@ def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(ke
     """A SeparableConv2D's pointwise kernel has the size of the 1x1 Conv2D after it; it has no statistics of its
     own, and must not be taken for that layer's kernel (its sparsity would then be checked on the wrong one)."""
     from edgedeploy.convert import convert_int8
-    from edgedeploy.optimize import _int8_stats
+    from edgedeploy.optimize import int8_stats as _int8_stats
 
     keras.utils.set_random_seed(6)
     inp = keras.Input((10, 10, 8))
@@ -296,7 +298,7 @@ def test_palette_qat_keeps_the_palette_of_a_layer_followed_by_relu6(keras, tmp_p
     """MobileNet-style Conv -> BN -> ReLU6: with the batch norm folded, TFMOT's QAT would take the ReLU6 as a
     separate ReLU and drop the convolution's weight quantizer (its palette with it). The palette node fuses it
     into the layer as relu6, which the palette QAT keeps as the layer's own activation."""
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
     from edgedeploy.convert import convert_qat_int8
     from edgedeploy.keras_model import base_name
     from edgedeploy.tflite_model import read_tflite, read_weight_tensors
@@ -334,7 +336,7 @@ def test_separable_conv_is_split_so_both_kernels_get_palettes(keras, tmp_path):
     """A SeparableConv2D (strided, depth multiplier 2, with bias and a batch norm after it) becomes the
     DepthwiseConv2D and 1x1 Conv2D the converter writes for it: the same function, and then each kernel gets its
     own palette in the int8 model (left whole, neither would: the palette node knows Conv/Depthwise/Dense only)."""
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
     from edgedeploy.convert import convert_int8
     from edgedeploy.keras_model import split_separable
 

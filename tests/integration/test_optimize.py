@@ -26,10 +26,11 @@ SPARSITY, CLUSTERS = 0.5, 16
 
 
 @pytest.fixture(scope="session")
-def kws_data(shared_data, tmp_path_factory) -> Path:
-    """The real fine-tune split cut to 1,536 clips (to keep training short) and the whole evaluation split."""
+def kws_data(shared_data, tmp_path_factory, stratified) -> Path:
+    """The real fine-tune split cut to 1,536 clips (to keep training short; a seeded class-balanced choice, as the
+    file is sorted by class) and the whole evaluation split."""
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
-    fit = np.where(d["split"] == 0)[0][:1536]
+    fit = np.sort(stratified(np.where(d["split"] == 0)[0], d["y"], 1536, seed=0))
     ev = np.where(d["split"] == 1)[0]
     idx = np.concatenate([fit, ev])
     path = tmp_path_factory.mktemp("kws") / "kws.npz"

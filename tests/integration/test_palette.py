@@ -31,10 +31,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def small_kws(shared_data, tmp_path_factory) -> Path:
-    """1,024 real fine-tune clips and 912 evaluation clips (every other one of the speaker-disjoint eval split)."""
+def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
+    """1,024 real fine-tune clips (a seeded class-balanced choice: the file is sorted by class) and 912 evaluation
+    clips (every other one of the speaker-disjoint eval split)."""
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
-    fit = np.where(d["split"] == 0)[0][:1024]
+    fit = np.sort(stratified(np.where(d["split"] == 0)[0], d["y"], 1024, seed=0))
     ev = np.where(d["split"] == 1)[0][::2]
     idx = np.concatenate([fit, ev])
     path = tmp_path_factory.mktemp("kws") / "kws.npz"

@@ -19,7 +19,8 @@ CLUSTERS, SPARSITY = 16, 0.5
 @pytest.fixture(scope="module")
 def node(shared_data):
     """The published float DS-CNN, folded and projected as the palette node does (nearest projection)."""
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
     from edgedeploy.keras_model import fuse_separate_relu
 
     keras = tfenv.load().keras
@@ -35,7 +36,7 @@ def node(shared_data):
 
 
 def test_fold_records_each_kernels_factor_per_output_channel(node):
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     original, _, _, _, _ = node
     unprojected, folded = palette.fold_batch_norm(original)
@@ -51,7 +52,7 @@ def test_fold_records_each_kernels_factor_per_output_channel(node):
 
 
 def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, tmp_path):
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     _, model, folded, plan, x = node
     as_folded = palette.palette_qat_model(model, plan, 0)
@@ -100,7 +101,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
 
 def effective_kernels(model) -> dict[str, np.ndarray]:
     """Per palette layer, its weight quantizer's output in inference mode (what the layer multiplies with)."""
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
     from edgedeploy.keras_model import base_name
 
     out = {}

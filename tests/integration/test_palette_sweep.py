@@ -11,7 +11,8 @@ pytestmark = pytest.mark.requires_data
 @pytest.fixture(scope="module")
 def folded(shared_data, tmp_path_factory):
     """The published float DS-CNN with its batch norms folded (the palette node's first step), and its hold-out."""
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
     from edgedeploy.keras_model import fuse_separate_relu
 
     keras = tfenv.load().keras
@@ -32,7 +33,7 @@ def folded(shared_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def hessians(folded, shared_data):
     """Layer-input hessians of the folded DS-CNN from 512 fine-tune clips that the tests do not score."""
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     model, _, x, _ = folded
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
@@ -55,7 +56,8 @@ def _scores(model, x, y):
 
 @pytest.mark.parametrize("compensated", [False, True], ids=["nearest", "gptq"])
 def test_items_in_a_process_pool_match_in_process(folded, hessians, tmp_path, compensated):
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
 
     keras = tfenv.load().keras
     model, path, x, y = folded
@@ -78,7 +80,7 @@ def test_items_in_a_process_pool_match_in_process(folded, hessians, tmp_path, co
 
 def test_items_as_ray_tasks_match_the_process_pool(folded, hessians, tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     _, path, x, y = folded
     local = palette.run_items(ITEMS, path, x, y, tmp_path, "process", workers=2, hessians=hessians[0])
@@ -90,7 +92,8 @@ def test_items_as_ray_tasks_match_the_process_pool(folded, hessians, tmp_path, r
 def test_layer_hessians_reproduce_each_layers_own_output(folded, hessians):
     """k^T H k must equal the mean square of the layer's linear output (no bias, no activation) for any kernel k:
     checked with TensorFlow's own convolutions, so patch order, padding, strides and depthwise channels agree."""
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
 
     env = tfenv.load()
     tf, keras = env.tf, env.keras
@@ -122,7 +125,8 @@ def test_layer_hessians_reproduce_each_layers_own_output(folded, hessians):
 def test_compensation_keeps_the_real_model_closer_on_unseen_clips(folded, hessians):
     """Every layer at 8 palette values: the error-compensated model loses far less than nearest-value snapping,
     scored on fine-tune clips the hessians never saw."""
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
 
     keras = tfenv.load().keras
     model, _, x, y = folded
@@ -140,7 +144,7 @@ def test_compensation_keeps_the_real_model_closer_on_unseen_clips(folded, hessia
 
 @pytest.mark.slow
 def test_sweep_chooses_a_plan_within_budget_with_vela_sizes(folded, shared_data, tmp_path):
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
     from edgedeploy.data import load_dataset
     from edgedeploy.recipe import load_recipe
 
@@ -175,7 +179,8 @@ def test_sweep_chooses_a_plan_within_budget_with_vela_sizes(folded, shared_data,
 def test_sweep_meets_a_size_budget_that_vela_confirms(folded, shared_data, tmp_path):
     """``size_budget``: the plan's encoded weights, compiled anew by Vela, are within the fraction of the int8
     reference's (the published model, as the ptq leaf converts it)."""
-    from edgedeploy import palette, tfenv
+    from edgedeploy import tfenv
+    from edgedeploy.optimize import palette
     from edgedeploy.convert import convert_int8
     from edgedeploy.data import load_dataset
     from edgedeploy.recipe import load_recipe

@@ -111,7 +111,7 @@ def test_recipe_file_and_overrides(tmp_path):
         ("clusters = 1", "`clusters` is 1"),
         ('[pruning]\nschedule = "cubic"', "`pruning.schedule` is 'cubic'; allowed values: constant, polynomial"),
         ('[clustering]\ncentroid_init = "kmeans"', "allowed values: kmeans++, linear, density, random"),
-        ("[stages.distill]\nepochs = 1", "`stages.distill` is not a stage"),
+        ("[stages.distill]\nepochs = 1", "unknown key `stages.distill`"),
         ("epoch = 3", "unknown key `epoch`"),
         ('[training]\nqat_ranges = "ema"', "`training.qat_ranges` is 'ema'; allowed values: calibrated, tfmot"),
         ('epochs = "three"', "`epochs` is 'three'; it must be an integer"),
@@ -130,7 +130,7 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
     import edgedeploy.optimize as optimize_module
     from typer.testing import CliRunner
 
-    from edgedeploy.commands import app
+    from edgedeploy.cli.app import app
     from edgedeploy.errors import UsageError
 
     seen = []
@@ -159,7 +159,7 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     import edgedeploy.optimize as optimize_module
     from typer.testing import CliRunner
 
-    from edgedeploy.commands import app
+    from edgedeploy.cli.app import app
     from edgedeploy.errors import UsageError
 
     def fail(*args, **kwargs):

@@ -108,3 +108,38 @@ def test_saved_text_is_plain_indented_json_and_follows_replaced_records(tmp_path
     assert (tmp_path / "manifest.json").read_text() == json.dumps(m.to_dict(), indent=2, default=str) + "\n"
     # to_dict does not copy the details it writes, and round-trips
     assert StageRecord.from_dict(json.loads(json.dumps(first.to_dict(), default=str))).metrics["gone"].value is None
+
+
+def test_atomic_writes_and_staging_folders_respect_the_umask(tmp_path):
+    import os
+    import stat
+
+    from edgedeploy.fsutil import atomic_write_text, new_staging_dir
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.json", "{}")
+        staged = new_staging_dir(tmp_path / "stage")
+        os.umask(0o027)
+        atomic_write_text(tmp_path / "b.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o640
+
+
+def test_stale_staging_of_a_killed_run_is_removed_and_nothing_else(tmp_path):
+    from edgedeploy.fsutil import release_run_dirs
+    from edgedeploy.stages import RunContext
+
+    run = tmp_path / "run"
+    (run / "compile" / "v" / ".ethos-u55-128.ab_cd123.part").mkdir(parents=True)
+    (run / "compile" / "v" / ".ethos-u55-128.old4242").mkdir()
+    (run / ".manifest.json.zz9_aa12.part").write_text("{")
+    (run / "compile" / "v" / "mine.part").write_text("user file")
+    (run / "manifest.json").write_text('{"schema": "edgedeploy.manifest", "schema_version": 1}')
+    RunContext.open(run)
+    release_run_dirs()
+    left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    assert left == [".edgedeploy.lock", "compile", "compile/v", "compile/v/mine.part", "manifest.json"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy import palette
-from edgedeploy.errors import UsageError
+from edgedeploy.optimize import palette
+from edgedeploy.errors import ToolFailedError, UsageError
 from edgedeploy.recipe import LEAVES, NODES, QAT_NODES, Recipe, load_recipe, nodes_for
 from edgedeploy.tflite_model import read_tflite, read_weight_tensors
 from edgedeploy.vela import parse_summary_csv
@@ -89,7 +89,7 @@ def test_npu_weight_report_reads_files(tmp_path):
 
 
 def test_debug_db_parser_rejects_other_text():
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolFailedError):
         palette.parse_debug_db("<debug></debug>")
 
 

@@ -55,7 +55,7 @@ def test_users_wait_and_cluster_address_are_kept(monkeypatch):
 def test_palette_sweep_starts_ray_the_same_way(monkeypatch, tmp_path):
     import numpy as np
 
-    from edgedeploy import palette
+    from edgedeploy.optimize import palette
 
     seen = []
     monkeypatch.delenv(KEY, raising=False)

@@ -101,7 +101,7 @@ def test_user_target_file_by_path(tmp_path):
         ('memory_mode = "Shared_Sram"', 'memory_mode = "Shared"', "`vela.memory_mode` is 'Shared'; allowed values in vela.ini: Dedicated_Sram"),
         ('config = "Arm/vela.ini"', 'config = "nowhere.ini"', "`vela.config` names 'nowhere.ini'"),
         ("schema_version = 1", "schema_version = 7", "`schema_version` is 7; allowed values: 1"),
-        ('kind = "npu"', 'kind = "board"', "`cpu` is missing"),
+        ('kind = "npu"', 'kind = "board"', "`cpu.core` is missing"),
     ],
 )
 def test_bad_value_names_file_key_and_allowed_values(tmp_path, old, new, expect):

@@ -95,3 +95,19 @@ def test_bias_scales_match_the_scales_their_operators_compute_with(dscnn_int8):
     edited = replace(model, operators=tuple(halved if o is head else o for o in model.operators))
     assert [(o.op, round(r, 3)) for o, r in edited.misbiased_operators()] == [("FULLY_CONNECTED", 0.5)]
     assert replace(halved, zero_bias=True).bias_scale_ratio() is None
+
+
+def test_bias_operator_codes_are_the_schema_s():
+    """BIAS_OPS names operators by BuiltinOperator code so that scales are read without the schema package."""
+    import tflite
+
+    from edgedeploy.tflite_model import BIAS_OPS
+
+    assert {c: n for c, n in BIAS_OPS.items()} == {getattr(tflite.BuiltinOperator, n): n for n in BIAS_OPS.values()}
+
+
+def test_misbiased_descriptions_of_a_clean_model_are_empty(dscnn_int8):
+    """What a Vela worker computes for compile's warnings: nothing for MLPerf's DS-CNN."""
+    from edgedeploy.tflite_model import misbiased_descriptions
+
+    assert misbiased_descriptions(str(dscnn_int8)) == []

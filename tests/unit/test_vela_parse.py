@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from edgedeploy.errors import ToolFailedError
 from edgedeploy.targets import get_target
 from edgedeploy.vela import (
     build_vela_args,
@@ -56,7 +57,7 @@ def test_nan_becomes_unavailable_not_nan():
 
 
 def test_summary_requires_exactly_one_row():
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolFailedError):
         parse_summary_csv("a,b\n")
 
 

@@ -1,0 +1,106 @@
+"""``edgedeploy compile``: int8 TFLite models through Vela for one or more targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+EXAMPLE = "Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128 -t ethos-u85-256"
+
+
+def _complete_target(incomplete: str) -> list[str]:
+    from .common import complete_target
+
+    return complete_target(incomplete)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compile", epilog=EXAMPLE)(compile_cmd)
+
+
+def compile_cmd(
+    ctx: typer.Context,
+    models: List[Path] = typer.Argument(..., help="int8 .tflite model(s), an edgedeploy.toml project file, or the "
+                                        "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
+    target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several.",
+                                     autocompletion=_complete_target),
+    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
+    optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel Vela workers (default: one per CPU)."),
+    allow_cpu_ops: bool = typer.Option(
+        False, "--allow-cpu-ops", help="Accept operators Vela leaves on the CPU (other than I/O quantize)."
+    ),
+    executor: str = typer.Option("local", "--executor", help="Where Vela runs: local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
+    debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
+                                  "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
+) -> None:
+    """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
+    from .prestart import PRESTARTED
+
+    pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
+    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
+
+
+def prestart(values: dict[str, Any]):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
+
+    Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
+    first, and a re-run most likely reuses its results (workers then start when something needs compiling).
+    """
+    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
+    if values.get("executor") != "local" or not values.get("target") or not models:
+        return None
+    if any(m.suffix != ".tflite" for m in models):
+        return None
+    if (out / "manifest.json").exists():
+        return None
+    jobs = str(values.get("jobs") or "")
+    from ..vela_pool import VelaPool, default_jobs
+
+    n_tasks = max(1, len(values.get("target") or ())) * len(models)
+    return VelaPool(int(jobs) if jobs.isdigit() and int(jobs) > 0 else default_jobs(n_tasks)).start()
+
+
+def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
+             pool) -> None:
+    from .. import api
+    from ..errors import UsageError
+    from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
+    from .common import err_console, escape, guard, out_console, table
+
+    with guard():
+        options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
+                                 ray_address=ray_address, debug_db=debug_db)
+        if len(models) == 1 and models[0].suffix == ".toml":
+            outcome = api.run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options)
+        elif len(models) == 1 and models[0].is_dir():
+            if out not in (Path("edgedeploy-out"), models[0]):
+                raise UsageError(f"a run folder is compiled into itself, not into {out}",
+                                 f"leave out --out, or copy {models[0]} to {out} first")
+            outcome = api.compile_run(models[0], target, options, pool=pool)
+        else:
+            for m in models:
+                if m.is_dir():
+                    raise UsageError(f"{m} is a folder", "pass a run folder alone: `edgedeploy compile RUN_DIR -t T`")
+                if m.suffix == ".toml":
+                    raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
+            outcome = api.compile_tflite(models, target, out, options, pool=pool)
+        cached_ids = outcome.cached_ids
+        manifest = api.Manifest.load(outcome.run_dir)
+        if json_out:
+            typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
+        else:
+            rows = compile_rows(manifest, outcome.records, cached_ids)
+            columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+            out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
+            for r in outcome.records:
+                for w in r.warnings:
+                    err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
+            err_console.print(f"manifest: {manifest.path}; compare the variants with "
+                              f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
+

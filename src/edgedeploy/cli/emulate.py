@@ -1,0 +1,68 @@
+"""``edgedeploy emulate``: a bundle's golden vectors through its firmware on an emulated Cortex-M55."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+EXAMPLE = "Example: edgedeploy emulate fw --tflm-dir tflite-micro"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("emulate", epilog=EXAMPLE)
+    def emulate_cmd(
+        bundle: Path = typer.Argument(..., help="Folder written by `edgedeploy export --golden N`."),
+        tflm_dir: Optional[Path] = typer.Option(
+            None, "--tflm-dir", help="TensorFlow Lite Micro tree for cortex-m55 with CMSIS-NN (default: $EDGEDEPLOY_TFLM_DIR)."
+        ),
+        build_dir: Optional[Path] = typer.Option(
+            None, "--build-dir", help="Keep the firmware project and its build here (default: a temporary folder)."
+        ),
+        stack_size: int = typer.Option(32768, "--stack-size", help="Firmware stack in bytes (TFLM needs more than 1 KiB)."),
+        timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds QEMU may run before it counts as a hang."),
+        json_out: bool = typer.Option(False, "--json", help="Print only the result as JSON on stdout."),
+    ) -> None:
+        """Build the bundle's CPU path into firmware, run every golden vector on QEMU (mps3-an547), compare bit-exactly."""
+        from ..api import emulate_bundle
+        from ..report.render.tables import dumps
+        from .common import err_console, escape, guard, out_console
+
+        with guard():
+            result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout, stack_bytes=stack_size)
+            if json_out:
+                typer.echo(dumps(result.to_dict()))
+            else:
+                b = result.board
+                lib = b["tflm_library"]
+                out_console.print(
+                    f"emulated '{result.name}' on {b['machine']}, QEMU {b['qemu']}\n"
+                    f"  firmware   {b['compiler']}, TFLM {b['tflm_dir']} ({lib['sources']} sources, "
+                    + (f"compiled now in {lib['seconds']} s" if lib["compiled_now"] else f"cached {lib['cache_key']}")
+                    + f"), operators {', '.join(b['operators'])}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                for v in result.vectors:
+                    mark = "[green]ok[/]" if v.ok else "[bold red]FAIL[/]"
+                    out_console.print(f"  {mark}  {escape(v.line())}", highlight=False, soft_wrap=True)
+                over = result.arena_used_bytes > result.header_arena_bytes
+                out_console.print(
+                    f"  arena      {result.arena_used_bytes} B used (measured), header "
+                    f"{result.name.upper()}_CPU_TENSOR_ARENA_SIZE {result.header_arena_bytes} B"
+                    + (" [bold red]TOO SMALL[/]" if over else "")
+                    + (f"; NPU path arena {result.npu_arena_bytes} B" if result.npu_arena_bytes else ""),
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                out_console.print(
+                    f"  stack      {result.stack_used_bytes} B used of {result.stack_size_bytes} B (measured)\n"
+                    f"  run        {len(result.vectors)} vectors in {result.run_seconds:.2f} s on QEMU"
+                    + ("; measured figures written to manifest.json" if result.manifest_updated else ""),
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                for w in result.warnings:
+                    err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+            result.check()

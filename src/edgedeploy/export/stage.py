@@ -1,0 +1,364 @@
+"""The export stage: one (leaf, target) pair of a run as a firmware bundle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import __version__
+from ..errors import EdgeDeployError, InvalidInputError, UsageError
+from ..fsutil import sha256_bytes, sha256_file
+from ..tflite_model import TensorInfo, TfliteModel, read_tflite
+from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
+from .c_literals import arena_size, c_type_of, dtype_bytes, elements
+from .cmake import render_cmake_module, render_cmakelists
+from .common import (
+    ARENA_ALIGNMENT,
+    BUNDLE_MANIFEST,
+    BUNDLE_SCHEMA,
+    BUNDLE_SCHEMA_VERSION,
+    DEFAULT_GOLDEN,
+    DEFAULT_RUNTIME_MARGIN,
+    DEFAULT_SECTION,
+    GOLDEN_NPZ,
+    MODEL_ALIGNMENT,
+    TFLM_PACKAGE,
+    check_c_name,
+    check_section,
+    default_name,
+)
+from .golden import (
+    EvalData,
+    compare_outputs,
+    golden_arrays,
+    host_arena_bytes,
+    load_eval_data,
+    make_golden,
+    npz_bytes,
+    package_version,
+    run_tflite,
+)
+from .locate import ExportOptions, ExportSource, _compile_hint, locate
+from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    manifest: dict[str, Any]
+    files: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _memory_plan(src: ExportSource) -> tuple[dict[str, Any], list[str]]:
+    rec = src.compile_record
+    warnings: list[str] = []
+    sram = rec.metric("sram_bytes")
+    if sram is None:
+        raise InvalidInputError(
+            f"the compile record {rec.id} in {src.manifest.path} has no SRAM figure",
+            f"compile it again: {_compile_hint(src.manifest, src.leaf, src.target)}",
+        )
+    dram = rec.metric("dram_bytes")
+    memory = src.target_info.get("memory") or {}
+    if memory.get("runtime_margin_bytes") is not None:
+        margin, margin_source = int(memory["runtime_margin_bytes"]), f"target {src.target} memory.runtime_margin_bytes"
+    else:
+        margin, margin_source = DEFAULT_RUNTIME_MARGIN, "edgedeploy default for NPU-only targets"
+    mode = str((src.target_info.get("vela") or {}).get("memory_mode", ""))
+    dedicated = mode.startswith("Dedicated_Sram")
+    if dedicated:
+        if dram is None:
+            raise InvalidInputError(
+                f"the compile record {rec.id} has no DRAM figure, needed in memory mode {mode}", "re-run the compile"
+            )
+        planned, fast = int(dram), int(sram)
+        warnings.append(
+            f"memory mode {mode}: the tensor arena is sized from Vela's DRAM figure, which also counts "
+            "read-only data, so it is an upper bound"
+        )
+    else:
+        planned, fast = int(sram), None
+    return {
+        "memory_mode": mode,
+        "vela_sram_bytes": int(sram),
+        "vela_dram_bytes": None if dram is None else int(dram),
+        "planned_bytes": planned,
+        "planned_from": "vela dram_bytes" if dedicated else "vela sram_bytes",
+        "runtime_margin_bytes": margin,
+        "runtime_margin_source": margin_source,
+        "tensor_arena_bytes": arena_size(planned, margin),
+        "tensor_arena_alignment": ARENA_ALIGNMENT,
+        "fast_memory_bytes": fast,
+    }, warnings
+
+
+def resolve_section(section: str | None, target_info: Mapping[str, Any]) -> tuple[str, str]:
+    if section:
+        return check_section(section), "--section"
+    memory = target_info.get("memory") or {}
+    if memory.get("model_section"):
+        return check_section(str(memory["model_section"])), f"target {target_info.get('name')} memory.model_section"
+    return DEFAULT_SECTION, "edgedeploy default for NPU-only targets"
+
+
+def _check_io(vela: TfliteModel, int8: TfliteModel) -> list[str]:
+    def key(t: TensorInfo):
+        return (tuple(t.shape), t.dtype, tuple(round(s, 9) for s in t.scale), tuple(t.zero_point))
+
+    if [key(t) for t in vela.inputs] != [key(t) for t in int8.inputs] or [key(t) for t in vela.outputs] != [
+        key(t) for t in int8.outputs
+    ]:
+        return [
+            f"the inputs/outputs of the Vela model {vela.path.name} differ from the int8 model's; "
+            "the header describes the Vela model's"
+        ]
+    return []
+
+
+def _labels_for(src: ExportSource, data: EvalData | None, n_classes: int | None) -> tuple[list[str] | None, str | None, list[str]]:
+    labels, origin = None, None
+    recorded = src.data_info.get("labels")
+    if recorded:
+        labels, origin = [str(s) for s in recorded], f"{src.int8_record.id} details.data.labels"
+    elif data is not None and data.labels:
+        labels, origin = data.labels, f"{data.path.name} labels"
+    if labels is not None and n_classes is not None and len(labels) != n_classes:
+        return None, None, [f"{len(labels)} labels ({origin}) but output 0 has {n_classes} values; labels left out"]
+    return labels, origin, []
+
+
+def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
+    """``edgedeploy export``: write the firmware bundle of one (leaf, target) pair of a run."""
+    import numpy as np
+
+    options.check()
+    src = locate(Path(run_dir), options.leaf, options.target)
+    out = Path(options.out)
+    state = inspect_out_dir(out)
+    _refuse_foreign(out, state, options.force)  # before any slow work
+    name = options.name or default_name(src.leaf)
+    check_c_name(name)
+    section, section_source = resolve_section(options.section, src.target_info)
+    memory, warnings = _memory_plan(src)
+
+    vela_bytes = src.vela_model.read_bytes()
+    int8_bytes = src.int8_model.read_bytes()
+    vela_model = read_tflite(src.vela_model)
+    int8_model = read_tflite(src.int8_model)
+    warnings += _check_io(vela_model, int8_model)
+    if not vela_model.has_ethos_u_op():
+        warnings.append(f"{src.vela_model.name} holds no ethos-u operator: the whole model runs on the CPU")
+    io_model = vela_model
+    for t in io_model.inputs + io_model.outputs:
+        c_type_of(t.dtype)
+
+    data_path = options.data or (Path(src.data_info["path"]) if src.data_info.get("path") else None)
+    n_golden = options.golden if options.golden is not None else (DEFAULT_GOLDEN if data_path else 0)
+    if n_golden > 0 and data_path is None:
+        raise UsageError(
+            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records none",
+            "pass --data DATA.npz (or --golden 0)",
+        )
+    n_classes = elements(io_model.outputs[0].shape[1:]) if io_model.outputs else None
+    data = None
+    if data_path is not None:
+        in_shape = int8_model.inputs[0].shape if int8_model.inputs else ()
+        data = load_eval_data(data_path, in_shape[1:] if len(in_shape) > 1 else in_shape, n_classes or 0)
+    labels, labels_origin, label_warnings = _labels_for(src, data, n_classes)
+    warnings += label_warnings
+
+    vela_version = (src.compile_record.tool.version if src.compile_record.tool else None) or src.manifest.tools.get(
+        "ethos-u-vela", "unknown"
+    )
+    cpu, cpu_info = None, None
+    if n_golden > 0 and data is not None:  # golden vectors ship the int8 model: also as C, the CPU path
+        cpu, cpu_info, cpu_warnings = _cpu_model(name, int8_bytes, src.int8_model, memory)
+        warnings += cpu_warnings
+    spec = BundleSpec(
+        name=name,
+        leaf=src.leaf,
+        target=src.target,
+        accelerator_config=str(src.target_info.get("accelerator_config", "")),
+        section=section,
+        alignment=MODEL_ALIGNMENT,
+        model_size=len(vela_bytes),
+        model_sha256=sha256_bytes(vela_bytes),
+        vela_version=vela_version,
+        memory_mode=memory["memory_mode"],
+        vela_sram_bytes=memory["vela_sram_bytes"],
+        vela_dram_bytes=memory["vela_dram_bytes"],
+        runtime_margin_bytes=memory["runtime_margin_bytes"],
+        tensor_arena_bytes=memory["tensor_arena_bytes"],
+        fast_memory_bytes=memory["fast_memory_bytes"],
+        inputs=io_model.inputs,
+        outputs=io_model.outputs,
+        labels=tuple(labels) if labels else None,
+        cpu=cpu,
+    )
+    files: dict[str, bytes] = {
+        f"{name}.h": render_model_header(spec).encode(),
+        f"{name}.c": render_model_source(spec, vela_bytes).encode(),
+    }
+    if cpu is not None:
+        files[f"{name}_cpu.c"] = render_cpu_source(spec, int8_bytes).encode()
+    tools = {
+        "edgedeploy": __version__,
+        "ethos-u-vela": vela_version,
+        "numpy": np.__version__,
+    }
+    golden_info: dict[str, Any] = {"count": 0}
+    if n_golden > 0 and data is not None:
+        golden = make_golden(int8_bytes, int8_model, data, n_golden)
+        tflm_version = package_version(TFLM_PACKAGE)
+        tools[TFLM_PACKAGE] = tflm_version
+        reference = f"TensorFlow Lite Micro {tflm_version} reference kernels on the int8 model before Vela"
+        files[f"{name}_golden.h"] = render_golden_header(spec, golden, reference).encode()
+        files[f"{name}_golden.c"] = render_golden_source(spec, golden).encode()
+        files[GOLDEN_NPZ] = npz_bytes(golden_arrays(golden, labels))
+        files[f"{name}_int8.tflite"] = int8_bytes
+        comparison, tf_version = _tflite_comparison(int8_bytes, golden, int8_model)
+        if tf_version:
+            tools["tensorflow"] = tf_version
+        golden_info = {
+            "count": golden.count,
+            "npz": GOLDEN_NPZ,
+            "c_source": f"{name}_golden.c",
+            "c_header": f"{name}_golden.h",
+            "reference": {
+                "interpreter": "tflite-micro",
+                "version": tflm_version,
+                "kernels": "reference",
+                "model": f"{name}_int8.tflite",
+                "model_sha256": sha256_bytes(int8_bytes),
+                "note": "the int8 model before Vela: the host cannot run the ethos-u operator",
+                "description": reference,
+            },
+            "data": {
+                "path": str(data.path.resolve()),
+                "sha256": data.sha256 or sha256_file(data.path),
+                "split": data.split,
+                "selection": "first example of each class in turn, in file order" if data.y is not None else "first rows",
+                "rows": golden.row.tolist(),
+            },
+            "quantization": "round(x / scale) + zero_point, half away from zero, clamped to the input type"
+            if int8_model.inputs[0].dtype != "float32"
+            else "none (float input)",
+            "argmax": golden.argmax.tolist(),
+            "label": golden.label.tolist(),
+            "argmax_matches_label": float(np.mean(golden.argmax == golden.label)) if data.y is not None else None,
+            "tflite_comparison": comparison,
+        }
+
+    files["CMakeLists.txt"] = render_cmakelists(spec, golden_info["count"] > 0).encode()
+    files["edgedeploy.cmake"] = render_cmake_module(str(Path(sys.executable).parent)).encode()
+
+    def tensors(ts):
+        out_list = []
+        for t in ts:
+            d = t.to_dict()
+            d.update(
+                {
+                    "elements": elements(t.shape),
+                    "bytes": elements(t.shape) * dtype_bytes(t.dtype),
+                    "c_type": c_type_of(t.dtype),
+                }
+            )
+            out_list.append(d)
+        return out_list
+
+    bundle = {
+        "schema": BUNDLE_SCHEMA,
+        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "edgedeploy_version": __version__,
+        "name": name,
+        "source": {
+            "run_dir": str(src.run_dir.resolve()),
+            "leaf": src.leaf,
+            "target": src.target,
+            "compile_stage": src.compile_record.id,
+            "int8_stage": src.int8_record.id,
+            "vela_model": str(src.vela_model.resolve().relative_to(src.run_dir.resolve()))
+            if src.vela_model.resolve().is_relative_to(src.run_dir.resolve())
+            else str(src.vela_model.resolve()),
+            "int8_model": str(src.int8_model.resolve().relative_to(src.run_dir.resolve()))
+            if src.int8_model.resolve().is_relative_to(src.run_dir.resolve())
+            else str(src.int8_model.resolve()),
+            "int8_model_sha256": sha256_bytes(int8_bytes),
+        },
+        "target": src.target_info,
+        "model": {
+            "c_source": f"{name}.c",
+            "c_header": f"{name}.h",
+            "symbol": f"{name}_model",
+            "bytes": len(vela_bytes),
+            "sha256": spec.model_sha256,
+            "section": section,
+            "section_source": section_source,
+            "alignment": MODEL_ALIGNMENT,
+        },
+        "memory": memory,
+        "cpu_model": cpu_info,
+        "inputs": tensors(io_model.inputs),
+        "outputs": tensors(io_model.outputs),
+        "labels": labels,
+        "labels_source": labels_origin,
+        "golden": golden_info,
+        "cmake": {"library": f"edgedeploy::{name}", "module": "edgedeploy.cmake", "function": "edgedeploy_add_model"},
+        "tools": tools,
+        "warnings": warnings,
+        "files": {f: {"sha256": sha256_bytes(b), "bytes": len(b)} for f, b in sorted(files.items())},
+    }
+    files[BUNDLE_MANIFEST] = (json.dumps(bundle, indent=2, sort_keys=False) + "\n").encode()
+    _write_bundle(out, files, state, options.force)
+    return ExportResult(out, bundle, sorted(files), warnings)
+
+
+def _cpu_model(
+    name: str, int8_bytes: bytes, int8_path: Path, memory: Mapping[str, Any]
+) -> tuple[CpuModel, dict[str, Any], list[str]]:
+    """The CPU path: the int8 model before Vela and its own arena (host TFLM arena total + runtime margin)."""
+    warnings: list[str] = []
+    host = host_arena_bytes(int8_path)
+    if host is None:
+        warnings.append("the host TFLM arena total of the int8 model could not be read; the CPU arena is the NPU one")
+        arena, origin = int(memory["tensor_arena_bytes"]), "the NPU path's tensor_arena_bytes"
+    else:
+        arena = arena_size(host, int(memory["runtime_margin_bytes"]))
+        origin = f"host TFLM arena total {host} B + runtime margin {memory['runtime_margin_bytes']} B"
+    cpu = CpuModel(size=len(int8_bytes), sha256=sha256_bytes(int8_bytes), tensor_arena_bytes=arena, host_arena_bytes=host)
+    info = {
+        "c_source": f"{name}_cpu.c",
+        "symbol": f"{name}_cpu_model",
+        "model": f"{name}_int8.tflite",
+        "bytes": cpu.size,
+        "sha256": cpu.sha256,
+        "tensor_arena_bytes": arena,
+        "tensor_arena_from": origin,
+        "host_arena_bytes": host,
+        "measured": None,  # `edgedeploy emulate` writes what the firmware used on the emulated Cortex-M55
+    }
+    return cpu, info, warnings
+
+
+def _tflite_comparison(model: bytes, golden: GoldenSet, tflite: TfliteModel) -> tuple[dict[str, Any], str | None]:
+    """How far TFLite's default (XNNPACK) kernels are from the TFLM reference on the golden inputs."""
+    shapes = [t.shape for t in tflite.inputs]
+    try:
+        default = run_tflite(model, golden.inputs, shapes, len(tflite.outputs))
+        reference = run_tflite(model, golden.inputs, shapes, len(tflite.outputs), reference=True)
+    except EdgeDeployError as exc:
+        return {"available": False, "reason": exc.one_line()}, None
+    except (RuntimeError, ValueError) as exc:
+        return {"available": False, "reason": f"tf.lite.Interpreter failed: {exc}"}, None
+    result: dict[str, Any] = {"available": True, "interpreter": "tf.lite.Interpreter (default kernels, XNNPACK)"}
+    result.update(compare_outputs(golden.outputs, default))
+    # TFLite's own reference kernels: the same arithmetic as TFLM's, so a difference here is a red flag.
+    result["reference_kernels"] = {
+        "interpreter": "tf.lite.Interpreter (BUILTIN_REF reference kernels)",
+        **compare_outputs(golden.outputs, reference),
+    }
+    return result, package_version("tensorflow")

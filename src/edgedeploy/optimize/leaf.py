@@ -1,0 +1,150 @@
+"""A leaf of the tree: its node's model converted to full int8, calibrated on real fine-tune samples, scored on
+the evaluation split with the TFLite interpreter, and its sparsity and clusters checked again in the int8 file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from .. import preserve
+from ..convert import convert_int8, convert_qat_int8, gzip_size
+from ..data import Dataset
+from ..keras_model import base_name, keras_weight_stats
+from ..manifest import Metric
+from ..preserve import WeightStats, stats
+from ..recipe import Recipe
+from ..stages import StageResult
+from ..tree import LEAVES, PRUNED_NODES, QAT_NODES
+from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
+from .techniques import load_qat
+
+FLOAT_MODEL = "model.h5"
+QAT_WEIGHTS = "weights.h5"
+INT8_MODEL = "model_int8.tflite"
+
+
+def tfenv_seed(seed: int) -> None:
+    from .. import tfenv
+
+    tfenv.set_seed(seed)
+
+
+def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
+                layer_names: Iterable[str] = (), kernels: list | None = None) -> list[WeightStats]:
+    """Weight statistics of the int8 TFLite, each tensor matched to its Keras layer by name and shape.
+
+    A tensor whose name matches no layer with statistics is matched by kind and size, unless it names another
+    layer of the model (``layer_names``; e.g. the two kernels of a SeparableConv2D, which has no statistics).
+    """
+    from ..tflite_model import read_weight_tensors
+
+    path = tmp / "_probe.tflite"
+    path.write_bytes(model_bytes)
+    tensors = read_weight_tensors(path)
+    path.unlink()
+    kinds = {"CONV_2D": "Conv2D", "DEPTHWISE_CONV_2D": "DepthwiseConv2D", "FULLY_CONNECTED": "Dense"}
+    layers = {s.layer: s for s in keras_stats}
+    others = {base_name(n) for n in layer_names} - set(layers)
+    used: set[str] = set()
+    out = []
+    for t in tensors:
+        kind = kinds.get(t.op)
+        if kind is None or t.dtype != "int8":
+            continue
+        values = t.values()
+        segments = [seg for part in t.name.split(";") for seg in part.split("/")]
+        candidates = [base_name(seg) for seg in segments if base_name(seg) in layers]
+        name = next((c for c in candidates if c not in used and layers[c].kind == kind), None)
+        if name is None and not candidates and any(base_name(seg) in others for seg in segments):
+            continue  # another layer's kernel
+        if name is None:  # fall back to the next unmatched layer of the same kind and size
+            name = next((s.layer for s in keras_stats if s.layer not in used and s.kind == kind
+                         and int(np.prod(s.shape)) == values.size), None)
+        if name is None:
+            continue
+        used.add(name)
+        axis = 3 if kind == "DepthwiseConv2D" else t.quantized_dimension
+        out.append(stats(name, kind, values, axis, scales=len(t.scale)))
+        if kernels is not None:
+            kernels.append((name, kind, values))
+    return out
+
+
+def keras_kernels(model, recipe: Recipe):
+    from ..structured_prune import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
+
+    return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
+
+
+def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None):
+    def check(skipped):
+        return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
+                              tolerance=recipe.sparsity_tolerance, skipped=skipped,
+                              per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+
+    if recipe.sparsity_pattern == "2:4" and node in PRUNED_NODES and kernels is not None:
+        from ..structured_prune import pattern_verdict
+
+        return pattern_verdict(node, where, found, kernels, recipe.skip_layers, check)
+    return check(recipe.skip_layers)
+
+
+
+def leaf_int8(model, qat: bool, leaf: str, data: Dataset, recipe: Recipe
+              ) -> tuple[dict[str, float], bytes, str | None]:
+    """A leaf's float scores on the evaluation split (:func:`~.scoring.float_scores`), its full-int8 TFLite, and
+    what calibrated it (PTQ: the calibration samples; QAT: see :func:`~edgedeploy.convert.convert_qat_int8`)."""
+    float_acc = float_scores(model, data)
+    if qat:
+        int8, calibrated_on = convert_qat_int8(
+            model, lambda: data.calibration(recipe.calibration_samples, recipe.seed), recipe.float_io, f"leaf {leaf}")
+    else:
+        calibration, calibrated_on = data.calibration(recipe.calibration_samples, recipe.seed)
+        int8 = convert_int8(model, calibration, float_io=recipe.float_io, source=f"leaf {leaf}")
+    return float_acc, int8, calibrated_on
+
+
+def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
+    """The convert stage of a leaf of a TFMOT node (float or QAT)."""
+    tfenv_seed(recipe.seed)
+    t0 = time.perf_counter()
+    node = LEAVES[leaf]
+    if node in QAT_NODES:
+        model = load_qat(env, inputs["parent_model"], inputs["model"], node)
+    else:
+        model = env.keras.models.load_model(inputs["model"], compile=False)
+    float_acc, int8, calibrated_on = leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
+    target = out / INT8_MODEL
+    target.write_bytes(int8)
+    int8_acc = int8_scores(int8, data)
+    keras_stats = keras_weight_stats(model)
+    int8_kernels: list = []
+    int8_found = int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
+    found = verdict(node, "int8", int8_found, recipe, [], kernels=int8_kernels)
+    preserve.raise_failures(found, f"{leaf} (int8)")
+    leaf_metrics = {
+        **metrics(data, "float", float_acc),
+        **metrics(data, "int8", int8_acc),
+        "tflite_bytes": Metric(len(int8), "B", "measured"),
+        "gzip_bytes": Metric(gzip_size(int8), "B", "measured"),
+        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
+    }
+    return StageResult(
+        outputs={"int8_model": target},
+        metrics=leaf_metrics,
+        details={
+            "node": node,
+            **({} if task_of(data).classifier else {"metric": metric_details(data)}),
+            "preservation": found.rows,
+            "data": data.describe(),
+            "calibration": calibrated_on,
+            "accuracy_split": data.describe()["eval_split"],
+            "float_io": recipe.float_io,
+        },
+        warnings=found.warnings,
+    )
+

@@ -1,0 +1,81 @@
+"""The stage of one node of the tree: its technique builds the model from its parent's, then the weights are
+checked against what the node promises (:mod:`edgedeploy.preserve`), scored, and saved for its children."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import preserve
+from ..data import Dataset
+from ..keras_model import keras_weight_stats, separate_relu_layers
+from ..manifest import Metric
+from ..recipe import Recipe
+from ..stages import StageResult
+from ..tree import NODE_TABLE, Node, stage_kind
+from .fit import Loss
+from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, tfenv_seed, verdict
+from .scoring import float_scores, metric_details, metrics, task_of
+
+
+@dataclass
+class NodeRun:
+    """What a technique's function gets: the node, its inputs and data, and the record it fills."""
+
+    env: Any
+    node: Node
+    inputs: dict[str, Path]
+    out: Path
+    data: Dataset
+    recipe: Recipe
+    loss: Loss
+    trust_lambda: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+
+    def parent(self):
+        """A fresh copy of the parent's saved (float) model."""
+        return self.env.keras.models.load_model(self.inputs["model"], compile=False)
+
+
+def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: dict[str, Path], out: Path,
+                     data: Dataset, recipe: Recipe, loss: Loss, trust_lambda: bool) -> StageResult:
+    """Run ``build`` for ``node`` and record the result as the node's stage."""
+    tfenv_seed(recipe.seed)
+    t0 = time.perf_counter()
+    spec = NODE_TABLE[node]
+    run = NodeRun(env, spec, dict(inputs), out, data, recipe, loss, trust_lambda)
+    result_model = build(run)
+    details, warnings, training = run.details, run.warnings, run.training
+    keras_stats = keras_weight_stats(result_model)
+    relu_followed = separate_relu_layers(result_model) if not spec.qat else []
+    found = verdict(node, "keras", keras_stats, recipe, relu_followed, kernels=keras_kernels(result_model, recipe))
+    details["preservation"] = found.rows
+    warnings += found.warnings
+    preserve.raise_failures(found, node)
+    scores = float_scores(result_model, data)
+    if spec.qat:
+        target = out / QAT_WEIGHTS
+        result_model.save_weights(target)
+    else:
+        target = out / FLOAT_MODEL
+        result_model.save(target, include_optimizer=False)
+    node_metrics = {
+        **metrics(data, "float", scores),
+        "train_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
+    }
+    if not task_of(data).classifier:
+        details["metric"] = metric_details(data)
+    if spec.technique:
+        details["technique"] = spec.technique
+        if spec.settings:
+            details["technique_settings"] = dict(spec.settings)
+        details["epochs"] = recipe.stage(stage_kind(node)).epochs
+    if training:
+        details["training"] = training
+        warnings += [n for n in training.get("notes", [])]
+    return StageResult(outputs={"keras_model" if not spec.qat else "qat_weights": target}, metrics=node_metrics,
+                       details=details, warnings=warnings)

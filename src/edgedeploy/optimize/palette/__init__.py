@@ -1,0 +1,147 @@
+"""Palette-aware compression: keep clusters and sparsity all the way into the NPU's weight streams.
+
+Vela encodes each weight stream losslessly, with a palette of at most 32 distinct int8 values and run-length
+coding of zeros. TFMOT clusters float weights; int8 per-channel scales (and batch norms folded into the kernels)
+then spread each tensor's clusters over many distinct int8 values, and Vela's palette no longer applies.
+
+This module keeps the palette in the int8 values themselves. For each weight tensor it chooses one shared
+*integer* palette ``P`` (at most ``clusters`` values in [-127, 127]) and writes every output channel as its
+own scale times palette values::
+
+    w[..., c] = s_c * P[index],  s_c = max|w[..., c]| / 127,  ±127 in P
+
+(With ``[palette] scales = "fitted"`` each ``s_c`` is instead the fraction of that which fits the channel's
+weights best, its largest weights clipped to ±127: :func:`fitted_scales`.) Because each channel keeps a weight at
+±127, the converter's symmetric per-channel scale is exactly ``s_c`` and the int8 kernel holds only values of
+``P``: at most ``clusters`` distinct values per tensor, whatever the channel scales are. Zero stays a palette
+value, so pruned weights stay zero. Batch norms are folded into the kernels first, so the converter has nothing
+left to fold.
+
+Nodes (see :data:`edgedeploy.tree.NODE_TABLE`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
+pruned node straight onto per-tensor palettes, zeros kept (PTQ leaves of the same names; they replace TFMOT's
+clustering, whose per-tensor float clusters a folded batch norm would spread again), and ``cqat_palette`` /
+``pcqat_palette`` run
+quantization-aware training whose weight quantizers snap each kernel to its palette on every step (a
+straight-through estimator), so the palette survives training and conversion. A layer whose batch norm was
+folded trains in its kernel's units before folding (:func:`palette_qat_model`), as TFMOT's QAT of the unfolded
+model does; the factors are kept in the node's plan file.
+
+By default the projection is error-compensating (:func:`project_compensated`, GPTQ-style): each layer's input
+hessian from real fine-tune samples (:func:`layer_hessians`) lets the error of every snapped weight be pushed
+onto the weights not yet snapped, so the layer's output moves far less than with nearest-value snapping
+(:func:`project`, ``[palette] projection = "nearest"``).
+
+Per-layer settings (``[layers.NAME] sparsity / clusters``) and an optional sensitivity sweep (``[palette]
+search = true``) choose, per layer, the palette size and extra sparsity that give the smallest Vela-encoded
+weights within an accuracy budget, judged on fine-tune samples from the rise of the cross-entropy
+(:func:`drop_per_loss`). Work items of the sweep run in a local process pool, or as Ray tasks
+(``executor = "ray"``).
+
+Modules: :mod:`.projection` (palettes and the projections onto them), :mod:`.plan` (plans and the search),
+:mod:`.debugdb` (Vela's debug database, pure parsers), :mod:`.models` (Keras models), :mod:`.sweep` (the
+sensitivity sweep), :mod:`.qat` (QAT that keeps the palette) and :mod:`.stages` (the nodes' and leaves' stages).
+"""
+
+from __future__ import annotations
+
+from .projection import (  # noqa: F401
+    DAMP,
+    PALETTE_LIMIT,
+    Projection,
+    QMAX,
+    SCALES,
+    SHRINKS,
+    channel_scales,
+    channels_last,
+    compensate,
+    fit_palette,
+    fit_palette_and_scales,
+    fitted_scales,
+    int8_symmetric,
+    inverse_cholesky,
+    magnitude_prune,
+    normalized,
+    project,
+    project_compensated,
+    saliency_mask,
+    snap,
+)
+from .plan import (  # noqa: F401
+    LINEAR_REGIME,
+    LayerSetting,
+    MIN_SLOPE_ITEMS,
+    candidate_settings,
+    drop_per_loss,
+    greedy_plan,
+    holdout_split,
+    memoized,
+    plan_bytes,
+    sized_plan,
+    start_options,
+)
+from .debugdb import (  # noqa: F401
+    WEIGHT_OPS,
+    _TABLE_RE,
+    _int,
+    attach_int8,
+    layer_of_tensor,
+    npu_weight_report,
+    parse_debug_db,
+    summarize_layers,
+    weight_layers,
+)
+from .models import (  # noqa: F401
+    HESSIAN_SAMPLES,
+    MAX_HESSIAN_ROWS,
+    _bn_params,
+    _hessian_support,
+    _input_rows,
+    _out_channels,
+    _palette_opt,
+    apply_plan,
+    default_plan,
+    fold_batch_norm,
+    kernel_layers,
+    layer_hessians,
+    projection_method,
+    scale_method,
+)
+from .sweep import (  # noqa: F401
+    ALL_WEIGHTS,
+    EXECUTORS,
+    MEASURE_SAMPLES,
+    REFERENCE,
+    _WORKER,
+    _ray_item,
+    _scores,
+    _worker_init,
+    evaluate_item,
+    layer_bytes,
+    load_hessians,
+    run_items,
+    save_hessians,
+    sensitivity_sweep,
+    sweep_holdout,
+)
+from .qat import (  # noqa: F401
+    _CLASSES,
+    _quantizer_classes,
+    bake_palettes,
+    kernel_attr,
+    kernel_variable,
+    load_palette_qat,
+    palette_kind,
+    palette_layers,
+    palette_qat_model,
+    qat_palettes,
+)
+from .stages import (  # noqa: F401
+    PLAN_FILE,
+    _fit_data,
+    check_palette,
+    convert_leaf,
+    int8_palette_rows,
+    read_plan,
+    train_node,
+    write_plan,
+)

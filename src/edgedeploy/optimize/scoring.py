@@ -1,0 +1,70 @@
+"""A node's or a leaf's metrics on the evaluation split, by its task (:mod:`edgedeploy.task`).
+
+Classifiers keep the manifest keys ``float_accuracy`` / ``int8_accuracy`` (%); other tasks record
+``float_<metric>`` / ``int8_<metric>`` for each of their metrics (``mse``, ``mae``, ``psnr``, ``auc``), and every
+record names its primary metric, its unit and its direction in ``details["metric"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..convert import tflite_predict
+from ..manifest import Metric
+from ..task import METRICS, Task, score
+
+CLASSIFIER = Task("sparse_categorical_crossentropy", False, "default")
+
+
+def task_of(data) -> Task:
+    return getattr(data, "task", None) or CLASSIFIER
+
+
+def float_scores(model, data) -> dict[str, float]:
+    outputs = model.predict(data.x_eval, batch_size=256, verbose=0)
+    return score(task_of(data), outputs, data.y_eval, data.x_eval, getattr(data, "anomaly", None))
+
+
+def tflite_float_outputs(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
+    """The int8 model's outputs on ``x``, dequantized to float."""
+    from .. import tfenv
+
+    raw = tflite_predict(model_bytes, x)
+    it = tfenv.load().tf.lite.Interpreter(model_content=model_bytes)
+    detail = it.get_output_details()[0]
+    if detail["dtype"] == np.float32:
+        return raw.astype(np.float32)
+    scale, zero = detail["quantization"]
+    return ((raw.astype(np.float32) - zero) * scale).astype(np.float32)
+
+
+def int8_scores(model_bytes: bytes, data) -> dict[str, float]:
+    task = task_of(data)
+    outputs = tflite_float_outputs(model_bytes, data.x_eval) if not task.classifier else tflite_predict(
+        model_bytes, data.x_eval).reshape(len(data.x_eval), -1)
+    return score(task, outputs, data.y_eval, data.x_eval, getattr(data, "anomaly", None))
+
+
+def metrics(data, where: str, scores: dict[str, float]) -> dict[str, Metric]:
+    """Manifest metrics ``<where>_<metric>`` (``where``: float or int8); a value that cannot be had is unavailable."""
+    task = task_of(data)
+    out = {}
+    for name, value in scores.items():
+        unit = METRICS[name].unit if name in METRICS else task.spec.unit
+        key = f"{where}_{name.replace(':', '_').replace('.', '_')}"
+        if value is None or not math.isfinite(value):
+            out[key] = Metric(None, unit, "measured", unavailable="not finite (e.g. one class of anomaly labels)")
+        else:
+            out[key] = Metric(round(float(value), 3 if unit in ("%", "dB") else 6), unit, "measured")
+    return out
+
+
+def metric_details(data) -> dict[str, Any]:
+    """What the leaf is judged by: ``details["metric"]`` of every node and leaf record."""
+    task = task_of(data)
+    spec = task.spec
+    return {"name": task.metric, "key": task.metric.replace(":", "_").replace(".", "_"), "unit": spec.unit,
+            "higher_is_better": spec.higher_is_better, "task": task.kind, "title": spec.title}

@@ -1,0 +1,230 @@
+"""The TFMOT techniques of the deployment tree: prune, cluster (sparsity-preserving or not) and QAT with its
+scheme. Each builds a node's model from its parent's; :mod:`edgedeploy.optimize.registry` names them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..data import Dataset
+from ..errors import UsageError
+from ..keras_model import (base_name, clone, conv1d_as_conv2d, fuse_separate_relu, init_activation_ranges, inner,
+                           load_model, quantize_for_qat, separate_kernel_outputs, separate_relu_layers, shape_only,
+                           split_separable, unsupported_for_qat)
+from ..recipe import Recipe
+from ..tree import NODE_TABLE
+from .fit import Loss, fine_tune, training_set
+
+log = logging.getLogger("edgedeploy")
+
+def optimizable(layer, recipe: Recipe) -> bool:
+    kind = inner(layer).__class__.__name__
+    return kind in ("Conv2D", "Dense") and base_name(layer.name) not in recipe.skip_layers
+
+
+def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dict | None = None):
+    from ..finetune import pruning_plan
+
+    keras, sparsity = env.keras, env.tfmot.sparsity.keras
+    settings = recipe.stage("prune")
+    if settings.epochs < 1:
+        raise UsageError("pruning needs at least one epoch of fine-tuning", "set [stages.prune] epochs >= 1")
+    ts = training_set(data, recipe)
+    plan = pruning_plan(recipe.pruning_schedule, ts.steps_per_epoch(recipe.batch_size), settings.epochs,
+                        recipe.pruning_end_fraction)
+    if plan.kind == "polynomial":
+        schedule = sparsity.PolynomialDecay(initial_sparsity=0.0, final_sparsity=recipe.sparsity,
+                                            begin_step=plan.begin_step, end_step=plan.end_step,
+                                            frequency=plan.frequency)
+    else:
+        schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
+
+    pattern = None
+    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.structured_prune)
+        from ..structured_prune import TwoOfFour
+
+        pattern = TwoOfFour(env, plan)
+
+    def wrap(layer):
+        if optimizable(layer, recipe):
+            if pattern is not None:
+                return pattern.wrap(layer)
+            return sparsity.prune_low_magnitude(layer, pruning_schedule=schedule)
+        return layer
+
+    model = keras.models.clone_model(clone(parent), clone_function=wrap)
+    callbacks = [sparsity.UpdatePruningStep()] + ([pattern.callback()] if pattern is not None else [])
+    report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=callbacks,
+                       train_set=ts, eligible_from=plan.full_epoch, record=record)
+    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict(),
+                         **({"structured": pattern.describe()} if pattern is not None else {})}
+    return sparsity.strip_pruning(model)
+
+
+def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_sparsity: bool, *,
+            record: dict | None = None):
+    from tensorflow_model_optimization.python.core.clustering.keras.cluster_config import GradientAggregation
+
+    keras, clustering = env.keras, env.tfmot.clustering.keras
+    aggregation = {"sum": GradientAggregation.SUM, "avg": GradientAggregation.AVG}[recipe.cluster_gradient_aggregation]
+    init = {
+        "kmeans++": clustering.CentroidInitialization.KMEANS_PLUS_PLUS,
+        "linear": clustering.CentroidInitialization.LINEAR,
+        "density": clustering.CentroidInitialization.DENSITY_BASED,
+        "random": clustering.CentroidInitialization.RANDOM,
+    }[recipe.centroid_init]
+
+    def wrap(layer):
+        if optimizable(layer, recipe):
+            kwargs = {"preserve_sparsity": preserve_sparsity, "cluster_gradient_aggregation": aggregation}
+            if recipe.per_channel_clusters and inner(layer).__class__.__name__ == "Conv2D":
+                kwargs["cluster_per_channel"] = True
+            return clustering.cluster_weights(layer, number_of_clusters=recipe.clusters,
+                                              cluster_centroids_init=init, **kwargs)
+        return layer
+
+    model = keras.models.clone_model(clone(parent), clone_function=wrap)
+    report = fine_tune(env, model, data, recipe, "cluster", loss, "cluster", record=record)
+    report["clustering"] = {"clusters": recipe.clusters, "centroid_init": recipe.centroid_init,
+                            "preserve_sparsity": preserve_sparsity, "per_channel": recipe.per_channel_clusters,
+                            "centroid_gradient": recipe.cluster_gradient_aggregation,
+                            "centroid_learning_rate": "the stage's (TFMOT 0.8.1 has no separate centroid rate)"}
+    return clustering.strip_clustering(model)
+
+
+def qat_model(env, parent, node: str):
+    """The QAT model of ``node`` built from its (float) parent, before training, with the node's scheme."""
+    settings = NODE_TABLE[node].settings
+    scheme_name = settings.get("scheme", "default_8bit")
+    if scheme_name == "default_8bit":
+        return quantize_for_qat(clone(parent), what=f"stage {node}")
+    from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
+        default_8bit_cluster_preserve_quantize_scheme as cluster_preserve,
+    )
+    from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.prune_preserve import (
+        default_8bit_prune_preserve_quantize_scheme as prune_preserve,
+    )
+
+    if scheme_name == "prune_preserve":
+        scheme = prune_preserve.Default8BitPrunePreserveQuantizeScheme()
+    elif scheme_name == "cluster_preserve":
+        scheme = cluster_preserve.Default8BitClusterPreserveQuantizeScheme(
+            preserve_sparsity=bool(settings.get("preserve_sparsity", False)))
+    else:
+        raise UsageError(f"stage {node}: unknown QAT scheme '{scheme_name}'", "fix edgedeploy.tree.NODE_TABLE")
+    model, _ = separate_kernel_outputs(clone(parent))  # (else TFMOT's Concatenate and ReLU transforms drop the scheme)
+    return quantize_for_qat(model, scheme, what=f"stage {node}")
+
+
+def settle_cluster_weights(model) -> int:
+    """Set each cluster-preserving QAT kernel to exactly its centroids; returns how many kernels were set.
+
+    In training, TFMOT's (P)CQAT quantizer assigns the clustered weights (centroids gathered by the indices
+    of the nearest centroid to the original weights) to the layer's kernel on every forward pass, but inside
+    ``model.fit`` the kernel variable also takes an optimizer step after that assignment, so after training
+    it holds the clustered values plus one step (about one learning rate) of drift: more distinct values than
+    clusters, which int8 rounding can keep. The int8 model is converted from that kernel, so it is set back to
+    the centroids here, from the final centroids and original weights, as the training forward pass does.
+    """
+    from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
+        cluster_preserve_quantize_registry as registry,
+    )
+
+    from .. import tfenv
+
+    tf = tfenv.load().tf
+    settled = 0
+    for layer in model.layers:
+        for weight, _quantizer, qvars in getattr(layer, "_weight_vars", []):
+            if not isinstance(qvars, dict) or registry.CLUSTER_CENTROIDS not in qvars:
+                continue
+            impl = qvars[registry.CLUSTERING_IMPL]
+            original = qvars[registry.ORIGINAL_WEIGHTS]
+            if registry.SPARSITY_MASK in qvars:
+                original.assign(original * qvars[registry.SPARSITY_MASK])
+                if qvars.get(registry.CENTROIDS_MASK) is not None:
+                    impl.cluster_centroids.assign(impl.cluster_centroids * qvars[registry.CENTROIDS_MASK])
+            indices = impl.get_pulling_indices(original)
+            qvars[registry.PULLING_INDICES].assign(tf.cast(indices, qvars[registry.PULLING_INDICES].dtype))
+            weight.assign(impl.get_clustered_weight(qvars[registry.PULLING_INDICES], original))
+            settled += 1
+    return settled
+
+
+def start_qat_ranges(model, parent, data: Dataset, recipe: Recipe, details: dict[str, Any]) -> None:
+    """Start the QAT model's activation ranges from its float parent on the fine-tune samples (recipe
+    ``qat_ranges = "calibrated"``), or leave TFMOT's [-6, 6] (``"tfmot"``); see
+    :func:`edgedeploy.keras_model.init_activation_ranges`."""
+    if recipe.qat_ranges == "calibrated":
+        count = init_activation_ranges(model, parent, data.x_fit, recipe.batch_size)
+        details["qat_ranges"] = (f"{count} activation ranges started from the float parent on the "
+                                 f"{len(data.x_fit)} fine-tune samples")
+    else:
+        details["qat_ranges"] = "TFMOT's start of [-6, 6]"
+
+
+def load_qat(env, parent_path: Path, weights_path: Path, node: str):
+    parent = env.keras.models.load_model(parent_path, compile=False)
+    model = qat_model(env, parent, node)
+    model.load_weights(weights_path)
+    return model
+
+
+
+# One function per technique of edgedeploy.tree: the node's model from its parent's (see node.NodeRun).
+
+
+def baseline_node(run) -> Any:
+    """The user's model, rewritten into layers every technique of the tree knows."""
+    model, _ = load_model(run.inputs["model"], run.trust_lambda)
+    # TFMOT prunes a SeparableConv2D's pointwise kernel but has no QAT config for it (PQAT/PCQAT would then
+    # train it freely and lose its zeros and clusters): the tree works on the two layers it computes
+    model, split = split_separable(model)
+    if split:
+        run.details["split_separable"] = split
+        log.info("split %s into a DepthwiseConv2D (NAME_depthwise) and a 1x1 Conv2D each", ", ".join(split))
+    # nor has TFMOT a QAT config for Conv1D, and the palette leaves know 2-D kernels: the tree works on the
+    # Conv2D each one computes (the converter writes it as one anyway)
+    model, as_2d = conv1d_as_conv2d(model)
+    if as_2d:
+        run.details["conv1d_as_conv2d"] = as_2d
+        log.info("rewrote %s as Conv2D layers between reshapes (NAME_2d, NAME_1d)", ", ".join(as_2d))
+    relu = separate_relu_layers(model)
+    if relu and run.recipe.fuse_relu:
+        model, fused = fuse_separate_relu(model)
+        run.details["fused_relu"] = fused
+        run.warnings.append(f"folded the separate ReLU after {', '.join(fused)} into the layer's activation, "
+                            "so QAT keeps their quantizers (and PQAT/PCQAT their sparsity and clusters)")
+    elif relu:
+        run.details["separate_relu"] = relu
+    return model
+
+
+def prune_node(run) -> Any:
+    return prune(run.env, run.parent(), run.data, run.recipe, run.loss, record=run.training)
+
+
+def cluster_node(run) -> Any:
+    return cluster(run.env, run.parent(), run.data, run.recipe, run.loss,
+                   preserve_sparsity=bool(run.node.settings.get("preserve_sparsity", False)), record=run.training)
+
+
+def qat_node(run) -> Any:
+    """QAT with the node's scheme, its activation ranges started from the float parent."""
+    parent, node = run.parent(), run.node.name
+    model = qat_model(run.env, parent, node)
+    start_qat_ranges(model, parent, run.data, run.recipe, run.details)
+    unquantized = unsupported_for_qat(parent)
+    if unquantized:
+        run.details["qat_unquantized_layers"] = unquantized
+        # reshapes and max poolings only move values and keep their input's scale: nothing to say
+        computing = [n for n in unquantized if not shape_only(parent.get_layer(n))]
+        if computing:
+            run.warnings.append(f"{', '.join(computing)}: TFMOT has no QAT config for these layers; only their "
+                                "outputs are fake-quantized in training, and the int8 converter quantizes the rest")
+    fine_tune(run.env, model, run.data, run.recipe, "qat", run.loss, node, record=run.training)
+    if run.node.settings.get("settle_clusters"):
+        run.training["cluster_kernels_settled"] = settle_cluster_weights(model)
+    return model

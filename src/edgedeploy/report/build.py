@@ -1,0 +1,132 @@
+"""The report document: collect -> judge, in one function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import InvalidInputError
+from ..fsutil import sha256_file
+from ..manifest import Manifest, now_iso
+from ..npu_compute import npu_compute_values
+from .tree import LEAF_LEVELS, REFERENCE_LEAF
+from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
+from .limits import Requirements
+from .collect import _accuracy_values, _compile_values, _fit, _variants
+from .judge import _check_requirements, _pareto, _recommend, size_budget_misses
+from .plot_inputs import plot_inputs
+from .compression import _compression, npu_weight_layers
+
+
+def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True,
+                 html: bool = False) -> dict:
+    """The report document of ``run_dir``: rows, judgments and recommendations (schema ``edgedeploy.report``).
+
+    ``html`` also gathers what only the HTML page plots (per-layer cycles, a kernel through the stages) under
+    the key ``html``, which the JSON and CSV formats leave out.
+    """
+    manifest = Manifest.load(Path(run_dir))
+    variants = _variants(manifest)
+    if not variants:
+        raise InvalidInputError(
+            f"{manifest.path} records no convert, import or compile stage",
+            "run `edgedeploy compile` or `edgedeploy optimize` into this folder first",
+        )
+    ref = next((v for v in variants if v.name == REFERENCE_LEAF and v.accuracy is not None), None)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for v in variants:
+        acc_values = _accuracy_values(v, ref)
+        compiles = sorted(v.compiles, key=lambda r: r.target or "") or [None]
+        for rec in compiles:
+            values = {**acc_values, **_compile_values(rec, manifest, v)}
+            target = rec.target if rec is not None else None
+            row: dict[str, Any] = {
+                "leaf": v.name,
+                "target": target,
+                "level": v.level,
+                "kind": "leaf" if v.level is not None else ("imported" if v.imported is not None else "unknown"),
+                "stages": {
+                    "accuracy": v.accuracy.id if v.accuracy else None,
+                    "import": v.imported.id if v.imported else None,
+                    "compile": rec.id if rec else None,
+                },
+                "values": values,
+                "pareto": None,
+                "recommended": False,
+                "cpu_operator_list": (rec.details.get("cpu_operators", []) if rec else []),
+                "warnings": list(rec.warnings) if rec else [],
+            }
+            row["fit"] = _fit(values, manifest.targets.get(target or ""), target or "")
+            rows.append(row)
+    # Ratio of NPU-encoded weights to the ptq leaf on the same target.
+    ptq_weights = {r["target"]: value_of(r["values"]["encoded_weights_bytes"]) for r in rows
+                   if r["leaf"] == REFERENCE_LEAF}
+    for r in rows:
+        mine, theirs = value_of(r["values"]["encoded_weights_bytes"]), ptq_weights.get(r["target"])
+        if mine is None:
+            r["values"]["encoded_weights_ratio"] = na("ratio", "computed", r["values"]["encoded_weights_bytes"].get(
+                "unavailable", "no NPU-encoded weights"))
+        elif not theirs:
+            r["values"]["encoded_weights_ratio"] = na(
+                "ratio", "computed", f"no {REFERENCE_LEAF} leaf compiled for {r['target']} to compare against")
+        else:
+            r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
+        npu_compute_values(r, rows, REFERENCE_LEAF)  # MACs and cycles vs ptq, compute-bound share
+        r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
+                       for c in value_columns(rows)}
+    notes += size_budget_misses(manifest, rows)
+    targets = sorted({r["target"] for r in rows if r["target"]})
+    pareto: dict[str, Any] = {}
+    recommendations: dict[str, Any] = {}
+    for t in targets:
+        group = [r for r in rows if r["target"] == t]
+        pareto[t] = _pareto(group, t)
+        for r in group:
+            _check_requirements(r, requirements)
+        recommendations[t] = _recommend(group, t, requirements)
+    for r in rows:
+        r.setdefault("requirements", {})
+        r.setdefault("meets_requirements", None)
+        r.setdefault("pareto_note", None)
+    for t in targets:
+        tdict = manifest.targets.get(t) or {}
+        mem = tdict.get("memory")
+        if tdict.get("kind") == "board" and mem:
+            notes.append(
+                f"{t}: fits = Vela SRAM + {mem.get('runtime_margin_bytes', 0):,} B runtime margin ≤ "
+                f"{mem['sram_bytes']:,} B board SRAM, and the compiled model ≤ {mem['flash_bytes']:,} B board flash"
+            )
+    notes.append("Flash is judged on the compiled model (*_vela.tflite), the file firmware stores in flash: it holds "
+                 "Vela's weights and command stream and the flatbuffer around them. Vela's own flash estimate is "
+                 "shown beside it; it is 0 on systems that read the model from DRAM (see the DRAM column)")
+    if ref is None:
+        notes.append(f"no {REFERENCE_LEAF} leaf in this run: differences against it are unavailable")
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "edgedeploy_version": __version__,
+        "created": now_iso(),
+        "run_dir": str(manifest.run_dir),
+        "manifest": {"path": str(manifest.path), "sha256": sha256_file(manifest.path)},
+        "tools": dict(manifest.tools),
+        "targets": {
+            t: {k: (manifest.targets.get(t) or {}).get(k)
+                for k in ("kind", "description", "accelerator_config", "npu_hz", "memory")}
+            for t in targets
+        },
+        "levels": dict(LEAF_LEVELS),
+        "reference_leaf": REFERENCE_LEAF if ref is not None else None,
+        "requirements": requirements.to_dict(),
+        "columns": [{"key": c.key, "header": c.header, "unit": c.unit} for c in columns_of({"rows": rows})],
+        "rows": rows,
+        "pareto": pareto,
+        "recommendations": recommendations,
+        "compression": _compression(manifest, variants) if compression else {},
+        "npu_weights": npu_weight_layers(variants),
+        "notes": notes,
+    }
+    if html:
+        doc["html"] = plot_inputs(manifest, doc)
+    return doc

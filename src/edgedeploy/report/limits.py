@@ -1,0 +1,167 @@
+"""What the user asks of a leaf: sizes, requirements and regression tolerances."""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+_SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
+SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+}  # fmt: skip
+
+
+def parse_size(text: str | int | float, what: str = "size") -> int:
+    """Bytes from ``123``, ``512KiB``, ``2MiB``, ``1.5MB`` (KiB/MiB/GiB are powers of 1024, kB/MB/GB of 1000)."""
+    if isinstance(text, bool):
+        raise UsageError(f"{what} is {text!r}", "give a number of bytes or a size like 512KiB or 2MiB")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise UsageError(f"{what} is {text}", "give a non-negative size")
+        return int(round(text))
+    m = _SIZE_RE.match(str(text))
+    unit = m.group("unit").lower() if m else None
+    if not m or unit not in SIZE_UNITS:
+        raise UsageError(
+            f"{what} is '{text}'",
+            "give a number of bytes or a size like 512KiB, 2MiB (powers of 1024) or 64kB, 1MB (powers of 1000)",
+        )
+    return int(round(float(m.group("num")) * SIZE_UNITS[unit]))
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    amount: float
+    relative: bool  # True: percent of the old value; False: in the metric's own unit
+
+    def allowed(self, old: float) -> float:
+        return abs(old) * self.amount / 100.0 if self.relative else self.amount
+
+    def __str__(self) -> str:
+        return f"{self.amount:g}%" if self.relative else f"{self.amount:g}"
+
+
+# What the regression gate compares: name -> (row value key, higher is better, label, unit).
+GATED = {
+    "accuracy": ("int8_accuracy_pct", True, "int8 accuracy", "%"),
+    "flash": ("compiled_model_bytes", False, "flash (compiled model)", "B"),
+    "sram": ("sram_bytes", False, "SRAM", "B"),
+    "cycles": ("total_cycles", False, "total cycles", "cycles"),
+    # a leaf judged by another metric than accuracy (MSE, PSNR ...): its direction is in the cell
+    "metric": ("int8_metric", True, "int8 metric", ""),
+}
+DEFAULT_TOLERANCES = {
+    "accuracy": Tolerance(0.5, False),
+    "flash": Tolerance(1.0, True),
+    "sram": Tolerance(1.0, True),
+    "cycles": Tolerance(2.0, True),
+    "metric": Tolerance(1.0, True),
+}
+DEFAULT_TOLERANCE_TEXT = "accuracy=0.5,flash=1%,sram=1%,cycles=2%"
+
+
+def parse_tolerances(text: str | None) -> dict[str, Tolerance]:
+    """``accuracy=0.5,flash=1%,sram=1KiB,cycles=2%`` over the defaults; accuracy is in percentage points."""
+    out = dict(DEFAULT_TOLERANCES)
+    if not text:
+        return out
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name, value = name.strip().lower(), value.strip()
+        if not sep or name not in GATED:
+            raise UsageError(
+                f"--tolerance item '{part}' is not NAME=VALUE with NAME one of {', '.join(GATED)}",
+                f"e.g. --tolerance {DEFAULT_TOLERANCE_TEXT}",
+            )
+        try:
+            if value.endswith("%"):
+                if name == "accuracy":
+                    raise UsageError(
+                        f"--tolerance accuracy={value}: accuracy tolerance is in percentage points",
+                        "write it without %, e.g. accuracy=0.5",
+                    )
+                amount, relative = float(value[:-1]), True
+            elif name in ("flash", "sram"):
+                amount, relative = float(parse_size(value, f"--tolerance {name}")), False
+            else:
+                amount, relative = float(value), False
+        except ValueError:
+            raise UsageError(f"--tolerance {name}={value} is not a number", "e.g. cycles=2% or accuracy=0.5") from None
+        if amount < 0 or math.isnan(amount):
+            raise UsageError(f"--tolerance {name}={value} is negative", "use a tolerance >= 0")
+        out[name] = Tolerance(amount, relative)
+    return out
+
+
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What the user needs; None means no limit."""
+
+    max_accuracy_drop: float | None = None  # percentage points of int8 accuracy below the ptq leaf
+    max_metric_drop: float | None = None  # the leaf's metric worse than the ptq leaf's, in its unit (any task)
+    max_flash: int | None = None  # bytes of the compiled model (what firmware stores in flash)
+    max_sram: int | None = None  # bytes, Vela's SRAM estimate
+    max_latency_ms: float | None = None
+    sources: tuple[str, ...] = ()
+
+    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms")
+
+    def given(self) -> dict[str, float | int]:
+        return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}
+
+    def over(self, base: "Requirements") -> "Requirements":
+        """These requirements, falling back to ``base`` for those not set here."""
+        values = {k: getattr(self, k) if getattr(self, k) is not None else getattr(base, k) for k in self.KEYS}
+        sources = tuple(s for s in (*self.sources, *base.sources) if s)
+        return Requirements(**values, sources=sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in self.KEYS}, "sources": list(self.sources)}
+
+
+def requirements_from_project(path: Path) -> Requirements:
+    """The ``[requirements]`` table of an ``edgedeploy.toml`` project file (empty when it has none)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"project file {path} does not exist", "check the path given to --project") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
+    table = data.get("requirements")
+    if table is None:
+        return Requirements()
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: key `requirements` must be a table", "write it as [requirements]")
+    unknown = sorted(set(table) - set(Requirements.KEYS))
+    if unknown:
+        raise UsageError(
+            f"{path}: key `requirements.{unknown[0]}` is not known",
+            f"allowed keys: {', '.join(Requirements.KEYS)}",
+        )
+    values: dict[str, Any] = {}
+    for key in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
+        if key in table:
+            v = table[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise UsageError(f"{path}: key `requirements.{key}` is {v!r}; it must be a number >= 0",
+                                 "fix the project file")
+            values[key] = float(v)
+    for key in ("max_flash", "max_sram"):
+        if key in table:
+            try:
+                values[key] = parse_size(table[key], f"{path}: key `requirements.{key}`")
+            except UsageError as exc:
+                raise UsageError(exc.message, "use bytes or a string like \"512KiB\" in the project file") from None
+    return Requirements(**values, sources=(f"{path} [requirements]",))

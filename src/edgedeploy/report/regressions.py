@@ -1,0 +1,112 @@
+"""The regression gate: compare a report with one written earlier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import InvalidInputError, RegressionError
+from .columns import SCHEMA, SCHEMA_VERSION, value_of
+from .judge import _leaf_order
+from .limits import GATED, Tolerance
+
+
+def load_report_json(path: Path) -> dict[str, Any]:
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path} does not exist", "pass a report written by `edgedeploy report --format json`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path} is not valid JSON ({exc})", "pass a report written with --format json") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise InvalidInputError(f"{path} is not an edgedeploy report (schema {SCHEMA})",
+                                "write one with `edgedeploy report RUN_DIR --format json --out FILE`")
+    if not isinstance(data.get("schema_version"), int) or data["schema_version"] > SCHEMA_VERSION:
+        raise InvalidInputError(
+            f"{path} has report schema version {data.get('schema_version')}, which this edgedeploy does not "
+            f"understand (it reads {SCHEMA_VERSION})",
+            "upgrade edgedeploy or write the reference report again",
+        )
+    if not isinstance(data.get("rows"), list):
+        raise InvalidInputError(f"{path} has no rows", "write the reference report again")
+    return data
+
+
+def _fmt_gated(v: float, unit: str) -> str:
+    if unit == "%":
+        return f"{v:.2f}%"
+    if unit == "":  # a task's metric (MSE ...)
+        return f"{v:.4g}"
+    return f"{int(round(v)):,}" + (" B" if unit == "B" else "")
+
+
+def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
+                    against: str = "") -> dict[str, Any]:
+    """What got worse (beyond the tolerance), better or changed between two reports, row by row."""
+
+    def index(doc: Mapping[str, Any]) -> dict[tuple, Mapping[str, Any]]:
+        return {(r["leaf"], r.get("target")): r for r in doc["rows"] if r.get("target")}
+
+    old_rows, new_rows = index(old), index(new)
+    regressions, changes = [], []
+    for key in sorted(old_rows, key=lambda k: (k[1] or "", _leaf_order(k[0]))):
+        leaf, target = key
+        if key not in new_rows:
+            regressions.append({"leaf": leaf, "target": target, "metric": None,
+                                "text": f"{leaf} on {target}: in {against or 'the reference'} but missing now"})
+            continue
+        o_vals, n_vals = old_rows[key].get("values", {}), new_rows[key]["values"]
+        for name, (vkey, higher_better, label, unit) in GATED.items():
+            o, n = value_of(o_vals.get(vkey)), value_of(n_vals.get(vkey))
+            if name == "metric":  # the leaf's own metric, with its direction
+                cell = n_vals.get(vkey) or o_vals.get(vkey) or {}
+                higher_better, label = bool(cell.get("higher_is_better", True)), f"int8 {cell.get('metric', 'metric')}"
+            if o is None and n is None:
+                continue
+            base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
+            if n is None:
+                regressions.append({**base, "text": f"{leaf} on {target}: {label} was {_fmt_gated(o, unit)}, now "
+                                                    f"unavailable ({n_vals.get(vkey, {}).get('unavailable', '')})"})
+                continue
+            if o is None:
+                changes.append({**base, "text": f"{leaf} on {target}: {label} now {_fmt_gated(n, unit)} "
+                                                "(unavailable in the reference)"})
+                continue
+            if n == o:
+                continue
+            worse_by = (o - n) if higher_better else (n - o)
+            tol = tolerances[name]
+            rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
+            diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
+                    f"{n - o:+,.0f}")
+            text = (f"{leaf} on {target}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
+            if worse_by > tol.allowed(o) + 1e-9:
+                regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})
+            else:
+                verdict = "better" if worse_by < 0 else f"within the tolerance {name}={tol}"
+                changes.append({**base, "text": f"{text}; {verdict}"})
+    added = [f"{leaf} on {target}" for (leaf, target) in new_rows if (leaf, target) not in old_rows]
+    return {
+        "against": against,
+        "against_created": old.get("created"),
+        "tolerances": {k: str(t) for k, t in tolerances.items()},
+        "passed": not regressions,
+        "regressions": regressions,
+        "changes": changes,
+        "added": added,
+    }
+
+
+def raise_on_regression(comparison: Mapping[str, Any]) -> None:
+    regs = comparison["regressions"]
+    if not regs:
+        return
+    shown = "; ".join(r["text"] for r in regs[:3])
+    more = f"; and {len(regs) - 3} more" if len(regs) > 3 else ""
+    raise RegressionError(
+        f"{len(regs)} regression(s) against {comparison['against'] or 'the reference report'}: {shown}{more}",
+        "fix the change, or accept it with a wider --tolerance or a new reference report",
+    )

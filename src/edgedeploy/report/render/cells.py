@@ -1,0 +1,144 @@
+"""Cell and prose text shared by every format, so all formats show the same numbers."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..tree import PALETTE_LIMIT
+from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column
+
+
+def fmt_value(value: Any, kind: str) -> str:
+    """How every human-readable format shows a value of ``kind``."""
+    if value is None:
+        return "n/a"
+    if kind == "pct":
+        return f"{value:.2f}"
+    if kind == "pts":
+        return f"{value:+.2f}"
+    if kind in ("bytes", "count"):
+        return f"{int(round(value)):,}"
+    if kind == "ratio":
+        return f"{value:.3f}"
+    if kind == "ms":
+        return f"{value:.4f}"
+    if kind == "rate":
+        return f"{value:,.1f}"
+    if kind == "mhz":
+        return f"{value:g}"
+    return str(value)
+
+
+def judgment_text(row: Mapping[str, Any], key: str) -> str:
+    if key == "fits_board":
+        return row["fit"]["text"]
+    if key == "pareto":
+        return {True: "yes", False: "no", None: "n/a"}[row.get("pareto")]
+    if key == "meets_requirements":
+        meets = row.get("meets_requirements")
+        if meets is None:
+            return "n/a"
+        if meets:
+            return "yes"
+        missed = [n for n, c in row.get("requirements", {}).items() if c.get("met") is not True]
+        return "no: " + ", ".join(missed)
+    if key == "recommended":
+        return "yes" if row.get("recommended") else ""
+    raise KeyError(key)
+
+
+def key_text(row: Mapping[str, Any], key: str) -> str:
+    if key == "leaf":
+        return row["leaf"]
+    if key == "target":
+        return row.get("target") or "—"
+    if key == "level":
+        return "—" if row.get("level") is None else str(row["level"])
+    raise KeyError(key)
+
+
+class Footnotes:
+    """Numbered reasons for unavailable values, shared by a whole document."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def mark(self, reason: str) -> int:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return self.reasons.index(reason) + 1
+
+
+def cell_text(row: Mapping[str, Any], col: Column, notes: Footnotes | None = None) -> str:
+    if col in KEY_COLUMNS:
+        return key_text(row, col.key)
+    if col in JUDGMENT_COLUMNS:
+        return judgment_text(row, col.key)
+    cell = row["values"][col.key]
+    text = fmt_value(cell.get("value"), col.kind)
+    if col.kind == "metric" and cell.get("value") is not None:  # a leaf judged by its task's metric (e.g. MSE)
+        text = f"{cell['value']:.4g}{(' ' + cell['unit']) if cell.get('unit') else ''} {cell.get('metric', '')}".strip()
+    if cell.get("value") is None and notes is not None:
+        text += f" [{notes.mark(cell.get('unavailable') or 'not recorded')}]"
+    return text
+
+
+def _req_text(doc: Mapping[str, Any]) -> list[str]:
+    req = doc["requirements"]
+    given = {k: v for k, v in req.items() if k != "sources" and v is not None}
+    if not given:
+        return ["none set (a board target must still fit its memory)"]
+    shown = []
+    for k, v in given.items():
+        if k in ("max_flash", "max_sram"):
+            shown.append(f"{k} = {int(v):,} B")
+        elif k == "max_latency_ms":
+            shown.append(f"{k} = {v:g} ms")
+        else:
+            shown.append(f"{k} = {v:g} pts (int8 accuracy below the ptq leaf)")
+    src = req.get("sources") or []
+    return shown + ([f"from: {', '.join(src)}"] if src else [])
+
+
+def _compression_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
+    out = []
+    for leaf, c in doc.get("compression", {}).items():
+        if c.get("status") == "unavailable":
+            out.append({"leaf": leaf, "status": "unavailable", "tensors": "n/a", "max_tensor": "n/a",
+                        "max_channel": "n/a", "zeros": "n/a", "note": c.get("note", "")})
+            continue
+        out.append({
+            "leaf": leaf,
+            "status": c["status"],
+            "tensors": str(c["weight_tensors"]),
+            "max_tensor": str(c["max_distinct_values"]),
+            "max_channel": str(c["max_distinct_per_channel"]),
+            "zeros": f"{100.0 * c['zero_fraction']:.1f}",
+            "note": c.get("note", ""),
+        })
+    return out
+
+
+COMPRESSION_HEADERS = (
+    ("leaf", "Leaf"),
+    ("status", "Clustering in Vela's encoding"),
+    ("tensors", "Weight tensors"),
+    ("max_tensor", f"Max distinct int8 values per tensor (palette ≤ {PALETTE_LIMIT})"),
+    ("max_channel", "Max distinct per output channel"),
+    ("zeros", "Zero weights (%)"),
+    ("note", "Note"),
+)
+
+
+def _comparison_lines(doc: Mapping[str, Any]) -> list[str]:
+    comp = doc.get("comparison")
+    if not comp:
+        return []
+    head = (f"against {comp['against']} (tolerances: "
+            + ", ".join(f"{k}={v}" for k, v in comp["tolerances"].items()) + "): "
+            + ("no regression" if comp["passed"] else f"{len(comp['regressions'])} regression(s)"))
+    lines = [head]
+    lines += [f"REGRESSION {r['text']}" for r in comp["regressions"]]
+    lines += [f"changed {c['text']}" for c in comp["changes"]]
+    lines += [f"added {a}" for a in comp["added"]]
+    return lines

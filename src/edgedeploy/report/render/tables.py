@@ -1,0 +1,123 @@
+"""Turning records into what people and programs read: tables and versioned JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from ... import __version__
+from ...manifest import Manifest, StageRecord
+from ...targets import Target
+
+COMPILE_SCHEMA = "edgedeploy.compile"
+COMPILE_SCHEMA_VERSION = 1
+
+
+def fmt_bytes(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    value = float(value)
+    if value >= 1024 * 1024:
+        return f"{value / (1024 * 1024):.2f} MiB"
+    if value >= 1024:
+        return f"{value / 1024:.1f} KiB"
+    return f"{int(value)} B"
+
+
+def fmt_num(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    if digits == 0:
+        return f"{int(round(float(value))):,}"
+    return f"{float(value):,.{digits}f}"
+
+
+def compile_json(manifest: Manifest, records: Sequence[StageRecord], cached_ids: set[str]) -> dict[str, Any]:
+    results = []
+    for r in records:
+        results.append(
+            {
+                "variant": r.variant,
+                "target": r.target,
+                "status": "cached" if r.id in cached_ids else r.status,
+                "metrics": {k: m.to_dict() for k, m in r.metrics.items()},
+                "cpu_operators": r.details.get("cpu_operators", []),
+                "warnings": r.warnings,
+                "outputs": {a.role: a.path for a in r.outputs},
+                "model_sha256": r.inputs[0].sha256 if r.inputs else None,
+                "vela_argv": r.tool.argv if r.tool else [],
+            }
+        )
+    return {
+        "schema": COMPILE_SCHEMA,
+        "schema_version": COMPILE_SCHEMA_VERSION,
+        "edgedeploy_version": __version__,
+        "run_dir": str(manifest.run_dir),
+        "manifest": str(manifest.path),
+        "tools": manifest.tools,
+        "targets": {r.target: manifest.targets.get(r.target) for r in records if r.target},
+        "results": results,
+    }
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)
+
+
+COMPILE_COLUMNS = (
+    ("variant", "Variant"),
+    ("target", "Target"),
+    ("accuracy", "Int8 acc (%)"),
+    ("sram", "SRAM"),
+    ("flash", "Flash"),
+    ("dram", "DRAM"),
+    ("weights", "NPU weights"),
+    ("npu_cycles", "NPU cycles"),
+    ("total_cycles", "Total cycles"),
+    ("latency", "Latency (ms)"),
+    ("ips", "Inf/s"),
+    ("util", "MAC util (%)"),
+    ("cpu", "CPU ops"),
+)
+
+
+def compile_rows(manifest: Manifest, records: Iterable[StageRecord], cached_ids: set[str]) -> list[dict[str, str]]:
+    """Table rows; the int8 accuracy comes from the variant's convert stage when there is one."""
+    rows = []
+    for r in records:
+        m = r.metric
+        parent = manifest.records.get(r.parent) if r.parent else None
+        rows.append(
+            {
+                "variant": (r.variant or "") + (" (cached)" if r.id in cached_ids else ""),
+                "target": r.target or "",
+                "accuracy": fmt_num(parent.metric("int8_accuracy") if parent else None, 2),
+                "sram": fmt_bytes(m("sram_bytes")),
+                "flash": fmt_bytes(m("flash_bytes")),
+                "dram": fmt_bytes(m("dram_bytes")),
+                "weights": fmt_bytes(m("encoded_weights_bytes")),
+                "npu_cycles": fmt_num(m("npu_cycles")),
+                "total_cycles": fmt_num(m("total_cycles")),
+                "latency": fmt_num(m("latency_ms"), 3),
+                "ips": fmt_num(m("inferences_per_second"), 1),
+                "util": fmt_num(m("mac_utilization"), 1),
+                "cpu": fmt_num(m("cpu_operators")),
+            }
+        )
+    return rows
+
+
+def target_rows(targets: Sequence[Target]) -> list[dict[str, str]]:
+    return [
+        {
+            "name": t.name,
+            "kind": t.kind,
+            "npu": t.accelerator_config,
+            "system": t.vela.system_config,
+            "memory_mode": t.vela.memory_mode,
+            "clock": f"{t.npu_hz / 1e6:g} MHz",
+            "sram": fmt_bytes(t.memory.sram_bytes) if t.memory else "",
+            "fvp": t.fvp.binary if t.fvp else "",
+        }
+        for t in targets
+    ]

@@ -1,0 +1,111 @@
+"""The report document as terminal tables (rich)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Mapping, Sequence
+
+from ..tree import PALETTE_LIMIT
+from ..columns import Column, columns_of
+from .cells import _comparison_lines, _req_text, cell_text, Footnotes
+
+
+ACCURACY_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta_pts", "tflite_bytes",
+                 "gzip_bytes")
+MEMORY_KEYS = ("leaf", "level", "encoded_weights_bytes", "encoded_weights_ratio", "compiled_model_bytes", "vela_flash_bytes",
+               "sram_bytes", "dram_bytes", "fits_board")
+SPEED_KEYS = ("leaf", "npu_cycles", "npu_cycles_ratio", "npu_macs", "npu_macs_ratio", "compute_bound_pct", "total_cycles", "npu_clock_mhz", "latency_ms", "inferences_per_s",
+              "mac_utilization_pct", "cpu_operators", "pareto", "meets_requirements", "recommended")
+
+
+LAYER_HEADERS = ("Layer", "Operator", "Encoded weights (B)", "Vela distinct values", "int8 distinct values",
+                 f"Within palette (≤ {PALETTE_LIMIT})", "Zero weights (%)", "Weight-read cycles", "NPU cycles")
+
+
+def npu_layer_tables(doc: Mapping[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    """(title, rows) per variant and target of Vela's per-layer weight facts (compiled with --debug-db)."""
+
+    def num(v: Any) -> str:
+        return "n/a" if v is None else f"{v:,}"
+
+    tables = []
+    for variant, per_target in doc.get("npu_weights", {}).items():
+        for target, facts in per_target.items():
+            s = facts.get("summary", {})
+            title = (f"{variant} on {target}: NPU weights per layer (Vela debug database; "
+                     f"{num(s.get('encoded_weight_bytes'))} B encoded, {num(s.get('weight_read_cycles'))} "
+                     f"weight-read cycles, {s.get('layers_over_palette', 0)} of {s.get('layers', 0)} layers "
+                     f"over the palette)")
+            rows = [[r["layer"], str(r.get("operator") or "?"), num(r.get("encoded_weight_bytes")),
+                     num(r.get("vela_distinct_weights")), num(r.get("int8_distinct")),
+                     "n/a" if r.get("within_palette") is None else ("yes" if r["within_palette"] else "no"),
+                     "n/a" if r.get("int8_zero_fraction") is None else f"{100 * r['int8_zero_fraction']:.1f}",
+                     num(r.get("weight_read_cycles")), num(r.get("npu_cycles"))] for r in facts.get("layers", [])]
+            tables.append((title, rows))
+    return tables
+
+
+def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
+    """Rich tables: accuracy and file sizes per leaf, then one table of Vela results per target."""
+    from rich.console import Console
+
+    notes = Footnotes()
+    console = Console(file=io.StringIO(), width=width, record=True, no_color=True, highlight=False)
+    by_leaf: dict[str, Mapping[str, Any]] = {}
+    for r in doc["rows"]:
+        by_leaf.setdefault(r["leaf"], r)
+    cols = {c.key: c for c in columns_of(doc)}
+    acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ACCURACY_KEYS]
+    if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
+        acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
+                                                                      "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
+    console.print(_rich_table("Accuracy and file size of each leaf", acc_cols,
+                              [[cell_text(r, c, notes) for c in acc_cols] for r in by_leaf.values()]))
+    for target, t in doc["targets"].items():
+        mem = t.get("memory")
+        hz = t.get("npu_hz")
+        title = f"{target}: {t.get('accelerator_config') or 'unknown NPU'}" + (f" at {hz / 1e6:g} MHz" if hz else "")
+        if mem:
+            title += (f", board SRAM {mem['sram_bytes']:,} B, flash {mem['flash_bytes']:,} B, "
+                      f"runtime margin {mem['runtime_margin_bytes']:,} B")
+        for part, keys in (("memory", MEMORY_KEYS), ("speed and judgment", SPEED_KEYS)):
+            chosen = [cols[k] for k in keys]
+            cells = [[cell_text(r, c, notes) for c in chosen] for r in doc["rows"] if r.get("target") == target]
+            console.print(_rich_table(f"{title} — {part}", chosen, cells))
+    for title, rows in npu_layer_tables(doc):
+        console.print(_plain_table(title, LAYER_HEADERS, rows, right=[False, False] + [True] * 7))
+    uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
+    if uncompiled:
+        console.print(f"Not compiled for any target: {', '.join(uncompiled)}", markup=False)
+    console.print("Requirements: " + "; ".join(_req_text(doc)))
+    for r in doc["recommendations"].values():
+        console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
+    for t, p in doc["pareto"].items():
+        console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})", markup=False)
+    for leaf, c in doc.get("compression", {}).items():
+        if c.get("status") in ("lost", "kept", "unavailable"):
+            console.print(f"Compression {leaf}: {c['note']}", markup=False)
+    for line in _comparison_lines(doc):
+        console.print(f"Comparison {line}", markup=False)
+    for n in doc["notes"]:
+        console.print(f"Note: {n}", markup=False)
+    for i, reason in enumerate(notes.reasons, 1):
+        console.print(f"[{i}] unavailable: {reason}")
+    return console.export_text()
+
+
+def _rich_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]):
+    return _plain_table(title, [c.header for c in columns], rows, [c.kind != "text" for c in columns])
+
+
+def _plain_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]):
+    """A table whose cells never break (each column is at least as wide as its widest cell); headers wrap."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(headers):
+        widest = max([len(r[i]) for r in rows] + [len(w) for w in header.split()])
+        table.add_column(header, justify="right" if right[i] else "left", min_width=widest, overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    return table

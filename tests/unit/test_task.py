@@ -1,0 +1,161 @@
+"""The task (loss, metric) from the model and the data; the metrics and their directions; the node table."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from edgedeploy.errors import InvalidInputError, UsageError
+from edgedeploy.task import METRICS, decide, loss_name, mse, psnr, roc_auc, score
+
+
+def _model(inp=(490,), out=(490,), activation="linear"):
+    fn = SimpleNamespace(__name__=activation)
+    return SimpleNamespace(input_shape=(None, *inp), output_shape=(None, *out),
+                           layers=[SimpleNamespace(activation=fn)])
+
+
+def test_no_targets_is_reconstruction_with_mse():
+    t = decide(_model(), None, "d.npz", None)
+    assert (t.kind, t.loss, t.metric) == ("reconstruction", "mean_squared_error", "mse")
+    assert "reconstruction" in t.source and "auc" not in t.metrics
+    assert "auc" in decide(_model(), None, "d.npz", None, has_anomaly=True).metrics
+
+
+def test_integer_labels_are_sparse_cross_entropy_and_keep_the_classifier_source():
+    t = decide(_model((49, 10, 1), (12,), "softmax"), None, "d.npz", np.arange(12))
+    assert (t.kind, t.loss, t.from_logits, t.metric) == ("classification", "sparse_categorical_crossentropy", False,
+                                                          "accuracy")
+    assert t.source == "inferred: integer class labels and a softmax output"
+
+
+def test_one_hot_rows_are_categorical_cross_entropy():
+    t = decide(_model((8,), (4,)), None, "d.npz", np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 1]])
+    assert (t.kind, t.loss, t.from_logits) == ("classification", "categorical_crossentropy", True)
+
+
+def test_float_targets_of_the_output_shape_are_regression():
+    t = decide(_model((8,), (3,)), None, "d.npz", np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32))
+    assert (t.kind, t.loss, t.metric) == ("regression", "mean_squared_error", "mse")
+
+
+def test_compile_config_wins_over_the_data():
+    cfg = {"loss": {"class_name": "MeanAbsoluteError", "config": {}}}
+    t = decide(_model((8,), (3,)), cfg, "d.npz", np.zeros((5, 3), np.float32))
+    assert t.loss == "mean_absolute_error" and t.source.startswith("model compile config")
+
+
+@pytest.mark.parametrize("targets, needles", [
+    (np.zeros((5, 7), np.float32), ["d.npz", "[5, 7]", "float32", "[490]"]),
+    (np.zeros((5, 490, 2), np.float64), ["[5, 490, 2]", "float64", "[490]"]),
+])
+def test_float_targets_of_another_shape_stop_with_one_line(targets, needles):
+    with pytest.raises(InvalidInputError) as err:
+        decide(_model(), None, "d.npz", targets)
+    line = err.value.one_line()
+    assert "\n" not in line and err.value.exit_code == 3
+    for n in needles:
+        assert n in line, line
+
+
+def test_float_targets_with_a_classification_loss_stop():
+    cfg = {"loss": "sparse_categorical_crossentropy"}
+    with pytest.raises(InvalidInputError) as err:
+        decide(_model((8,), (3,)), cfg, "d.npz", np.full((5, 3), 0.3, np.float32) + np.arange(3))
+    assert "not class labels" in err.value.one_line() and "--loss mean_squared_error" in err.value.one_line()
+
+
+def test_no_targets_needs_an_output_shaped_like_the_input():
+    with pytest.raises(InvalidInputError, match="output shape"):
+        decide(_model((8,), (3,)), None, "d.npz", None)
+
+
+def test_loss_names_and_unknown_losses():
+    assert loss_name("MeanSquaredError") == "mean_squared_error" and loss_name("mse") == "mean_squared_error"
+    assert loss_name("SparseCategoricalCrossentropy") == "sparse_categorical_crossentropy"
+    assert decide(_model(), None, "d.npz", None, loss="mae").loss == "mean_absolute_error"
+    with pytest.raises(UsageError, match="not a Keras built-in loss"):
+        decide(_model(), None, "d.npz", None, loss="wasserstein")
+
+
+def test_metrics_know_their_unit_and_direction():
+    assert (METRICS["accuracy"].unit, METRICS["accuracy"].higher_is_better) == ("%", True)
+    assert METRICS["mse"].higher_is_better is False and METRICS["psnr"].unit == "dB"
+    y = np.array([[0.0, 1.0], [2.0, 3.0]])
+    assert mse(y, y + 0.5) == pytest.approx(0.25)
+    assert psnr(y, y + 0.5) == pytest.approx(10 * np.log10(9 / 0.25))
+
+
+def test_roc_auc_matches_the_pairwise_definition():
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 200)
+    scores = rng.normal(size=200) + labels * 0.8
+    scores[:20] = 0.0  # ties count one half
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    pairwise = np.mean((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])) * 100
+    assert roc_auc(labels, scores) == pytest.approx(pairwise)
+
+
+def test_score_gives_auc_only_with_anomaly_labels():
+    t = decide(_model((4,), (4,)), None, "d.npz", None, has_anomaly=True)
+    x = np.random.default_rng(0).normal(size=(10, 4))
+    out = x.copy()
+    out[5:] += 1.0  # the anomalous half reconstructs worse
+    s = score(t, out, x, x, np.array([0] * 5 + [1] * 5))
+    assert s["auc"] == pytest.approx(100.0) and s["mse"] == pytest.approx(0.5)
+    assert "auc" not in score(t, out, x, x, None)
+
+
+def test_user_metric_is_loaded_only_when_named(tmp_path, monkeypatch):
+    (tmp_path / "my_metrics.py").write_text("def snr(y, out):\n    return 42.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = decide(_model(), None, "d.npz", None, metric="my_metrics:snr")
+    assert t.metric == "my_metrics:snr" and score(t, np.zeros((2, 490)), np.zeros((2, 490)))["my_metrics:snr"] == 42.0
+    with pytest.raises(UsageError, match="does not apply"):
+        decide(_model(), None, "d.npz", None, metric="accuracy")
+
+
+def test_the_node_table_is_the_one_tree():
+    from edgedeploy import preserve, recipe, report, tree
+
+    assert recipe.NODES is tree.NODES and preserve.PRUNED_NODES is tree.PRUNED_NODES
+    assert report.LEAF_LEVELS is tree.LEAF_LEVELS
+    assert tree.LEAF_LEVELS["ptq"] == 0 and tree.LEAF_LEVELS["pcqat"] == 4 and tree.LEAF_LEVELS["pcqat_palette"] == 4
+    assert set(tree.QAT_NODES) == {"qat", "pqat", "cqat", "pcqat", "cqat_palette", "pcqat_palette"}
+    for node in tree.NODE_TABLE.values():  # every parent exists and every technique has a stage function
+        assert node.parent is None or node.parent in tree.NODE_TABLE
+    assert tree.DEFAULT_LEAVES == ("ptq", "qat", "pruned", "pqat", "clustered", "cqat", "pruned_clustered", "pcqat")
+
+
+def test_inputs_only_layouts_load_as_reconstruction_with_anomaly_labels(tmp_path):
+    from edgedeploy.data import load_dataset, read_targets
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 6)).astype(np.float32)
+    split = np.array([0] * 12 + [1] * 8)
+    a = tmp_path / "xsplit.npz"
+    np.savez(a, x=x, split=split, y_anomaly=np.array([0] * 16 + [1] * 4))
+    assert read_targets(a) == (None, True)
+    d = load_dataset(a, (6,), 6, kind="reconstruction")
+    assert np.array_equal(d.y_eval, d.x_eval) and d.anomaly.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert d.describe()["task"] == "reconstruction" and d.describe()["n_fit_unlabelled"] == 0
+    b = tmp_path / "traintest.npz"
+    np.savez(b, x_train=x[:12], x_test=x[12:])
+    assert read_targets(b) == (None, False)
+    assert load_dataset(b, (6,), 6, kind="reconstruction").anomaly is None
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=x, split=split, y_anomaly=np.arange(20))
+    with pytest.raises(InvalidInputError, match="y_anomaly"):
+        load_dataset(bad, (6,), 6, kind="reconstruction")
+
+
+def test_float_targets_load_as_regression_values(tmp_path):
+    from edgedeploy.data import load_dataset
+
+    x = np.zeros((10, 4), np.float32)
+    path = tmp_path / "r.npz"
+    np.savez(path, x=x, y=np.linspace(0, 1, 10).astype(np.float32), split=np.array([0] * 6 + [1] * 4))
+    d = load_dataset(path, (4,), 1, kind="regression")
+    assert d.y_fit.shape == (6, 1) and d.y_fit.dtype == np.float32 and not d.labelled
