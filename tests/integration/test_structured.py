@@ -115,7 +115,7 @@ def test_a_stage_that_breaks_the_pattern_fails_with_the_layer_named():
     assert err.value.exit_code == 9 and "conv2d_3" in str(err.value) and "2:4" in str(err.value)
 
 
-@pytest.mark.requires_data
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_data, tmp_path):
     from edgedeploy.compile import CompileOptions, compile_run
     from edgedeploy.optimize import optimize
