@@ -35,6 +35,8 @@ __all__ = [
     "optimize",
     "read_tflite",
     "run_project",
+    "walk",
+    "walk_project",
 ]
 
 
@@ -48,6 +50,21 @@ def optimize(*args: Any, **kwargs: Any):
 def run_project(*args: Any, **kwargs: Any):
     """optimize -> convert -> compile from an ``edgedeploy.toml``. See :func:`edgedeploy.project.run_project`."""
     from .project import run_project as run
+
+    return run(*args, **kwargs)
+
+
+def walk(*args: Any, **kwargs: Any):
+    """Train, convert, compile and judge the tree level by level until a leaf meets the requirements.
+    See :func:`edgedeploy.walk.walk`."""
+    from .walk import walk as run
+
+    return run(*args, **kwargs)
+
+
+def walk_project(*args: Any, **kwargs: Any):
+    """``compile PROJECT.toml --walk``. See :func:`edgedeploy.walk.walk_project`."""
+    from .walk import walk_project as run
 
     return run(*args, **kwargs)
 

@@ -354,8 +354,9 @@ def compile_tflite(
         raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
     models = [Path(m) for m in models]
     targets = resolve_targets(target_names)
-    ctx = RunContext.open(out)
-    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    # read only: nothing is written (not even the run folder) until every model passed its checks
+    earlier = Manifest.open(out) if Path(out).is_dir() else Manifest(Path(out))
+    imported = {a.sha256 for r in earlier.find(stage="import") if r.status == "ok" for a in r.inputs}
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
@@ -369,6 +370,7 @@ def compile_tflite(
                     pool.restart()
                     raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
                                           "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)

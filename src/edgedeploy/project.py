@@ -81,7 +81,10 @@ def load_project(path: Path) -> Project:
 
     # a target given as a path is relative to the project file
     targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in values.get("targets", [])]
-    recipe = load_recipe(table=doc.get("recipe", {}))
+    try:
+        recipe = load_recipe(table=doc.get("recipe", {}))
+    except UsageError as exc:  # the checks across keys (the keys themselves were checked above)
+        raise UsageError(exc.message.replace("recipe:", f"{path} [recipe]:", 1), exc.hint) from exc
     get = lambda key: values.get(key, lookup(PROJECT_KEYS, key).default)  # noqa: E731
     return Project(
         path=path,
@@ -102,6 +105,18 @@ def load_project(path: Path) -> Project:
     )
 
 
+def merged_options(project: Project, options: CompileOptions | None) -> CompileOptions:
+    """The project's compile options, with command-line options that differ from the defaults winning."""
+    opts = project.compile
+    if options is not None:
+        defaults = CompileOptions()
+        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
+                                                         "debug_db")
+                                if getattr(options, k) != getattr(defaults, k)})
+    opts.check()
+    return opts
+
+
 def run_project(
     path: Path,
     extra_targets: Sequence[str] = (),
@@ -114,15 +129,10 @@ def run_project(
 
     project = load_project(path)
     targets = resolve_targets([*project.targets, *extra_targets])
-    opts = project.compile
-    if options is not None:  # command-line options that differ from the defaults win
-        defaults = CompileOptions()
-        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
-                                                         "debug_db")
-                                if getattr(options, k) != getattr(defaults, k)})
-    opts.check()
+    opts = merged_options(project, options)
     run_dir = out or project.out
-    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda)
+    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda,
+                      executor=opts.executor, ray_address=opts.ray_address)
     ctx = RunContext.open(run_dir)
     variants = [(leaf, ctx.manifest.resolve(rec.output("int8_model")), rec.id) for leaf, rec in result.leaves.items()]
     return compile_variants(ctx, variants, targets, opts)

@@ -41,6 +41,7 @@ PLAIN: dict[str, Any] = {
     "batch_size": 64,
     "epochs": 4,
     "qat_ranges": "tfmot",
+    "min_steps": 0,
 }
 
 
@@ -86,6 +87,9 @@ class Recipe:
     restore_best: bool = True
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
+    # each trained stage takes at least this many optimizer steps: on little data, epochs are added
+    # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
+    min_steps: int = 300
     # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
     loss: str = ""
     metric: str = ""
@@ -313,6 +317,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0, field="freeze_batch_norm_after"),
     Key("training.qat_ranges", str, "calibrated", "where QAT's activation ranges start", choices=QAT_RANGES,
         field="qat_ranges"),
+    Key("training.min_steps", int, 300, "optimizer steps each trained stage takes at least; epochs are added on "
+        "little data (0: epochs as given)", minimum=0, field="min_steps"),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
         minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
     Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,

@@ -13,14 +13,16 @@ test sends each input to the device, reads its answer and compares::
 ``device`` is any callable ``(input_bytes) -> output_bytes``: the user's
 transport. :func:`stream_transport` wraps a serial port (anything with
 ``write``/``read``, e.g. a ``serial.Serial``), :func:`command_transport` a
-program that reads and writes files (semihosting on an FVP or a debugger), and
+program that reads and writes files (semihosting on an FVP or a debugger),
 :func:`host_reference_transport` runs the bundle's int8 model in TFLM on the
-host, which is what the golden outputs came from.
+host, which is what the golden outputs came from, and :func:`qemu_transport` runs
+the bundle's firmware on QEMU's emulated Cortex-M55 (see :mod:`edgedeploy.emulate`).
 
 This module is also a pytest plugin (entry point ``edgedeploy``): it adds
-``--edgedeploy-bundle FWDIR`` and ``--edgedeploy-max-abs-diff``, the fixtures
-``golden_bundle`` and ``golden_tolerance``, and parametrizes any test that asks
-for ``golden_case`` over the bundle's cases.
+``--edgedeploy-bundle FWDIR``, ``--edgedeploy-max-abs-diff`` and
+``--edgedeploy-device host|qemu``, the fixtures ``golden_bundle``, ``golden_tolerance``
+and ``edgedeploy_device``, and parametrizes any test that asks for ``golden_case``
+over the bundle's cases.
 
 Tolerance: differences are counted in steps of the output's quantized type
 (or in float units for float outputs). The default is 0, bit-exact. The NPU's
@@ -556,7 +558,7 @@ if _pytest is not None:
 
     @_pytest.fixture(scope="session")
     def edgedeploy_device(request: Any, golden_bundle: GoldenBundle) -> Iterator[Transport]:
-        """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per session)."""
+        """The device ``--edgedeploy-device`` names: ``host`` (default) or ``qemu`` (built once per test run)."""
         kind = request.config.getoption("edgedeploy_device", default=None) or "host"
         if kind == "qemu":
             transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))

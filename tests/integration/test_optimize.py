@@ -43,7 +43,7 @@ def kws_tree(shared_data, kws_data, tmp_path_factory):
     from edgedeploy.optimize import optimize
 
     out = tmp_path_factory.mktemp("tree")
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
+    recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
     return optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", kws_data, out, recipe)
 
 
@@ -125,7 +125,7 @@ def test_manifest_holds_the_tree(kws_tree, kws_data):
 def test_rerun_reuses_every_stage(kws_tree, shared_data, kws_data):
     from edgedeploy.optimize import optimize
 
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
+    recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
     before = {k: v.started for k, v in kws_tree.leaves.items()}
     again = optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", kws_data, kws_tree.run_dir, recipe)
     assert {k: v.started for k, v in again.leaves.items()} == before
@@ -207,7 +207,7 @@ def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models,
 def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
     from edgedeploy.optimize import optimize
 
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+    recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": ["ptq", "pcqat"]})
     outcome = optimize(keras3_models / "functional.keras", kws_data, tmp_path / "run", recipe)
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
@@ -256,7 +256,7 @@ def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
     model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
     path = tmp_path / "model.h5"
     model.save(path)
-    recipe = load_recipe(overrides={"epochs": 1, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
+    recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": list(leaves), **recipe_keys})
     return optimize(path, data, tmp_path / "run", recipe)
 
@@ -418,7 +418,7 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     assert abs(qat.metric("int8_accuracy") - qat.metric("float_accuracy")) < 2.0
 
     recipe = load_recipe(table={"training": {"qat_ranges": "tfmot"}},
-                         overrides={"epochs": 1, "seed": 7, "leaves": ["qat"]})
+                         overrides={"epochs": 1, "min_steps": 0, "seed": 7, "leaves": ["qat"]})
     with pytest.raises(ToolFailedError, match="quantized the bias of .* for another input scale"):
         optimize(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe)
 

@@ -19,6 +19,11 @@ def test_wheel_contains_every_target_and_installed_copy_finds_them(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(Path(n).stem for n in names if n.startswith("edgedeploy/targets/") and n.endswith(".toml"))
     assert shipped == builtin_target_names() and len(shipped) == 15
+    # the template files the export and the firmware build render are package data
+    for template in ("export/templates/CMakeLists.txt.in", "export/templates/edgedeploy.cmake.in",
+                     "emulate/templates/main.cc.in", "emulate/templates/tflm.cmake",
+                     "emulate/templates/firmware_CMakeLists.txt.in", "emulate/templates/arm-none-eabi.cmake"):
+        assert f"edgedeploy/{template}" in names, template
     # unpacked on its own (no source tree), the package finds its targets inside itself
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

@@ -48,13 +48,13 @@ def palette_run(shared_data, small_kws, tmp_path_factory):
     out = tmp_path_factory.mktemp("palette") / "run"
     model = shared_data / "kws" / "dscnn_mlperf_float.h5"
     opt = _cli("optimize", str(model), "--data", str(small_kws), "-o", str(out), "--leaves", LEAVES,
-               "--epochs", str(EPOCHS), "--seed", str(SEED), "--sparsity", str(SPARSITY), "--clusters", str(CLUSTERS),
+               "--epochs", str(EPOCHS), "--min-steps", "0", "--seed", str(SEED), "--sparsity", str(SPARSITY), "--clusters", str(CLUSTERS),
                "--json")
     assert opt.returncode == 0, opt.stderr[-3000:]
     project = out.parent / "edgedeploy.toml"
     project.write_text(
         f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        f'[recipe]\nleaves = {json.dumps(LEAVES.split(","))}\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        f'[recipe]\nleaves = {json.dumps(LEAVES.split(","))}\nepochs = {EPOCHS}\ntraining.min_steps = 0\nseed = {SEED}\n'
         f"sparsity = {SPARSITY}\nclusters = {CLUSTERS}\n")
     comp = _cli("compile", str(project), "--json")
     assert comp.returncode == 0, comp.stderr[-3000:]
@@ -137,7 +137,7 @@ def test_a_size_budget_holds_on_the_compiled_leaf(shared_data, small_kws, tmp_pa
     project = tmp_path / "edgedeploy.toml"
     project.write_text(
         f'model = "{model}"\ndata = "{small_kws}"\nout = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        f'[recipe]\nleaves = ["ptq", "clustered_palette"]\nepochs = {EPOCHS}\nseed = {SEED}\n'
+        f'[recipe]\nleaves = ["ptq", "clustered_palette"]\nepochs = {EPOCHS}\ntraining.min_steps = 0\nseed = {SEED}\n'
         '[recipe.palette]\nsearch = true\nsize_budget = 0.45\nclusters = [4, 8, 16]\nsparsities = [0.0, 0.5]\n')
     comp = _cli("compile", str(project), "--json")
     assert comp.returncode == 0, comp.stderr[-3000:]

@@ -307,10 +307,12 @@ def _flash(doc, leaf, target):
 
 
 @NEEDS_IC
-def test_no_requirements_recommends_least_optimized_leaf(tree_run):
+def test_no_requirements_recommends_least_optimized_leaf_no_other_beats(tree_run):
     doc = build_report(tree_run)
     for t in TARGETS:
-        assert doc["recommendations"][t]["leaf"] == "ptq"
+        # qat is the same real model as ptq, 0.3 points more accurate: it beats ptq on every axis
+        assert doc["recommendations"][t]["leaf"] == "qat"
+        assert doc["recommendations"][t]["passed_over"] == {"ptq": "qat"}
     assert doc["reference_leaf"] == "ptq"
     qat = next(r for r in doc["rows"] if r["leaf"] == "qat" and r["target"] == "ethos-u55-128")
     assert qat["values"]["int8_accuracy_delta_pts"]["value"] == pytest.approx(86.3 - 86.0)
@@ -322,20 +324,21 @@ def test_no_requirements_recommends_least_optimized_leaf(tree_run):
 
 
 @NEEDS_IC
-def test_flash_limit_walks_to_level_two_and_prefers_accuracy(tree_run):
+def test_flash_limit_rules_out_level_zero_and_one_and_skips_beaten_leaves(tree_run):
     base = build_report(tree_run)
     t = "ethos-u55-128"
     small, large = _flash(base, "pruned", t), _flash(base, "ptq", t)
     assert small < large
     doc = build_report(tree_run, Requirements(max_flash=(small + large) // 2))
     rec = doc["recommendations"][t]
-    # ptq and qat are too big; level 2 holds pruned and clustered with the same size: clustered is more accurate.
-    assert rec["leaf"] == "clustered" and rec["level"] == 2
-    assert "level 2" in rec["message"]
-    # Int8 accuracy drops below ptq (86.0): clustered 0.8, pruned 1.1, pcqat 0.5. Allowing 1.0 keeps level 2;
+    # ptq and qat are too big; pruned, clustered and pcqat are the same real model (same flash and cycles) and
+    # pcqat is the most accurate: it beats the level-2 leaves on every axis.
+    assert rec["leaf"] == "pcqat" and rec["level"] == 4
+    assert rec["passed_over"] == {"pruned": "clustered", "clustered": "pcqat"}
+    assert "clustered (beaten by pcqat)" in rec["message"]
+    # Int8 accuracy drops below ptq (86.0): clustered 0.8, pruned 1.1, pcqat 0.5.
     doc = build_report(tree_run, Requirements(max_flash=(small + large) // 2, max_accuracy_drop=1.0))
-    assert doc["recommendations"][t]["leaf"] == "clustered"
-    # allowing 0.6 rules out level 2 and the walk goes on to pcqat at level 4.
+    assert doc["recommendations"][t]["leaf"] == "pcqat"
     doc = build_report(tree_run, Requirements(max_flash=(small + large) // 2, max_accuracy_drop=0.6))
     rec = doc["recommendations"][t]
     assert rec["leaf"] == "pcqat" and rec["level"] == 4
@@ -387,10 +390,10 @@ def test_project_file_requirements_and_cli_precedence(tree_run, tmp_path, monkey
     proc = run_cli("report", tree_run, "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["recommendations"][t]["leaf"] == "clustered"
+    assert doc["recommendations"][t]["leaf"] == "pcqat"
     assert any("edgedeploy.toml" in s for s in doc["requirements"]["sources"])
     proc = run_cli("report", tree_run, "--format", "json", "--max-flash", "10MiB", cwd=tmp_path)
-    assert json.loads(proc.stdout)["recommendations"][t]["leaf"] == "ptq"  # the command line wins
+    assert json.loads(proc.stdout)["recommendations"][t]["leaf"] == "qat"  # the command line wins
 
 
 # --------------------------------------------------------------------------- regression gate

@@ -75,7 +75,7 @@ def autoencoder(anomaly_data, tmp_path_factory) -> Path:
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
     from edgedeploy.optimize import optimize
 
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "sparsity": 0.5, "clusters": 16,
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
                                     "seed": SEED})
     return optimize(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)
 
@@ -173,7 +173,7 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     from edgedeploy.optimize import optimize
 
     model, data = denoiser
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "seed": SEED})
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
     outcome = optimize(model, data, tmp_path / "tree", recipe)
     info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
     assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]

@@ -73,7 +73,8 @@ def test_linker_script_refuses_an_unknown_template():
 
 @needs_tree
 def test_op_kernels_pick_cmsis_nn_and_common_sources():
-    ks = {k.op: k for k in tflm.op_kernels(TREE, ["CONV_2D", "RESHAPE", "AVERAGE_POOL_2D", "MAX_POOL_2D"])}
+    ks = {k.op: k for k in tflm.op_kernels(TREE, ["CONV_2D", "RESHAPE", "AVERAGE_POOL_2D", "MAX_POOL_2D", "RESIZE_NEAREST_NEIGHBOR"])}
+    assert ks["RESIZE_NEAREST_NEIGHBOR"].method == "AddResizeNearestNeighbor"
     assert ks["CONV_2D"].method == "AddConv2D"
     assert ks["CONV_2D"].sources == (
         "tensorflow/lite/micro/kernels/cmsis_nn/conv.cc", "tensorflow/lite/micro/kernels/conv_common.cc",
@@ -82,6 +83,13 @@ def test_op_kernels_pick_cmsis_nn_and_common_sources():
     assert ks["MAX_POOL_2D"].sources == ks["AVERAGE_POOL_2D"].sources
     for k in ks.values():
         assert all((TREE / s).is_file() for s in k.sources)
+
+
+@needs_tree
+def test_every_builtin_of_the_resolver_has_a_kernel_source():
+    methods = tflm.resolver_methods(TREE)
+    assert len(methods) > 90
+    assert all(tflm.op_kernels(TREE, [op]) for op in methods)
 
 
 @needs_tree
@@ -186,3 +194,25 @@ def test_cli_on_a_bundle_without_cpu_path(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"schema": "edgedeploy.firmware", "name": "kws", "cpu_model": None}))
     result = CliRunner().invoke(app, ["emulate", str(tmp_path)])
     assert result.exit_code == 3 and "no CPU path" in result.stderr and "--golden N" in result.stderr
+
+
+def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_path):
+    from edgedeploy.doctor import emulation_checks
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(toolchain.TFLM_ENV, raising=False)
+    checks = {c.name: c for c in emulation_checks(have_gcc=False)}
+    assert checks["newlib (arm-none-eabi)"].hint == "apt-get install libnewlib-arm-none-eabi"
+    assert checks["libstdc++ (arm-none-eabi)"].hint == "apt-get install libstdc++-arm-none-eabi-newlib"
+    assert checks["qemu-system-arm"].hint == "apt-get install qemu-system-arm"
+    assert not any(c.found for c in checks.values())
+    assert "--tflm-dir" in checks["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"].hint
+
+
+@needs_tree
+def test_doctor_finds_the_tree_from_the_environment(monkeypatch):
+    from edgedeploy.doctor import emulation_checks
+
+    monkeypatch.setenv(toolchain.TFLM_ENV, str(TREE))
+    tree = {c.name: c for c in emulation_checks(have_gcc=False)}["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"]
+    assert tree.found and tree.path == str(TREE.resolve())

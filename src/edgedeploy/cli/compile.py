@@ -37,12 +37,16 @@ def compile_cmd(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
     debug_db: bool = typer.Option(False, "--debug-db", help="Run Vela with its debug database: per-layer encoded "
                                   "weight bytes, distinct int8 values and weight-read cycles, shown by `report`."),
+    walk: bool = typer.Option(False, "--walk", help="With a project file: train, convert and compile the tree level "
+                              "by level and stop at the first level with a leaf meeting the project's requirements "
+                              "on every target (exit 8 when none does)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
     from .prestart import PRESTARTED
 
     pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
-    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool)
+    _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
+             walk)
 
 
 def prestart(values: dict[str, Any]):
@@ -52,7 +56,9 @@ def prestart(values: dict[str, Any]):
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
     models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
-    if values.get("executor") != "local" or not models or any(m.suffix != ".tflite" for m in models):
+    if values.get("executor") != "local" or not values.get("target") or not models:
+        return None
+    if any(m.suffix != ".tflite" for m in models):
         return None
     if (out / "manifest.json").exists():
         return None
@@ -64,7 +70,7 @@ def prestart(values: dict[str, Any]):
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
-             pool) -> None:
+             pool, walk=False) -> None:
     from .. import api
     from ..errors import UsageError
     from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
@@ -73,7 +79,16 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
                                  ray_address=ray_address, debug_db=debug_db)
-        if len(models) == 1 and models[0].suffix == ".toml":
+        walk_record = None
+        if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
+            raise UsageError("--walk walks the deployment tree of a project file",
+                             "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if walk:
+            walked = api.walk_project(models[0], extra_targets=target,
+                                      out=out if out != Path("edgedeploy-out") else None, options=options)
+            outcome = api.CompileOutcome(walked.run_dir, walked.compiled)
+            walk_record = walked.record
+        elif len(models) == 1 and models[0].suffix == ".toml":
             outcome = api.run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
                                   options=options)
         elif len(models) == 1 and models[0].is_dir():
@@ -91,7 +106,10 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         cached_ids = outcome.cached_ids
         manifest = api.Manifest.load(outcome.run_dir)
         if json_out:
-            typer.echo(dumps(compile_json(manifest, outcome.records, cached_ids)))
+            doc = compile_json(manifest, outcome.records, cached_ids)
+            if walk_record is not None:
+                doc["walk"] = walk_record
+            typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
             columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
@@ -99,6 +117,11 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
             for r in outcome.records:
                 for w in r.warnings:
                     err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
+            if walk_record is not None:
+                from ..report.render.walk import walk_lines
+
+                for line in walk_lines(walk_record):
+                    out_console.print(f"walk {line}", markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -48,6 +48,8 @@ def optimize_cmd(
         "(default 0.1; 0 turns selection off)."),
     patience: Optional[int] = typer.Option(None, "--patience", help="Stop a stage after this many epochs without "
                                            "improvement on the hold-out (default 3; 0 never stops early)."),
+    min_steps: Optional[int] = typer.Option(None, "--min-steps", help="Optimizer steps each trained stage takes at "
+                                            "least; epochs are added on little data (default 300; 0: epochs as given)."),
     float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
     loss: Optional[str] = typer.Option(None, "--loss", help="A Keras built-in loss to fine-tune with, e.g. "
                                        "mean_squared_error (default: the model's compile config, else from the data)."),
@@ -55,12 +57,27 @@ def optimize_cmd(
                                          "top5_accuracy, mse, mae, psnr, auc, or module:function (runs that code)."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process) or ray "
+                                 "(a Ray task; the workers must see the run folder)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, "
+                                              "else a local Ray)."),
+    walk: bool = typer.Option(False, "--walk", help="Train, convert and compile level by level for --target and stop "
+                              "at the first level with a leaf meeting the --max-* requirements (exit 8 when none does)."),
+    target: List[str] = typer.Option([], "--target", "-t", help="With --walk: target name or TOML file; repeat for several."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", metavar="PTS",
+                                                      help="With --walk: most int8 accuracy points lost against ptq."),
+    max_flash: Optional[str] = typer.Option(None, "--max-flash", metavar="BYTES", help="With --walk: largest compiled model."),
+    max_sram: Optional[str] = typer.Option(None, "--max-sram", metavar="BYTES", help="With --walk: largest Vela SRAM estimate."),
+    max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", metavar="MS", help="With --walk: longest latency."),
+    max_npu_cycles: Optional[int] = typer.Option(None, "--max-npu-cycles", metavar="N", help="With --walk: most NPU cycles."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
     from .common import guard, out_console
     from ..report.render.tables import dumps
 
     with guard():
+        from .. import api
+        from ..errors import UsageError
         from ..optimize import optimize
         from ..recipe import load_recipe
 
@@ -71,10 +88,31 @@ def optimize_cmd(
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
-            "loss": loss, "metric": metric,
+            "min_steps": min_steps, "loss": loss, "metric": metric,
         }
         r = load_recipe(recipe, overrides)
-        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda)
+        limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles)
+        if not walk and (target or any(v is not None for v in limits)):
+            raise UsageError("--target and the --max-* requirements are for --walk",
+                             "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
+        if walk:
+            from ..compile import resolve_targets
+            from ..report.render.walk import walk_lines
+            from ..walk import requirements_from_options, walk as walk_tree
+
+            req = requirements_from_options(*limits)
+            options = api.CompileOptions(executor=executor, ray_address=ray_address)
+            walked = walk_tree(model, data, out, r, resolve_targets(target), req, options, trust_lambda=trust_lambda)
+            if json_out:
+                typer.echo(dumps({"schema": "edgedeploy.walk", "schema_version": 1, "run_dir": str(walked.run_dir),
+                                  "walk": walked.record}))
+            else:
+                for line in walk_lines(walked.record):
+                    out_console.print(f"walk {line}", markup=False, highlight=False)
+            return
+        if executor not in ("local", "ray"):
+            raise UsageError(f"--executor is '{executor}'", "use local or ray")
+        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address)
         doc = leaves_json(outcome)
         if json_out:
             typer.echo(dumps(doc))

@@ -40,6 +40,9 @@ def report_cmd(
     max_latency_ms: Optional[float] = typer.Option(
         None, "--max-latency-ms", metavar="MS", help="Longest latency at the target's NPU clock."
     ),
+    max_npu_cycles: Optional[int] = typer.Option(
+        None, "--max-npu-cycles", metavar="N", help="Most NPU cycles per inference (Vela's estimate)."
+    ),
     project: Optional[Path] = typer.Option(
         None, "--project", metavar="FILE",
         help=f"Project file whose \\[requirements] table applies (default: ./{PROJECT_FILE} if present); "
@@ -94,8 +97,9 @@ def report_cmd(
             "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
             "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
             "max_latency_ms": max_latency_ms,
+            "max_npu_cycles": max_npu_cycles,
         }
-        for name in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
+        for name in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms", "max_npu_cycles"):
             if cli_values[name] is not None and cli_values[name] < 0:
                 raise UsageError(f"--{name.replace('_', '-')} is {cli_values[name]}", "give a number >= 0")
         given = {k: v for k, v in cli_values.items() if v is not None}

@@ -21,12 +21,12 @@ from typing import Iterable
 from .. import __version__
 from ..errors import UsageError
 from ..fsutil import atomic_write_text
-from ..proc import check, run_command
+from ..proc import check, run_command, which
 from .render import fill, template
 from .toolchain import Toolchain
 
 KERNELS = "tensorflow/lite/micro/kernels"
-# runtime sources, relative to the tree; test helpers left out
+# runtime sources, relative to the tree; test-only sources left out
 RUNTIME_DIRS = (
     "tensorflow/lite/micro",
     "tensorflow/lite/micro/arena_allocator",
@@ -41,7 +41,7 @@ RUNTIME_DIRS = (
     "tensorflow/compiler/mlir/lite/core/api",
     "tensorflow/compiler/mlir/lite/schema",
 )
-RUNTIME_SKIP = {  # test helpers, and what the interpreter links without (recording allocators, profiler, hexdump)
+RUNTIME_SKIP = {  # test-only sources, and what the interpreter links without (recording allocators, profiler, hexdump)
     "fake_micro_context.cc", "mock_micro_graph.cc", "test_helpers.cc", "test_helper_custom_ops.cc", "hexdump.cc",
     "micro_profiler.cc", "micro_time.cc", "recording_micro_allocator.cc", "recording_single_arena_buffer_allocator.cc",
     "system_setup.cc", "non_persistent_buffer_planner_shim.cc",
@@ -53,6 +53,10 @@ TEMPLATES = ("tflm.cmake", "tflm_CMakeLists.txt.in", "arm-none-eabi.cmake")
 _ADD_RE = re.compile(
     r"TfLiteStatus\s+(Add\w+)\s*\(\s*const\s+TFLMRegistration&\s+registration\s*=\s*(?:tflite::)?(Register_\w+)\(\)\s*\)"
     r"\s*\{\s*return\s+AddBuiltin\(\s*BuiltinOperator_(\w+)",
+    re.S,
+)
+_ADD_NO_ARG_RE = re.compile(  # e.g. AddResizeNearestNeighbor(): the registration is not a parameter
+    r"TfLiteStatus\s+(Add\w+)\s*\(\s*\)\s*\{\s*return\s+AddBuiltin\(\s*BuiltinOperator_(\w+)\s*,\s*(?:tflite::)?(Register_\w+)\(\)",
     re.S,
 )
 
@@ -68,7 +72,9 @@ class OpKernel:
 def resolver_methods(tree: Path) -> dict[str, tuple[str, str]]:
     """Builtin operator -> (``MicroMutableOpResolver`` method, registration function), read from the tree."""
     text = (tree / "tensorflow/lite/micro/micro_mutable_op_resolver.h").read_text(encoding="utf-8")
-    return {op: (method, reg) for method, reg, op in _ADD_RE.findall(text)}
+    found = {op: (method, reg) for method, reg, op in _ADD_RE.findall(text)}
+    found.update({op: (method, reg) for method, op, reg in _ADD_NO_ARG_RE.findall(text)})
+    return found
 
 
 @cache
@@ -135,7 +141,7 @@ def cache_root() -> Path:
 def cache_key(tree: Path, toolchain: Toolchain) -> str:
     h = hashlib.sha256()
     h.update(tree_digest(tree).encode())
-    h.update(f"\0{tree}\0{toolchain.gcc}\0{toolchain.gcc_version}\0{_generator()}\0".encode())
+    h.update(f"\0{tree}\0{toolchain.gcc}\0{toolchain.gcc_version}\0{cmake_generator()}\0".encode())
     for name in TEMPLATES:
         h.update(template(name).encode())
     return h.hexdigest()[:20]
@@ -176,7 +182,7 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
         build = root / "build"
         log = root / "build.log"
         cfg = run_command(
-            [toolchain.cmake, "-S", src, "-B", build, "-G", _generator(), f"-DCMAKE_TOOLCHAIN_FILE={src / 'toolchain.cmake'}",
+            [toolchain.cmake, "-S", src, "-B", build, "-G", cmake_generator(), f"-DCMAKE_TOOLCHAIN_FILE={src / 'toolchain.cmake'}",
              "-DCMAKE_BUILD_TYPE=Release", *toolchain.cmake_defines()],
             timeout=300,
             log_file=log,
@@ -189,7 +195,6 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
         return TflmLibrary(lib, key, True, cfg.seconds + res.seconds, len(sources))
 
 
-def _generator() -> str:
-    from ..proc import which
-
+def cmake_generator() -> str:
+    """Ninja when installed (it starts faster), else make."""
     return "Ninja" if which("ninja") else "Unix Makefiles"

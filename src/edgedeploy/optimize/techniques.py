@@ -57,7 +57,7 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
     callbacks = [sparsity.UpdatePruningStep()] + ([pattern.callback()] if pattern is not None else [])
     report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=callbacks,
-                  train_set=ts, eligible_from=plan.full_epoch, record=record)
+                       train_set=ts, eligible_from=plan.full_epoch, record=record)
     report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict(),
                          **({"structured": pattern.describe()} if pattern is not None else {})}
     return sparsity.strip_pruning(model)

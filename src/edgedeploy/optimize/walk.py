@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data import load_dataset, read_targets
-from ..errors import UsageError
 from ..keras_model import check_recurrent_layers, load_model
 from ..manifest import StageRecord
 from ..recipe import Recipe, check_layers
 from ..stages import RunContext, StageSpec, run_stage
 from ..tree import LEAF_TABLE, LEAVES, NODE_TABLE, QAT_NODES, nodes_for
 from ..task import decide
-from .fit import teacher_targets
+from .fit import teacher_targets, training_set
+from .fitlength import stretch
 from .registry import CONVERSIONS, TECHNIQUES
 
 log = logging.getLogger("edgedeploy")
@@ -42,11 +42,18 @@ def optimize(
     *,
     trust_lambda: bool = False,
     reuse: bool = True,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeOutcome:
-    """Run the nodes the requested leaves need, then convert and score every leaf."""
+    """Run the nodes the requested leaves need, then convert and score every leaf.
+
+    ``executor="ray"`` runs each stage's work as a Ray task (:mod:`edgedeploy.ray_stages`); the results and the
+    run folder are the same as a local run's."""
     from .. import tfenv
 
     model_path, data_path = Path(model_path), Path(data_path)
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor is '{executor}'", "use local or ray")
     env = tfenv.load()
     # Check every input before anything is written.
     model, info = load_model(model_path, trust_lambda)
@@ -62,21 +69,20 @@ def optimize(
     num_classes = int(model.output_shape[-1])
     data = load_dataset(data_path, tuple(model.input_shape[1:]), num_classes, kind=loss.kind)
     data.task = loss
-    if not loss.classifier and any(NODE_TABLE[n].technique == "palette" for n in nodes_for(list(recipe.leaves))) \
-            and recipe.palette.get("search", False):
-        raise UsageError(f"[palette] search judges drops by accuracy and cross-entropy; this is a {loss.kind} model",
-                         "turn [palette] search off (the palette leaves then use the recipe's clusters)")
     if data.reshaped_from:
         log.warning("%s: samples reshaped from %s to the model input %s", data_path, list(data.reshaped_from),
                     list(model.input_shape[1:]))
     if recipe.distill and any(NODE_TABLE[n].technique for n in nodes_for(list(recipe.leaves))):
         data.soft_targets = teacher_targets(model, data.x_fit, loss.from_logits, loss.classifier)
+    # at least min_steps optimizer steps per trained stage, whatever the size of the data
+    recipe, fit_length = stretch(recipe, len(training_set(data, recipe).x))
     ctx = RunContext.open(out)
     ctx.manifest.tools.update(env.versions)
     ctx.manifest.info["optimize"] = {
         "model": str(model_path.resolve()),
         "data": data.describe(),
         "recipe": recipe.to_dict(),
+        "fit_length": fit_length,
         "loss": {"name": loss.name, "from_logits": loss.from_logits, "source": loss.source},
         **({} if loss.classifier else {"task": loss.describe()}),
     }
@@ -84,30 +90,43 @@ def optimize(
     outcome = OptimizeOutcome(ctx.run_dir)
     versions = dict(env.versions)
     paths: dict[str, Path] = {}
-    for node in nodes_for(list(recipe.leaves)):
-        parent = NODE_TABLE[node].parent
-        inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
-        if NODE_TABLE[node].technique == "palette" and recipe.palette.get("size_budget") is not None:
-            inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
-        spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
-                         params=recipe.node_params(node), tool_versions=versions)
-        rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: TECHNIQUES[NODE_TABLE[n].technique](
-            env, n, i, d, data, recipe, loss, trust_lambda), reuse=reuse)
-        outcome.nodes[node] = rec
-        paths[node] = ctx.manifest.resolve(rec.outputs[0])
-    for leaf in recipe.leaves:
-        node = LEAVES[leaf]
-        inputs = {"data": data_path, "model": paths[node]}
-        if node in QAT_NODES:
-            inputs["parent_model"] = paths[NODE_TABLE[node].parent]
-        params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
-                  "calibration_choice": "random",
-                  "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
-                  "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
-        spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
-        rec = run_stage(ctx, spec, inputs, lambda d, l=leaf, i=inputs: CONVERSIONS[LEAF_TABLE[l].conversion](
-            env, l, i, d, data, recipe),
-                        reuse=reuse)
-        outcome.leaves[leaf] = rec
+    remote = None
+    if executor == "ray":
+        from ..ray_stages import RayStages
+
+        remote = RayStages(ray_address)
+
+    def work(fn, *args):  # a stage's work: here, or as a Ray task
+        return fn(env, *args) if remote is None else remote.call(fn, *args)
+
+    try:
+        for node in nodes_for(list(recipe.leaves)):
+            parent = NODE_TABLE[node].parent
+            inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
+            if NODE_TABLE[node].technique == "palette" and recipe.palette.get("size_budget") is not None:
+                inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
+            spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
+                             params=recipe.node_params(node), tool_versions=versions)
+            rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: work(
+                TECHNIQUES[NODE_TABLE[n].technique], n, i, d, data, recipe, loss, trust_lambda), reuse=reuse)
+            outcome.nodes[node] = rec
+            paths[node] = ctx.manifest.resolve(rec.outputs[0])
+        for leaf in recipe.leaves:
+            node = LEAVES[leaf]
+            inputs = {"data": data_path, "model": paths[node]}
+            if node in QAT_NODES:
+                inputs["parent_model"] = paths[NODE_TABLE[node].parent]
+            params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
+                      "calibration_choice": "random",
+                      "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
+                      "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
+            spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
+            rec = run_stage(ctx, spec, inputs, lambda d, l=leaf, i=inputs: work(
+                CONVERSIONS[LEAF_TABLE[l].conversion], l, i, d, data, recipe),
+                            reuse=reuse)
+            outcome.leaves[leaf] = rec
+    finally:
+        if remote is not None:
+            remote.close()
     return outcome
 

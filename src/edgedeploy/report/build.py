@@ -123,6 +123,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "rows": rows,
         "pareto": pareto,
         "recommendations": recommendations,
+        "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.walk), when this run was one
         "compression": _compression(manifest, variants) if compression else {},
         "npu_weights": npu_weight_layers(variants),
         "notes": notes,

@@ -76,6 +76,7 @@ REQUIREMENT_VALUES = {
     "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
     "max_sram": ("sram_bytes", 1, "B", "SRAM"),
     "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
+    "max_npu_cycles": ("npu_cycles", 1, "cycles", "NPU cycles"),
 }
 
 
@@ -144,11 +145,14 @@ def _fmt_limit(v: Any, unit: str) -> str:
         return f"{v:.4g} ms"
     if unit == "pts":
         return f"{v:.2f} pts"
+    if unit == "cycles":
+        return f"{int(round(v)):,} cycles"
     return f"{v:g} {unit}".strip()
 
 
 def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> dict[str, Any]:
-    """Walk the tree levels, least optimized first; in a level prefer accuracy, then smaller flash."""
+    """The least-optimized leaf meeting the requirements that no other meeting leaf beats on accuracy, flash and
+    latency at once (:mod:`edgedeploy.recommend`); in a level prefer accuracy, then smaller flash."""
     candidates = [r for r in rows if value_of(r["values"]["total_cycles"]) is not None]
     base = {"target": target, "requirements": req.given()}
     if not candidates:
@@ -158,7 +162,6 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in candidates:
         groups.setdefault(r["level"], []).append(r)
-    order = sorted(groups, key=lambda lv: (lv is None, lv if lv is not None else 0))
 
     def preference(r: dict[str, Any]) -> tuple:
         acc = _quality(r)
@@ -167,23 +170,27 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
         return (-(acc if acc is not None else -math.inf), cycles or 0, value_of(r["values"]["compiled_model_bytes"]),
                 r["leaf"])
 
-    for level in order:
-        meeting = [r for r in groups[level] if r["meets_requirements"] in (True, None)]
-        if meeting:
-            best = min(meeting, key=preference)
-            best["recommended"] = True
-            names = ", ".join(sorted(r["leaf"] for r in groups[level]))
-            what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
-            if level is None:
-                why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
-            else:
-                why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
-                       f"requirement ({what})")
-            if len(groups[level]) > 1:
-                why += ("; chosen within the level for the best int8 accuracy, then "
-                        + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
-            return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
-                    "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
+    meeting = [r for r in candidates if r["meets_requirements"] in (True, None)]
+    if meeting:  # the least-optimized meeting leaf that no other meeting leaf beats on every axis
+        from .recommend import choose
+
+        choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
+        best, level = choice.row, choice.row["level"]
+        best["recommended"] = True
+        names = ", ".join(sorted(r["leaf"] for r in groups[level]))
+        what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"
+        if level is None:
+            why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
+        else:
+            why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
+                   f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
+        if len(groups[level]) > 1:
+            why += ("; chosen within the level for the best int8 accuracy, then "
+                    + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
+        why += choice.why()
+        return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
+                "passed_over": choice.beaten,
+                "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}
     # Nothing meets everything: say which requirement nothing meets, and by how much.
     names = sorted({n for r in candidates for n in r["requirements"]})
     unmet = []

@@ -113,9 +113,10 @@ class Requirements:
     max_flash: int | None = None  # bytes of the compiled model (what firmware stores in flash)
     max_sram: int | None = None  # bytes, Vela's SRAM estimate
     max_latency_ms: float | None = None
+    max_npu_cycles: int | None = None  # Vela's NPU cycle estimate
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms")
+    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}
@@ -158,6 +159,12 @@ def requirements_from_project(path: Path) -> Requirements:
                 raise UsageError(f"{path}: key `requirements.{key}` is {v!r}; it must be a number >= 0",
                                  "fix the project file")
             values[key] = float(v)
+    if "max_npu_cycles" in table:
+        v = table["max_npu_cycles"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise UsageError(f"{path}: key `requirements.max_npu_cycles` is {v!r}; it must be an integer >= 0",
+                             "fix the project file")
+        values["max_npu_cycles"] = v
     for key in ("max_flash", "max_sram"):
         if key in table:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..columns import JUDGMENT_COLUMNS, columns_of, value_columns
+from .walk import walk_lines
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 
 
@@ -28,6 +29,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     lines += ["", "## Requirements", ""] + [f"- {t}" for t in _req_text(doc)]
     lines += ["", "## Recommendation", ""]
     lines += [f"- {r['message']}" for r in doc["recommendations"].values()] or ["- no target compiled"]
+    if doc.get("walk"):
+        lines += ["", "## Walk", ""] + [f"- {line}" for line in walk_lines(doc["walk"])]
     lines += ["", "## Results", ""]
     right = [False, False, False] + [True] * len(value_columns(doc["rows"])) + [False] * len(JUDGMENT_COLUMNS)
     lines += _md_table([c.header for c in columns_of(doc)],

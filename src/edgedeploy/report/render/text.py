@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from ..tree import PALETTE_LIMIT
 from ..columns import Column, columns_of
+from .walk import walk_lines
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes
 
 
@@ -80,6 +81,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
+    for line in walk_lines(doc.get("walk")):
+        console.print(f"Walk {line}", markup=False)
     for t, p in doc["pareto"].items():
         console.print(f"Pareto front on {t}: {', '.join(p['front']) or 'none'} ({p['note']})", markup=False)
     for leaf, c in doc.get("compression", {}).items():

@@ -1,0 +1,32 @@
+"""The walk record of a run (``info.walk`` in its manifest) as lines of text, for the CLI and the report."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def _verdict(leaf: str, per_target: Mapping[str, Any]) -> str:
+    parts = []
+    for target, v in per_target.items():
+        if v.get("meets") is None:
+            parts.append(f"{target}: no requirements")
+            continue
+        misses = [name for name, c in v.get("requirements", {}).items() if c.get("met") is not True]
+        parts.append(f"{target}: " + ("meets" if v["meets"] else "misses " + ", ".join(misses or [v.get("why", "?")])))
+    return f"{leaf} ({'; '.join(parts)})"
+
+
+def walk_lines(record: Mapping[str, Any] | None) -> list[str]:
+    """One line per level visited, then how the walk ended; no lines when the run was not a walk."""
+    if not record:
+        return []
+    lines = []
+    for lv in record.get("levels", []):
+        trained = ", ".join(lv.get("nodes_trained", [])) or "nothing new"
+        if lv.get("nodes_reused"):
+            trained += f" (reused {', '.join(lv['nodes_reused'])})"
+        leaves = "; ".join(_verdict(leaf, v) for leaf, v in lv.get("verdicts", {}).items())
+        lines.append(f"level {lv['level']}: trained {trained}; {leaves} [{lv.get('seconds', 0):.0f} s]")
+    end = "met" if record.get("stopped") == "met" else "exhausted"
+    lines.append(f"stopped ({end}) after {record.get('seconds', 0):.0f} s: {record.get('message', '')}")
+    return lines
