@@ -27,9 +27,14 @@ TARGETS = ["ethos-u55-128", "ethos-u55-64", "ethos-u65-256", "ethos-u85-256"]
 BIN = Path(sys.executable).parent
 
 
+# Both commands run with Python's bytecode cache on, as installed packages run (Vela's is precompiled; without
+# it every edgedeploy run would compile its own modules from source).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     return time.perf_counter() - t0
 
 
@@ -57,8 +62,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="edgedeploy-bench-"))
     models = [args.data / m for m in MODELS]
     try:
-        # warm the file cache once
+        # warm the file cache (and edgedeploy's bytecode cache) once
         timed(bare_vela(models[0], TARGETS[0], work / "warm"))
+        timed([edgedeploy, "compile", str(models[0]), "-t", TARGETS[0], "-o", str(work / "warm-ours")])
         ours, bare = [], []
         for i in range(args.repeat):
             ours.append(timed([edgedeploy, "compile", str(models[0]), "-t", TARGETS[0], "-o", str(work / f"one{i}"), "--json"]))
@@ -75,7 +81,8 @@ def main() -> None:
         rerun = statistics.median(timed(cmd) for _ in range(args.repeat))
         if args.markdown:
             print(f"Whole-process wall times: `edgedeploy compile` against bare `vela` with the same target settings, "
-                  f"median of {args.repeat} runs each (one run for the sweep and its bare sum).\n")
+                  f"median of {args.repeat} runs each (one run for the sweep and its bare sum), Python's bytecode "
+                  "cache on. One compile's start-up in detail: [start-up](startup.md).\n")
             print("| case | edgedeploy (s) | bare `vela` (s) | ratio |\n|---|---|---|---|")
             print(f"| {Path(MODELS[0]).stem} on `{TARGETS[0]}` | {o:.3f} | {b:.3f} | {o / b:.2f} |")
             print(f"| {len(models)} models × {len(TARGETS)} targets, `--jobs 2` | {sweep:.3f} | {seq:.3f} "

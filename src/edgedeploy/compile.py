@@ -20,6 +20,7 @@ from .fsutil import current_umask, new_staging_dir, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
+from .npu_compute import compute_facts
 from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
 from .vela_pool import VelaPool, default_jobs
@@ -172,6 +173,11 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
     outputs = dict(found)
     outputs["log"] = log_path
     details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.npu_compute)
+    details["npu_compute"] = compute_facts(layers)
+    for bound in ("compute", "memory"):
+        metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
+                                                  "estimated")
     debug_db = staged / f"{model.stem}_debug.xml"
     if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
         from .optimize.palette.debugdb import npu_weight_report
@@ -348,8 +354,9 @@ def compile_tflite(
         raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
     models = [Path(m) for m in models]
     targets = resolve_targets(target_names)
-    ctx = RunContext.open(out)
-    imported = {a.sha256 for r in ctx.manifest.find(stage="import") if r.status == "ok" for a in r.inputs}
+    # read only: nothing is written (not even the run folder) until every model passed its checks
+    earlier = Manifest.open(out) if Path(out).is_dir() else Manifest(Path(out))
+    imported = {a.sha256 for r in earlier.find(stage="import") if r.status == "ok" for a in r.inputs}
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
@@ -363,6 +370,7 @@ def compile_tflite(
                     pool.restart()
                     raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
                                           "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
         variants = []
         for name, model in zip(variant_names(models), models):
             rec = import_tflite(ctx, name, model)

@@ -3,7 +3,7 @@
 A target ``name`` becomes a folder, a leaf name a folder and part of C identifiers, ``export --name`` a C
 identifier and file names, ``--section`` a linker section in C text. Each kind has one pattern; a name that
 does not match it is refused with one line naming where it came from and the allowed form. Text that is not
-a name but lands in C (labels, descriptions) goes through :func:`c_string` or :func:`c_comment`.
+a name but lands in C goes through ``export.c_literals.c_string`` (strings) or :func:`c_comment` (comments).
 """
 
 from __future__ import annotations
@@ -58,23 +58,6 @@ def check_name(kind: str, value: object, where: str, error: type[EdgeDeployError
         shown = shown[:77] + "..."
     extra = " (a C keyword)" if isinstance(value, str) and value in C_KEYWORDS and kind == "c_identifier" else ""
     raise error(f"{where} is {shown}{extra}; it must be {form}", "rename it")
-
-
-def c_string(text: str) -> str:
-    """``text`` as the inside of a C string literal: printable ASCII kept, quotes, backslashes and '?' escaped,
-    everything else as octal escapes of its UTF-8 bytes."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch == "?":  # no trigraphs
-            out.append("\\?")
-        elif 32 <= code < 127:
-            out.append(ch)
-        else:
-            out.extend(f"\\{b:03o}" for b in ch.encode("utf-8", "replace"))
-    return "".join(out)
 
 
 def c_comment(text: str) -> str:

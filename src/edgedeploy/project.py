@@ -82,7 +82,10 @@ def load_project(path: Path) -> Project:
 
     # a target given as a path is relative to the project file
     targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in values.get("targets", [])]
-    recipe = load_recipe(table=doc.get("recipe", {}))
+    try:
+        recipe = load_recipe(table=doc.get("recipe", {}))
+    except UsageError as exc:  # the checks across keys (the keys themselves were checked above)
+        raise UsageError(exc.message.replace("recipe:", f"{path} [recipe]:", 1), exc.hint) from exc
     get = lambda key: values.get(key, lookup(PROJECT_KEYS, key).default)  # noqa: E731
     return Project(
         path=path,

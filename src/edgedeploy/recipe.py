@@ -13,8 +13,12 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import Key, check_value, read_toml, validate
+from .structured import NOT_NPU_FORMATS, PATTERNS
 from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
 
+# quantizations that are not NPU formats: asking for them as a leaf gets the reason
+NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",
+                  "dynamic_range": "dynamic_range", "ptq_dynamic_range": "dynamic_range", "dynamic": "dynamic_range"}
 STAGE_KINDS = ("prune", "cluster", "qat")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
@@ -51,6 +55,7 @@ class StageSettings:
 class Recipe:
     leaves: tuple[str, ...] = DEFAULT_LEAVES
     sparsity: float = 0.5
+    sparsity_pattern: str = "unstructured"  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.structured)
     clusters: int = 16
     per_channel_clusters: bool = False
     epochs: int = 4
@@ -120,12 +125,16 @@ class Recipe:
             out.update(qat_ranges=self.qat_ranges)
         if technique in ("prune",):
             out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if self.pruning_schedule == "polynomial":
                 out.update(pruning_end_fraction=self.pruning_end_fraction)
         if technique in ("palette", "palette_qat"):
             out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
                        **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
                        calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
+            if self.sparsity_pattern != "unstructured":
+                out.update(sparsity_pattern=self.sparsity_pattern)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
         if technique in ("cluster", "sparsity_preserving_cluster"):
@@ -154,6 +163,10 @@ def _check(r: Recipe, source: str) -> Recipe:
     hint = "fix the recipe"
     if not r.leaves:
         raise UsageError(f"{source}: `leaves` is empty; allowed values: {', '.join(LEAVES)}", hint)
+    for leaf in r.leaves:
+        if leaf in NOT_NPU_LEAVES:
+            raise UsageError(f"{source}: `leaves` has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is "
+                             "not an NPU format", "ask for ptq (int8) or ptq_16x8 (int16 activations)")
     for key in RECIPE_KEYS:
         if "*" in key.path or key.path.startswith(("stages.", "palette.")) or not hasattr(r, key.name):
             continue
@@ -162,6 +175,9 @@ def _check(r: Recipe, source: str) -> Recipe:
             key = replace(key, choices=tuple(LEAVES))
         check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
                     shown=key.path)
+    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
+        raise UsageError(f"{source}: `sparsity` is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes "
+                         "exactly 0.5", "leave sparsity at 0.5")
     if r.loss:
         from .task import check_loss_name
 
@@ -255,6 +271,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         choices=tuple(LEAVES)),
     Key("sparsity", float, 0.5, "fraction of each prunable kernel set to zero", minimum=0, maximum=1,
         exclusive_minimum=True, exclusive_maximum=True),
+    Key("sparsity_pattern", str, "unstructured", "unstructured, or 2:4: two zeros in every four input channels "
+        "(Ethos-U85 skips them)", choices=PATTERNS),
     Key("clusters", int, 16, "distinct values per clustered kernel", minimum=2, maximum=256),
     Key("per_channel_clusters", bool, False, "cluster each output channel on its own"),
     Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0),

@@ -127,6 +127,8 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
         raise fail(f"it must be {key.allowed() if key.choices is None else _WHAT[kind]}")
     if kind is float and not math.isfinite(value):
         raise fail("it must be a finite number")
+    if kind is str and "\0" in value or kind is list and any(isinstance(v, str) and "\0" in v for v in value):
+        raise fail("it holds a NUL character")
     if kind is str and not value and key.required:
         raise fail("it must be a non-empty string")
     if kind is list and key.items is not None:

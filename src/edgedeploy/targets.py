@@ -287,7 +287,12 @@ def resolve_vela_config(config: str, target_file: Path) -> Path:
 @lru_cache(maxsize=None)
 def _ini_sections(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     parser = configparser.ConfigParser()
-    parser.read(path, encoding="utf-8")
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError, OSError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TargetError(f"{path} is not a readable Vela configuration file ({detail[:120]})",
+                          "point vela.config at a vela.ini such as 'Arm/vela.ini'") from exc
     systems = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("System_Config."))
     modes = frozenset(s.split(".", 1)[1] for s in parser.sections() if s.startswith("Memory_Mode."))
     return systems, modes

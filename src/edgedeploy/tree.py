@@ -72,6 +72,8 @@ LEAF_TABLE: Mapping[str, Leaf] = MappingProxyType({leaf.name: leaf for leaf in (
     # not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`
     *(Leaf(n, n, conversion="palette_int8", default=False) for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette",
                                           "pcqat_palette")),
+    # the baseline with int16 activations and int8 weights (edgedeploy.convert16); asked for by name
+    Leaf("ptq_16x8", "baseline", conversion="int16x8", default=False),
 )})
 
 # Views of the tables in the shapes the rest of the code reads.

@@ -66,6 +66,7 @@ def test_two_concurrent_compiles_land_in_one_manifest_readable_by_others(tmp_pat
     finally:
         os.umask(old)
     assert a.returncode == 0 and b.returncode == 0, outs
+    assert any("being written by another edgedeploy command; waiting" in err for _, err in outs), outs
     doc = json.loads((tmp_path / "run" / "manifest.json").read_text())
     ids = {s["id"] for s in doc["stages"] if s["status"] == "ok"}
     assert {"compile/dscnn_mlperf/ethos-u55-128", "compile/dscnn_mlperf/ethos-u65-256"} <= ids

@@ -14,8 +14,7 @@ from edgedeploy.cli import prestart as prestart_module
 from edgedeploy.cli.app import COMMANDS, app
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[2] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
-HELP_PAGES = [["compile"], ["optimize"], ["report"], ["export"], ["doctor"], ["targets"], ["targets", "list"],
-              ["targets", "show"], ["fvp"], ["fvp", "run"]]
+HELP_PAGES = [[name] for name in COMMANDS] + [["targets", "list"], ["targets", "show"], ["fvp", "run"]]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -107,6 +106,7 @@ def test_compile_prestart_starts_workers_only_for_a_new_tflite_run(tmp_path):
     base = {"models": (str(EXAMPLE_MODEL),), "target": ["ethos-u55-128", "ethos-u85-256"], "jobs": None,
             "out": tmp_path / "out", "executor": "local"}
     assert prestart({**base, "executor": "ray"}) is None
+    assert prestart({**base, "target": []}) is None  # the command itself says a target is missing
     assert prestart({**base, "models": ("edgedeploy.toml",)}) is None
     (tmp_path / "rerun").mkdir()
     (tmp_path / "rerun" / "manifest.json").write_text("{}")

@@ -73,7 +73,8 @@ def test_linker_script_refuses_an_unknown_template():
 
 @needs_tree
 def test_op_kernels_pick_cmsis_nn_and_common_sources():
-    ks = {k.op: k for k in tflm.op_kernels(TREE, ["CONV_2D", "RESHAPE", "AVERAGE_POOL_2D", "MAX_POOL_2D"])}
+    ks = {k.op: k for k in tflm.op_kernels(TREE, ["CONV_2D", "RESHAPE", "AVERAGE_POOL_2D", "MAX_POOL_2D", "RESIZE_NEAREST_NEIGHBOR"])}
+    assert ks["RESIZE_NEAREST_NEIGHBOR"].method == "AddResizeNearestNeighbor"
     assert ks["CONV_2D"].method == "AddConv2D"
     assert ks["CONV_2D"].sources == (
         "tensorflow/lite/micro/kernels/cmsis_nn/conv.cc", "tensorflow/lite/micro/kernels/conv_common.cc",
@@ -82,6 +83,13 @@ def test_op_kernels_pick_cmsis_nn_and_common_sources():
     assert ks["MAX_POOL_2D"].sources == ks["AVERAGE_POOL_2D"].sources
     for k in ks.values():
         assert all((TREE / s).is_file() for s in k.sources)
+
+
+@needs_tree
+def test_every_builtin_of_the_resolver_has_a_kernel_source():
+    methods = tflm.resolver_methods(TREE)
+    assert len(methods) > 90
+    assert all(tflm.op_kernels(TREE, [op]) for op in methods)
 
 
 @needs_tree

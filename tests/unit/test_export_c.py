@@ -334,3 +334,18 @@ def test_export_and_testing_modules_do_not_import_tensorflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cpu_path_in_header_source_and_cmake():
+    cpu = ex.CpuModel(size=24, sha256="cd" * 32, tensor_arena_bytes=ex.arena_size(24272, 16384), host_arena_bytes=24272)
+    s = spec(cpu=cpu)
+    h = ex.render_model_header(s)
+    assert "#define KWS_CPU_MODEL_SIZE 24u" in h and "#define KWS_CPU_TENSOR_ARENA_SIZE 40656u" in h
+    assert "extern const uint8_t kws_cpu_model[KWS_CPU_MODEL_SIZE];" in h
+    assert "host TFLM interpreter's arena total (24272 bytes)" in h
+    c = ex.render_cpu_source(s, bytes(range(24)))
+    assert "const uint8_t kws_cpu_model[KWS_CPU_MODEL_SIZE] __attribute__((aligned(16), section(\"nn_model\")))" in c
+    assert "${CMAKE_CURRENT_SOURCE_DIR}/kws.c ${CMAKE_CURRENT_SOURCE_DIR}/kws_cpu.c)" in ex.render_cmakelists(s, True)
+    assert "CPU" not in ex.render_model_header(spec()) and "kws_cpu.c" not in ex.render_cmakelists(spec(), True)
+    with pytest.raises(InvalidInputError):
+        ex.render_cpu_source(s, bytes(23))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgedeploy.errors import UsageError
-from edgedeploy.names import c_comment, c_string, check_name, is_valid
+from edgedeploy.export.c_literals import c_string
+from edgedeploy.names import c_comment, check_name, is_valid
 
 
 @pytest.mark.parametrize("kind,good", [
@@ -34,8 +35,8 @@ def test_bad_names_are_one_line_naming_where_and_form(kind, bad):
 
 
 def test_c_text_is_escaped():
-    assert c_string('a"b\\c\n?') == 'a\\"b\\\\c\\012\\?'
-    assert c_string("é") == "\\303\\251"
+    assert c_string('a"b\\c\n?') == '"a\\"b\\\\c\\012\\077"'
+    assert c_string("é") == '"\\303\\251"' and c_string("\udcff") == '"\\077"'
     hostile = "x*/ int injected = 42; /*"
     assert "*/" not in c_comment(hostile) and "/*" not in c_comment(hostile)
     assert "\n" not in c_comment("a\nb") and not c_comment("a\\").endswith("\\")

@@ -163,3 +163,19 @@ def test_unreadable_toml_is_one_error(tmp_path, content):
         load_target_file(path)
     with pytest.raises(UsageError):
         load_recipe(tmp_path)  # a folder
+
+
+@pytest.mark.parametrize("ini", [b"root:x:0:0\n", b"\xd2\xff[x", b"[System_Config.X]\nfoo\n"])
+def test_a_vela_ini_that_is_not_one_is_one_target_error(tmp_path, ini):
+    (tmp_path / "my.ini").write_bytes(ini)
+    path = tmp_path / "t.toml"
+    path.write_text(GOOD_TARGET.replace('config = "Arm/vela.ini"', 'config = "my.ini"'))
+    with pytest.raises(TargetError, match="is not a readable Vela configuration file"):
+        load_target_file(path)
+
+
+def test_nul_in_a_string_is_refused(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(GOOD_TARGET.replace('config = "Arm/vela.ini"', 'config = "a\\u0000b"'))
+    with pytest.raises(TargetError, match="NUL"):
+        load_target_file(path)

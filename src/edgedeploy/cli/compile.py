@@ -56,7 +56,9 @@ def prestart(values: dict[str, Any]):
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
     models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
-    if values.get("executor") != "local" or not models or any(m.suffix != ".tflite" for m in models):
+    if values.get("executor") != "local" or not values.get("target") or not models:
+        return None
+    if any(m.suffix != ".tflite" for m in models):
         return None
     if (out / "manifest.json").exists():
         return None

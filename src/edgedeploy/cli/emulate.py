@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
+
+EXAMPLE = "Example: edgedeploy emulate fw --tflm-dir tflite-micro"
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("emulate")
+    @app.command("emulate", epilog=EXAMPLE)
     def emulate_cmd(
         bundle: Path = typer.Argument(..., help="Folder written by `edgedeploy export --golden N`."),
         tflm_dir: Optional[Path] = typer.Option(
@@ -26,7 +27,7 @@ def register(app: typer.Typer) -> None:
         """Build the bundle's CPU path into firmware, run every golden vector on QEMU (mps3-an547), compare bit-exactly."""
         from ..api import emulate_bundle
         from ..report.render.tables import dumps
-        from .common import err_console, guard, out_console
+        from .common import err_console, escape, guard, out_console
 
         with guard():
             result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout, stack_bytes=stack_size)

@@ -21,6 +21,9 @@ def optimize_cmd(
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),
     leaves: Optional[str] = typer.Option(None, "--leaves", help="Comma-separated leaves, e.g. ptq,pcqat (default: all)."),
     sparsity: Optional[float] = typer.Option(None, "--sparsity", help="Target sparsity of pruned layers (default 0.5)."),
+    sparsity_pattern: Optional[str] = typer.Option(
+        None, "--sparsity-pattern", help="unstructured (default) or 2:4: two zeros in every four input channels, "
+        "which Ethos-U85 skips (pruned, pqat, pruned_clustered, pcqat and palette leaves)."),
     clusters: Optional[int] = typer.Option(None, "--clusters", help="Clusters per weight tensor (default 16)."),
     per_channel_clusters: Optional[bool] = typer.Option(None, "--per-channel-clusters/--per-tensor-clusters",
                                                         help="Cluster Conv2D kernels per output channel."),
@@ -80,7 +83,7 @@ def optimize_cmd(
 
         overrides = {
             "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
-            "sparsity": sparsity, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
+            "sparsity": sparsity, "sparsity_pattern": sparsity_pattern, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
             "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,

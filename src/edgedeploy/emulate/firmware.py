@@ -66,12 +66,18 @@ def write_project(
         "ADD_OPS": "\n".join(f"  resolver.{k.method}();  // {k.op}" for k in kernels),
     }
     project.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(project / "CMakeLists.txt", fill(template("firmware_CMakeLists.txt.in"), values))
-    atomic_write_text(project / "main.cc", fill(template("main.cc.in"), values))
-    atomic_write_text(project / "tflm.cmake", template("tflm.cmake"))
-    atomic_write_text(project / "toolchain.cmake", template("arm-none-eabi.cmake"))
     section = str((manifest.get("model") or {}).get("section") or ".rodata")
-    atomic_write_text(project / "an547.ld", linker_script((tree / LINKER_TEMPLATE).read_text(encoding="utf-8"), section, stack_bytes))
+    files = {
+        "CMakeLists.txt": fill(template("firmware_CMakeLists.txt.in"), values),
+        "main.cc": fill(template("main.cc.in"), values),
+        "tflm.cmake": template("tflm.cmake"),
+        "toolchain.cmake": template("arm-none-eabi.cmake"),
+        "an547.ld": linker_script((tree / LINKER_TEMPLATE).read_text(encoding="utf-8"), section, stack_bytes),
+    }
+    for name, text in files.items():
+        path = project / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:  # unchanged files keep their time: no rebuild
+            atomic_write_text(path, text)
 
 
 def build(project: Path, toolchain: Toolchain, timeout: float = 600) -> Firmware:

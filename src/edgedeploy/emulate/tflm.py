@@ -55,6 +55,10 @@ _ADD_RE = re.compile(
     r"\s*\{\s*return\s+AddBuiltin\(\s*BuiltinOperator_(\w+)",
     re.S,
 )
+_ADD_NO_ARG_RE = re.compile(  # e.g. AddResizeNearestNeighbor(): the registration is not a parameter
+    r"TfLiteStatus\s+(Add\w+)\s*\(\s*\)\s*\{\s*return\s+AddBuiltin\(\s*BuiltinOperator_(\w+)\s*,\s*(?:tflite::)?(Register_\w+)\(\)",
+    re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,9 @@ class OpKernel:
 def resolver_methods(tree: Path) -> dict[str, tuple[str, str]]:
     """Builtin operator -> (``MicroMutableOpResolver`` method, registration function), read from the tree."""
     text = (tree / "tensorflow/lite/micro/micro_mutable_op_resolver.h").read_text(encoding="utf-8")
-    return {op: (method, reg) for method, reg, op in _ADD_RE.findall(text)}
+    found = {op: (method, reg) for method, reg, op in _ADD_RE.findall(text)}
+    found.update({op: (method, reg) for method, op, reg in _ADD_NO_ARG_RE.findall(text)})
+    return found
 
 
 @cache

@@ -15,6 +15,10 @@ writes a folder that a Cortex-M build links directly:
   Lite Micro interpreter computes on the host with its reference kernels
   (``golden.npz``, ``NAME_golden.c`` / ``NAME_golden.h``), plus the int8 model
   they were computed from (``NAME_int8.tflite``);
+- with golden vectors, the CPU path: that int8 model as C too (``NAME_cpu.c``,
+  ``NAME_cpu_model[]``, part of ``edgedeploy::NAME``) with its own tensor arena
+  (``NAME_CPU_TENSOR_ARENA_SIZE``: the host TFLM interpreter's arena total plus the
+  runtime margin), for firmware without the NPU such as ``edgedeploy emulate``;
 - ``manifest.json``: what the bundle holds, where it came from (hashes, tool
   versions) and the list of files edgedeploy wrote.
 
@@ -48,7 +52,9 @@ Decisions firmware depends on:
 
 from .c_files import (
     BundleSpec,
+    CpuModel,
     GoldenSet,
+    render_cpu_source,
     render_golden_header,
     render_golden_source,
     render_model_header,

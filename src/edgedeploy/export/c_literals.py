@@ -30,7 +30,7 @@ def c_float(value: float) -> str:
 def c_string(text: str) -> str:
     """A C string literal; anything outside printable ASCII becomes an octal escape."""
     out = []
-    for byte in text.encode("utf-8"):
+    for byte in str(text).encode("utf-8", "replace"):  # a lone surrogate (from a data file) becomes "?"
         ch = chr(byte)
         if ch in '"\\':
             out.append("\\" + ch)

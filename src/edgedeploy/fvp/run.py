@@ -344,7 +344,8 @@ def fvp_environment(fvp: Path) -> dict[str, str] | None:
 def _keep_failed_log(log_path: Path, leaf: str, target: str) -> Path | None:
     if not log_path.is_file():
         return None
-    fd, kept = tempfile.mkstemp(prefix=f"edgedeploy-fvp-{leaf}-{target}-", suffix=".log")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{leaf}-{target}").replace("..", "_")[:80]  # a file name, not a path
+    fd, kept = tempfile.mkstemp(prefix=f"edgedeploy-fvp-{safe}-", suffix=".log")
     os.close(fd)
     shutil.copyfile(log_path, kept)
     return Path(kept)
@@ -418,7 +419,7 @@ def fvp_run(
 
     version = fvp_version(found_fvp.path)
     timelimit = timelimit_for(timeout)
-    ctx = RunContext(run_dir, manifest)
+    ctx = RunContext.open(run_dir)  # locked, and the manifest as it is now (another command may have added to it)
     spec = StageSpec(
         "fvp",
         leaf,

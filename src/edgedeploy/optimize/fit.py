@@ -109,7 +109,7 @@ def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
 
 
 def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, title: str, callbacks=(), *,
-         train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
+              train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
     """Fine-tune ``model`` in place for one stage; returns (and fills ``record`` with) what was done.
 
     Distillation, the learning-rate schedule, frozen batch norm and best-epoch selection on the hold-out
@@ -117,7 +117,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
     hold-out may select, e.g. the one where pruning reaches its target.
     """
     from ..finetune import (batch_norm_wrapped, distillation_loss, learning_rate_at, pack_targets, schedule_object,
-                           Selector, set_batch_norm_frozen, validation_callback)
+                            Selector, set_batch_norm_frozen, validation_callback)
 
     keras, tf = env.keras, env.tf
     settings = recipe.stage(kind)

@@ -18,7 +18,7 @@ from ..manifest import Metric
 from ..preserve import WeightStats, stats
 from ..recipe import Recipe
 from ..stages import StageResult
-from ..tree import LEAVES, QAT_NODES
+from ..tree import LEAVES, PRUNED_NODES, QAT_NODES
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
 from .techniques import load_qat
 
@@ -34,7 +34,7 @@ def tfenv_seed(seed: int) -> None:
 
 
 def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
-                layer_names: Iterable[str] = ()) -> list[WeightStats]:
+                layer_names: Iterable[str] = (), kernels: list | None = None) -> list[WeightStats]:
     """Weight statistics of the int8 TFLite, each tensor matched to its Keras layer by name and shape.
 
     A tensor whose name matches no layer with statistics is matched by kind and size, unless it names another
@@ -69,13 +69,28 @@ def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
         used.add(name)
         axis = 3 if kind == "DepthwiseConv2D" else t.quantized_dimension
         out.append(stats(name, kind, values, axis, scales=len(t.scale)))
+        if kernels is not None:
+            kernels.append((name, kind, values))
     return out
 
 
-def verdict(node: str, where: str, found, recipe: Recipe, relu_followed):
-    return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
-                          tolerance=recipe.sparsity_tolerance, skipped=recipe.skip_layers,
-                          per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+def keras_kernels(model, recipe: Recipe):
+    from ..structured_prune import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
+
+    return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
+
+
+def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None):
+    def check(skipped):
+        return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
+                              tolerance=recipe.sparsity_tolerance, skipped=skipped,
+                              per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+
+    if recipe.sparsity_pattern == "2:4" and node in PRUNED_NODES and kernels is not None:
+        from ..structured_prune import pattern_verdict
+
+        return pattern_verdict(node, where, found, kernels, recipe.skip_layers, check)
+    return check(recipe.skip_layers)
 
 
 
@@ -107,8 +122,9 @@ def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Datas
     target.write_bytes(int8)
     int8_acc = int8_scores(int8, data)
     keras_stats = keras_weight_stats(model)
-    int8_found = int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers])
-    found = verdict(node, "int8", int8_found, recipe, [])
+    int8_kernels: list = []
+    int8_found = int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
+    found = verdict(node, "int8", int8_found, recipe, [], kernels=int8_kernels)
     preserve.raise_failures(found, f"{leaf} (int8)")
     leaf_metrics = {
         **metrics(data, "float", float_acc),

@@ -16,7 +16,7 @@ from ..recipe import Recipe
 from ..stages import StageResult
 from ..tree import NODE_TABLE, Node, stage_kind
 from .fit import Loss
-from .leaf import FLOAT_MODEL, QAT_WEIGHTS, tfenv_seed, verdict
+from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, tfenv_seed, verdict
 from .scoring import float_scores, metric_details, metrics, task_of
 
 
@@ -52,7 +52,7 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
     details, warnings, training = run.details, run.warnings, run.training
     keras_stats = keras_weight_stats(result_model)
     relu_followed = separate_relu_layers(result_model) if not spec.qat else []
-    found = verdict(node, "keras", keras_stats, recipe, relu_followed)
+    found = verdict(node, "keras", keras_stats, recipe, relu_followed, kernels=keras_kernels(result_model, recipe))
     details["preservation"] = found.rows
     warnings += found.warnings
     preserve.raise_failures(found, node)

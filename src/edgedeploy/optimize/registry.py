@@ -7,10 +7,21 @@ from functools import partial
 from typing import Callable
 
 from ..stages import StageResult
+from ..tree import nodes_for
 from .leaf import convert_leaf
+from .leaf16 import convert_leaf_16x8
 from .node import keras_node_stage
 from .palette import stages as palette_stages
 from .techniques import baseline_node, cluster_node, prune_node, qat_node
+
+
+def _palette_leaf(env, leaf, inputs, out, data, recipe) -> StageResult:
+    result = palette_stages.convert_leaf(env, leaf, inputs, out, data, recipe)
+    if recipe.sparsity_pattern == "2:4" and "pruned" in nodes_for([leaf]):  # its int8 kernels keep 2:4
+        from ..structured_prune import check_int8_file
+
+        result.details["pattern_2of4"] = check_int8_file(result.outputs["int8_model"], leaf, recipe.skip_layers)
+    return result
 
 
 def _palette_node(env, node, inputs, out, data, recipe, loss, trust_lambda) -> StageResult:
@@ -30,5 +41,6 @@ TECHNIQUES: dict[str | None, Callable[..., StageResult]] = {
 # conversion -> stage function (env, leaf, inputs, out, data, recipe) -> StageResult
 CONVERSIONS: dict[str, Callable[..., StageResult]] = {
     "int8": convert_leaf,
-    "palette_int8": palette_stages.convert_leaf,
+    "palette_int8": _palette_leaf,
+    "int16x8": convert_leaf_16x8,
 }

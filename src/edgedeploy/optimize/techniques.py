@@ -41,15 +41,25 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
     else:
         schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
 
+    pattern = None
+    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.structured_prune)
+        from ..structured_prune import TwoOfFour
+
+        pattern = TwoOfFour(env, plan)
+
     def wrap(layer):
         if optimizable(layer, recipe):
+            if pattern is not None:
+                return pattern.wrap(layer)
             return sparsity.prune_low_magnitude(layer, pruning_schedule=schedule)
         return layer
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=[sparsity.UpdatePruningStep()],
-                  train_set=ts, eligible_from=plan.full_epoch, record=record)
-    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict()}
+    callbacks = [sparsity.UpdatePruningStep()] + ([pattern.callback()] if pattern is not None else [])
+    report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=callbacks,
+                       train_set=ts, eligible_from=plan.full_epoch, record=record)
+    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict(),
+                         **({"structured": pattern.describe()} if pattern is not None else {})}
     return sparsity.strip_pruning(model)
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data import load_dataset, read_targets
-from ..errors import UsageError
 from ..keras_model import check_recurrent_layers, load_model
 from ..manifest import StageRecord
 from ..recipe import Recipe, check_layers
@@ -70,10 +69,6 @@ def optimize(
     num_classes = int(model.output_shape[-1])
     data = load_dataset(data_path, tuple(model.input_shape[1:]), num_classes, kind=loss.kind)
     data.task = loss
-    if not loss.classifier and any(NODE_TABLE[n].technique == "palette" for n in nodes_for(list(recipe.leaves))) \
-            and recipe.palette.get("search", False):
-        raise UsageError(f"[palette] search judges drops by accuracy and cross-entropy; this is a {loss.kind} model",
-                         "turn [palette] search off (the palette leaves then use the recipe's clusters)")
     if data.reshaped_from:
         log.warning("%s: samples reshaped from %s to the model input %s", data_path, list(data.reshaped_from),
                     list(model.input_shape[1:]))

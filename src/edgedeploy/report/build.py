@@ -9,6 +9,7 @@ from .. import __version__
 from ..errors import InvalidInputError
 from ..fsutil import sha256_file
 from ..manifest import Manifest, now_iso
+from ..npu_compute import npu_compute_values
 from .tree import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
@@ -72,6 +73,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
                 "ratio", "computed", f"no {REFERENCE_LEAF} leaf compiled for {r['target']} to compare against")
         else:
             r["values"]["encoded_weights_ratio"] = val(mine / theirs, "ratio", "computed")
+        npu_compute_values(r, rows, REFERENCE_LEAF)  # MACs and cycles vs ptq, compute-bound share
         r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
                        for c in value_columns(rows)}
     notes += size_budget_misses(manifest, rows)

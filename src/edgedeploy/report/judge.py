@@ -165,13 +165,16 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
 
     def preference(r: dict[str, Any]) -> tuple:
         acc = _quality(r)
-        return (-(acc if acc is not None else -math.inf), value_of(r["values"]["compiled_model_bytes"]), r["leaf"])
+        # with a latency requirement, fewer cycles come before a smaller flash
+        cycles = value_of(r["values"]["total_cycles"]) if req.max_latency_ms is not None else 0
+        return (-(acc if acc is not None else -math.inf), cycles or 0, value_of(r["values"]["compiled_model_bytes"]),
+                r["leaf"])
 
     meeting = [r for r in candidates if r["meets_requirements"] in (True, None)]
     if meeting:  # the least-optimized meeting leaf that no other meeting leaf beats on every axis
         from .recommend import choose
 
-        choice = choose(meeting)
+        choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
         best, level = choice.row, choice.row["level"]
         best["recommended"] = True
         names = ", ".join(sorted(r["leaf"] for r in groups[level]))
@@ -182,7 +185,8 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
             why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
                    f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
         if len(groups[level]) > 1:
-            why += "; chosen within the level for the best int8 accuracy, then the smallest flash"
+            why += ("; chosen within the level for the best int8 accuracy, then "
+                    + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
         why += choice.why()
         return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
                 "passed_over": choice.beaten,

@@ -53,10 +53,13 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
 
 
-def _order(row: Mapping[str, Any]) -> tuple:
+def _order(row: Mapping[str, Any], cycles_first: bool = False) -> tuple:
+    """Least-optimized level first, then the best quality, then the smaller flash (or, with ``cycles_first``, a
+    latency requirement given, the fewer NPU cycles before the smaller flash)."""
     level = row.get("level")
-    acc, flash, _ = objectives(row)
-    return (level is None, level if level is not None else 0, acc, flash, row["leaf"])
+    acc, flash, cycles = objectives(row)
+    return (level is None, level if level is not None else 0, acc, *((cycles, flash) if cycles_first else (flash,)),
+            row["leaf"])
 
 
 @dataclass
@@ -74,8 +77,9 @@ class Choice:
                 "better on one: " + ", ".join(shown))
 
 
-def choose(meeting: Sequence[dict[str, Any]]) -> Choice:
-    """The least-optimized leaf among ``meeting`` that no other leaf of ``meeting`` dominates."""
+def choose(meeting: Sequence[dict[str, Any]], *, cycles_first: bool = False) -> Choice:
+    """The least-optimized leaf among ``meeting`` that no other leaf of ``meeting`` dominates (ties within a level:
+    see :func:`_order`)."""
     if not meeting:
         return Choice(None)
     points = {id(r): objectives(r) for r in meeting}
@@ -84,11 +88,14 @@ def choose(meeting: Sequence[dict[str, Any]]) -> Choice:
     for r in meeting:
         better = [o for o in meeting if o is not r and dominates(points[id(o)], points[id(r)])]
         if better:
-            beaten[r["leaf"]] = min(better, key=_order)["leaf"]
+            beaten[r["leaf"]] = min(better, key=lambda o: _order(o, cycles_first))["leaf"]
         else:
             front.append(r)
-    best = min(front, key=_order)
+    def order(row: Mapping[str, Any]) -> tuple:
+        return _order(row, cycles_first)
+
+    best = min(front, key=order)
     # only leaves the walk would have taken before the chosen one are worth naming
     passed = {leaf: by for leaf, by in beaten.items()
-              if _order(next(r for r in meeting if r["leaf"] == leaf)) < _order(best)}
+              if order(next(r for r in meeting if r["leaf"] == leaf)) < order(best)}
     return Choice(best, passed)

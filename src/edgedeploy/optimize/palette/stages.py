@@ -150,7 +150,13 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         big = sorted(n for n, p in plan.items() if p["clusters"] is not None and p["clusters"] > PALETTE_LIMIT)
         if big:
             warnings.append(f"{', '.join(big)}: more than {PALETTE_LIMIT} clusters, more values than Vela's palette holds")
-        if _palette_opt(recipe, "search", False):
+        searched = _palette_opt(recipe, "search", False)
+        if searched and not task_of(data).classifier:
+            searched = False  # the sweep's drop estimate is the rise of the cross-entropy and the accuracy drop
+            details["sweep"] = {"off": f"a {task_of(data).kind} model: the sweep judges drops by accuracy and "
+                                       "cross-entropy; the plan is the recipe's clusters and [layers] settings"}
+            warnings.append(f"[palette] search is off for this {task_of(data).kind} model (see details.sweep)")
+        if searched:
             reference = inputs.get("baseline_model")
             if reference is not None:
                 reference = keras.models.load_model(reference, compile=False)

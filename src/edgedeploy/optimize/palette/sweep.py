@@ -360,7 +360,7 @@ def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:
     fraction = _palette_opt(recipe, "holdout", None)
     shared = float(getattr(recipe, "validation_fraction", 0.0) or 0.0)
     y = np.asarray(data.y_fit)
-    if fraction is None and shared > 0:
+    if fraction is None and shared > 0 and getattr(data, "labelled", True):
         try:
             from ...finetune import holdout_split as stratified
         except ImportError:  # pragma: no cover - an older tree without stage hold-outs
@@ -371,4 +371,6 @@ def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:
                                                f"stratified, seed {recipe.seed})")
     fraction = 0.2 if fraction is None else float(fraction)
     train, hold = holdout_split(len(y), fraction, recipe.seed)
+    if not getattr(data, "labelled", True):  # target values (regression, reconstruction): no unlabelled samples
+        return train, hold, f"a random {fraction:g} of the fine-tune split (seed {recipe.seed})"
     return train, hold[y[hold] >= 0], f"a random {fraction:g} of the fine-tune split (seed {recipe.seed})"

@@ -15,7 +15,7 @@ ACCURACY_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta
                  "gzip_bytes")
 MEMORY_KEYS = ("leaf", "level", "encoded_weights_bytes", "encoded_weights_ratio", "compiled_model_bytes", "vela_flash_bytes",
                "sram_bytes", "dram_bytes", "fits_board")
-SPEED_KEYS = ("leaf", "npu_cycles", "total_cycles", "npu_clock_mhz", "latency_ms", "inferences_per_s",
+SPEED_KEYS = ("leaf", "npu_cycles", "npu_cycles_ratio", "npu_macs", "npu_macs_ratio", "compute_bound_pct", "total_cycles", "npu_clock_mhz", "latency_ms", "inferences_per_s",
               "mac_utilization_pct", "cpu_operators", "pareto", "meets_requirements", "recommended")
 
 
