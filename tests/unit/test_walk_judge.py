@@ -76,3 +76,15 @@ def test_a_project_file_may_limit_npu_cycles(tmp_path):
     path.write_text('model = "m.h5"\ndata = "d.npz"\n[requirements]\nmax_npu_cycles = -1\n')
     with pytest.raises(Usage):
         load_project(path)
+
+
+def test_requirements_from_command_line_options():
+    from edgedeploy.walk import requirements_from_options
+
+    req = requirements_from_options(max_accuracy_drop=1.0, max_flash="32KiB", max_npu_cycles=90000,
+                                    max_metric_drop=0.2)
+    assert req.given() == {"max_accuracy_drop": 1.0, "max_metric_drop": 0.2, "max_flash": 32768,
+                           "max_npu_cycles": 90000}
+    assert req.sources == ("command line",) and requirements_from_options().sources == ()
+    with pytest.raises(UsageError, match="--max-npu-cycles"):
+        requirements_from_options(max_npu_cycles=-1)
