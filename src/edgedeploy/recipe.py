@@ -88,7 +88,7 @@ class Recipe:
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
     # each trained stage takes at least this many optimizer steps: on little data, epochs are added
-    # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
+    # (edgedeploy.optimize.fitlength; the default is chosen from measurements in docs/walk.md)
     min_steps: int = 300
     # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
     loss: str = ""
