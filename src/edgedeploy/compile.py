@@ -23,7 +23,7 @@ from .targets import Target, get_target
 from .npu_compute import compute_facts
 from .tflite_model import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from . import vela as vela_backend
-from .vela_pool import VelaPool, default_jobs
+from .vela_pool import MAX_JOBS, VelaPool, default_jobs
 
 log = logging.getLogger("edgedeploy")
 
@@ -55,8 +55,8 @@ class CompileOptions:
             raise UsageError(
                 f"--optimise is '{self.optimise}'", f"use one of {', '.join(vela_backend.OPTIMISE_CHOICES)}"
             )
-        if self.jobs is not None and self.jobs < 1:
-            raise UsageError(f"--jobs is {self.jobs}", "use a positive number of worker processes")
+        if self.jobs is not None and not 1 <= self.jobs <= MAX_JOBS:
+            raise UsageError(f"--jobs is {self.jobs}", f"use a number of worker processes from 1 to {MAX_JOBS}")
 
 
 @dataclass
@@ -76,7 +76,7 @@ def make_executor(options: CompileOptions, n_tasks: int):
         from .ray_executor import RayExecutor
 
         return RayExecutor(options.ray_address, options.jobs)
-    return VelaPool(options.jobs or default_jobs(n_tasks))
+    return VelaPool(min(options.jobs, max(1, n_tasks)) if options.jobs else default_jobs(n_tasks))
 
 
 def resolve_targets(names: Sequence[str]) -> list[Target]:

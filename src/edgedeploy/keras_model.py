@@ -46,28 +46,37 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
         try:
             with h5py.File(path, "r") as f:
                 attrs = dict(f.attrs)
-        except OSError as exc:
-            raise InvalidInputError(f"{path} is not a readable HDF5 Keras model ({exc})", "save the model with model.save('x.h5')") from exc
+        except Exception as exc:  # OSError mostly; a damaged file fails inside h5py in other ways too
+            raise InvalidInputError(f"{path} is not a readable HDF5 Keras model ({exc})".splitlines()[0],
+                                    "save the model with model.save('x.h5')") from exc
         raw = attrs.get("model_config")
         if raw is None:
             raise InvalidInputError(f"{path} holds weights only, not a model", "save the whole model with model.save('x.h5')")
-        config = json.loads(raw if isinstance(raw, str) else raw.decode())
-        version = attrs.get("keras_version")
-        version = version.decode() if isinstance(version, bytes) else version
-        tc = attrs.get("training_config")
-        training = json.loads(tc if isinstance(tc, str) else tc.decode()) if tc is not None else None
+        try:
+            config = json.loads(raw if isinstance(raw, str) else raw.decode())
+            version = attrs.get("keras_version")
+            version = version.decode() if isinstance(version, bytes) else version
+            tc = attrs.get("training_config")
+            training = json.loads(tc if isinstance(tc, str) else tc.decode()) if tc is not None else None
+        except (ValueError, AttributeError, TypeError) as exc:  # JSON and UTF-8 errors are ValueErrors
+            raise InvalidInputError(f"{path}: its model config is damaged ({type(exc).__name__})",
+                                    "save the model again with model.save('x.h5')") from exc
     elif path.suffix == ".keras":
         try:
             with zipfile.ZipFile(path) as z:
                 config = json.loads(z.read("config.json"))
                 meta = json.loads(z.read("metadata.json")) if "metadata.json" in z.namelist() else {}
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as exc:
-            raise InvalidInputError(f"{path} is not a readable .keras model ({exc})", "re-save the model") from exc
+        except Exception as exc:  # a bad zip, a missing member, bad JSON, a damaged deflate stream ...
+            raise InvalidInputError(f"{path} is not a readable .keras model ({type(exc).__name__}: {exc})".splitlines()[0],
+                                    "re-save the model") from exc
         version = meta.get("keras_version")
         training = config.get("compile_config")
     else:
         raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved by tf_keras or Keras 3")
-    lambdas = tuple(c.get("config", {}).get("name", "?") for c in _walk(config) if c.get("class_name") == "Lambda")
+    if not isinstance(config, dict) or not isinstance(training, (dict, type(None))):
+        raise InvalidInputError(f"{path}: its model config is not a Keras model config", "re-save the model")
+    lambdas = tuple(str((c.get("config") if isinstance(c.get("config"), dict) else {}).get("name", "?"))
+                    for c in _walk(config) if c.get("class_name") == "Lambda")
     return ModelFileInfo(path, version, lambdas, training)
 
 

@@ -51,6 +51,7 @@ PROJECT_KEYS: tuple[Key, ...] = (
     Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB", numbers_ok=True),
     Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB", numbers_ok=True),
     Key("requirements.max_latency_ms", float, None, "milliseconds per inference", minimum=0),
+    Key("requirements.max_npu_cycles", int, None, "NPU cycles per inference (Vela's estimate)", minimum=0),
 )
 
 

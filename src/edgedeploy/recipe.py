@@ -88,7 +88,7 @@ class Recipe:
     selection_metric: str = "loss"
     qat_ranges: str = "calibrated"
     # each trained stage takes at least this many optimizer steps: on little data, epochs are added
-    # (edgedeploy.fitlength; the default is chosen from measurements in docs/walk.md)
+    # (edgedeploy.optimize.fitlength; the default is chosen from measurements in docs/walk.md)
     min_steps: int = 300
     # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
     loss: str = ""
@@ -343,7 +343,7 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("palette.sparsities", list, None, "sparsities the sweep tries", items=float, minimum=0, maximum=1,
         exclusive_maximum=True),
     Key("palette.executor", str, "process", "where sweep jobs run", choices=PALETTE_EXECUTORS),
-    Key("palette.workers", int, None, "sweep worker processes", minimum=1),
+    Key("palette.workers", int, None, "sweep worker processes", minimum=1, maximum=256),
     Key("palette.target", str, None, "target whose Vela encoding sizes the sweep's layers"),
     Key("palette.measure_on", str, None, "data the sweep measures on", choices=PALETTE_MEASURE_ON),
     Key("palette.measure_samples", int, None, "samples per sweep measurement", minimum=100),

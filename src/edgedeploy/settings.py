@@ -60,10 +60,25 @@ class Key:
         if self.choices is not None:
             return f"one of {', '.join(str(c) for c in self.choices)}"
         if self.minimum is not None or self.maximum is not None:
-            lo = "" if self.minimum is None else f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}"
-            hi = "" if self.maximum is None else f"{'<' if self.exclusive_maximum else '<='} {self.maximum:g}"
+            lo = "" if self.minimum is None else f"{'>' if self.exclusive_minimum else '>='} {_num(self.minimum)}"
+            hi = "" if self.maximum is None else f"{'<' if self.exclusive_maximum else '<='} {_num(self.maximum)}"
             what += " " + " and ".join(p for p in (lo, hi) if p)
         return what
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _printable(text: str, limit: int = 80) -> str:
+    """``text`` on one line: controls and other non-printables escaped, cut to ``limit`` characters."""
+    out = text if text.isprintable() else text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def _repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _matches(pattern: str, path: tuple[str, ...]) -> bool:
@@ -111,10 +126,10 @@ class _Table:
 def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] = UsageError,
                 hint: str = "fix the file", shown: str | None = None) -> Any:
     """``value`` checked against ``key`` (an int given for a float becomes a float); raises ``error`` otherwise."""
-    where = shown or key.path
+    where = _printable(shown or key.path)
 
     def fail(what: str) -> EdgeDeployError:
-        return error(f"{source}: `{where}` is {value!r}; {what}", hint)
+        return error(f"{source}: `{where}` is {_repr(value)}; {what}", hint)
 
     kind = key.type
     if key.numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -146,7 +161,7 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
                 verb = "has" if kind is list else "is"
                 close = difflib.get_close_matches(str(item), [str(c) for c in key.choices], n=1)
                 guess = f"did you mean {close[0]}? " if close else ""
-                raise error(f"{source}: `{where}` {verb} {item!r}; allowed values: "
+                raise error(f"{source}: `{where}` {verb} {_repr(item)}; allowed values: "
                             f"{', '.join(map(str, key.choices))}", f"{guess}{hint}")
     if key.minimum is not None or key.maximum is not None:
         for item in (value if kind is list else [value]):
@@ -155,7 +170,7 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
             low = key.minimum is not None and (item <= key.minimum if key.exclusive_minimum else item < key.minimum)
             high = key.maximum is not None and (item >= key.maximum if key.exclusive_maximum else item > key.maximum)
             if low or high:
-                raise error(f"{source}: `{where}` is {item!r}; it must be {key.allowed()}", hint)
+                raise error(f"{source}: `{where}` is {_repr(item)}; it must be {key.allowed()}", hint)
     return value
 
 
@@ -179,12 +194,13 @@ def validate(data: Mapping[str, Any], keys: Sequence[Key] | _Table, source: str,
                 continue
             if table.is_table(parts):
                 if not isinstance(value, dict):
-                    raise error(f"{source}: `{path}` is {value!r}; it must be a table", f"e.g. [{path}]")
+                    raise error(f"{source}: `{_printable(path)}` is {_repr(value)}; it must be a table",
+                                f"e.g. [{_printable(path)}]")
                 walk(value, parts)
                 continue
             close = table.nearest(parts)
             guess = f"did you mean `{close}`? " if close else ""
-            raise error(f"{source}: unknown key `{path}`", f"{guess}{hint}")
+            raise error(f"{source}: unknown key `{_printable(path)}`", f"{_printable(guess, 200)}{hint}")
 
     walk(data, tuple(prefix.split(".")) if prefix else ())
     for k in table.keys:

@@ -276,6 +276,11 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
                     f"{where}: {desc} are not class labels, but the loss is {name} and the model's output is "
                     f"{list(out_shape)}", "give integer class indices or one-hot rows, or pass --loss "
                     "mean_squared_error to train on them as values")
+            if units < 2:
+                raise InvalidInputError(
+                    f"{where}: {desc} are class labels but the model has one output unit {list(out_shape)}; "
+                    "edgedeploy fine-tunes and scores classifiers with one output per class",
+                    "give the model two outputs (softmax), or pass --loss mean_squared_error to treat it as regression")
             kind = CLASSIFICATION
         else:
             if not (tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,))):

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+MAX_JOBS = 256  # --jobs / [compile] jobs: more worker processes than this is a mistake, not a speed-up
+
+
 def default_jobs(n_tasks: int) -> int:
     return max(1, min(n_tasks, os.cpu_count() or 1))
 

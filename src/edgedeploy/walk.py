@@ -245,12 +245,13 @@ def walk(
 
 def requirements_from_options(max_accuracy_drop: float | None = None, max_flash: str | None = None,
                               max_sram: str | None = None, max_latency_ms: float | None = None,
-                              max_npu_cycles: int | None = None) -> Requirements:
+                              max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> Requirements:
     """Requirements given as command-line options (sizes as text, e.g. 32KiB)."""
     from .report import parse_size
 
     values: dict[str, Any] = {
-        "max_accuracy_drop": max_accuracy_drop, "max_latency_ms": max_latency_ms, "max_npu_cycles": max_npu_cycles,
+        "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_latency_ms": max_latency_ms,
+        "max_npu_cycles": max_npu_cycles,
         "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
         "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
     }

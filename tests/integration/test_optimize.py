@@ -99,10 +99,13 @@ def test_clustered_leaves_have_at_most_16_values_per_kernel(kws_tree, leaf):
             assert max(per_channel) <= CLUSTERS + 1, (leaf, name)
 
 
-def test_ptq_is_within_1_5_points_of_float(kws_tree):
+def test_ptq_is_within_1_5_points_of_float(kws_tree, kws_data):
     rec = kws_tree.leaves["ptq"]
     assert rec.metric("float_accuracy") > 85  # the published model: 92.2% on the full test set
-    assert abs(rec.metric("int8_accuracy") - rec.metric("float_accuracy")) <= 1.5
+    # 1.5 points on the 1,824-clip evaluation split; the paired difference's sampling error grows as
+    # 1/sqrt(clips), so the bundled 400-clip subset (a clone without ../shared/data) gets the same bound in SEs.
+    n_eval = int((np.load(kws_data)["split"] == 1).sum())
+    assert abs(rec.metric("int8_accuracy") - rec.metric("float_accuracy")) <= 1.5 * max(1.0, (1824 / n_eval) ** 0.5)
 
 
 def test_manifest_holds_the_tree(kws_tree, kws_data):

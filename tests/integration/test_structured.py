@@ -83,7 +83,8 @@ def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_d
     from edgedeploy.tflite_model import read_weight_tensors
 
     data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", tmp_path / "kws.npz", 640, 400)
-    recipe = load_recipe(overrides={"leaves": ["pruned_clustered", "pcqat"], "epochs": 1, "seed": 3, "sparsity_pattern": "2:4"})
+    recipe = load_recipe(overrides={"leaves": ["pruned_clustered", "pcqat"], "epochs": 1, "min_steps": 0, "seed": 3,
+                                    "sparsity_pattern": "2:4"})
     outcome = optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", data, tmp_path / "run", recipe)
     pruned = outcome.nodes["pruned"].details
     assert pruned["training"]["pruning"]["structured"]["left_out"] == {"conv2d": "1 input channels, not a multiple of 4"}
@@ -115,7 +116,7 @@ def test_a_stage_that_breaks_the_pattern_fails_with_the_layer_named():
     assert err.value.exit_code == 9 and "conv2d_3" in str(err.value) and "2:4" in str(err.value)
 
 
-@pytest.mark.requires_data
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_data, tmp_path):
     from edgedeploy.compile import CompileOptions, compile_run
     from edgedeploy.optimize import optimize

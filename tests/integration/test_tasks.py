@@ -169,8 +169,10 @@ def denoiser(shared_data, tmp_path_factory):
 
     x, _, split = _features(shared_data)
     rng = np.random.default_rng(SEED)
-    pick = np.sort(np.concatenate([rng.choice(np.where(split == s)[0], n, replace=False) for s, n in ((0, 1200),
-                                                                                                      (1, 600))]))
+    # 1,200 fine-tune and 600 evaluation clips, or every clip of the bundled subset (900 and 400) in a clone
+    pools = [np.where(split == s)[0] for s in (0, 1)]
+    pick = np.sort(np.concatenate([rng.choice(pool, min(n, len(pool)), replace=False)
+                                   for pool, n in zip(pools, (1200, 600))]))
     clean = x[pick].reshape(-1, 49, 10, 1)
     clean = (clean - clean.mean()) / clean.std()
     noisy = (clean + rng.normal(0, 0.5, clean.shape)).astype(np.float32)

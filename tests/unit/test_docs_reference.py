@@ -82,12 +82,16 @@ def test_target_keys_cover_every_key_of_every_built_in_file(ref):
     rows = {r.path: r for r in ref.key_rows("target")}
 
     def flatten(doc: dict, prefix: str = "") -> set[str]:
+        """The paths of the values (not the tables) in a target file; ``fvp.params`` holds free names."""
         out = set()
         for key, value in doc.items():
             path = f"{prefix}{key}"
-            out.add(path)
-            if isinstance(value, dict):
-                out |= {f"{path}.NAME"} if path == "fvp.params" else flatten(value, path + ".")
+            if path == "fvp.params":
+                out.add("fvp.params.NAME")
+            elif isinstance(value, dict):
+                out |= flatten(value, path + ".")
+            else:
+                out.add(path)
         return out
 
     used = set()
@@ -120,14 +124,15 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def test_a_stale_or_missing_description_is_a_warning_that_fails_a_strict_build(ref, caplog):
-    rows = [ref.Row("sparsity", "number", 0.5), ref.Row("brand_new_key", "number", 1.0)]
+def test_a_key_without_help_is_a_warning_that_fails_a_strict_build(ref, caplog, monkeypatch):
+    from edgedeploy import targets
+    from edgedeploy.settings import Key
+
+    monkeypatch.setattr(targets, "TARGET_KEYS", (*targets.TARGET_KEYS, Key("clocks.cpu_hz", int, minimum=1)))
     with caplog.at_level(logging.WARNING):
-        out = ref._with_help("recipe", rows)
-    messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "'brand_new_key' has no description" in messages
-    assert "describes recipe key 'leaves', which the code does not have" in messages
-    assert out[0].help.startswith("Fraction of zeros")
+        rows = {r.path: r for r in ref.key_rows("target")}
+    assert "target key 'clocks.cpu_hz' has no help text" in caplog.text
+    assert rows["clocks.cpu_hz"].allowed == "≥ 1" and rows["clocks"].type == "table"
 
 
 def test_generated_markers_are_replaced_and_unknown_ones_are_reported(ref, caplog):
@@ -135,11 +140,13 @@ def test_generated_markers_are_replaced_and_unknown_ones_are_reported(ref, caplo
         class file:
             src_path = "x.md"
 
-    text = "a\n<!-- generated: exit-codes -->\n<!-- generated: options compile -->\n<!-- generated: nonsense -->\n"
+    text = ("a\n<!-- generated: exit-codes -->\n<!-- generated: options compile -->\n<!-- generated: tree -->\n"
+            "<!-- generated: nonsense -->\n")
     with caplog.at_level(logging.WARNING):
         out = ref.on_page_markdown(text, Page, None, None)
     assert "| 7 | `CpuFallbackError` |" in out and "| 10 | `RegressionError` |" in out
     assert "--target" in out and "--jobs" in out
+    assert "| `pcqat` | `pruned_clustered` | qat |" in out and "`ptq_16x8`: int16x8" in out
     assert "<!-- generated: nonsense -->" in out and "unknown generated table 'nonsense'" in caplog.text
 
 

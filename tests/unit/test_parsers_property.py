@@ -17,7 +17,7 @@ from edgedeploy.errors import EdgeDeployError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPO = Path(__file__).resolve().parents[2]
-FAST = settings(max_examples=60, deadline=None, derandomize=True,
+FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -252,3 +252,23 @@ def test_manifest_loader_on_mutated_files(blob):
             Manifest.load(Path(tmp))
         except EdgeDeployError:
             pass
+
+
+# --------------------------------------------------------------------------- Keras model files (read without TensorFlow)
+
+H5 = (REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5").read_bytes()
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(blob=st.one_of(mutated(H5[:8192], 6).map(lambda head: head + H5[8192:]), mutated(H5, 3)))
+def test_model_file_inspection_on_mutated_files(blob):
+    from edgedeploy.keras_model import inspect_model_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("m.h5", "m.keras"):
+            path = Path(tmp) / name
+            path.write_bytes(blob)
+            try:
+                inspect_model_file(path)
+            except EdgeDeployError:
+                pass

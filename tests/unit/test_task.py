@@ -159,3 +159,10 @@ def test_float_targets_load_as_regression_values(tmp_path):
     np.savez(path, x=x, y=np.linspace(0, 1, 10).astype(np.float32), split=np.array([0] * 6 + [1] * 4))
     d = load_dataset(path, (4,), 1, kind="regression")
     assert d.y_fit.shape == (6, 1) and d.y_fit.dtype == np.float32 and not d.labelled
+
+
+def test_a_single_sigmoid_unit_with_labels_is_refused_with_the_fix():
+    with pytest.raises(InvalidInputError) as err:
+        decide(_model((8,), (1,), "sigmoid"), None, "d.npz", np.array([0, 1, 1, 0]))
+    assert "one output unit" in err.value.one_line() and "--loss mean_squared_error" in err.value.one_line()
+    assert decide(_model((8,), (1,)), None, "d.npz", np.array([0.5, 1.5]), loss="mse").kind == "regression"

@@ -61,3 +61,30 @@ def test_shortfall_names_the_closest_leaf_on_its_worst_target():
     # a requirement some leaf meets everywhere is not a shortfall
     doc["rows"][2:] = [row("pruned", "a", 89, 18000, 99, 20000), row("pruned", "b", 89, 19000, 99, 20000)]
     assert shortfalls(judge(doc, ["ptq", "pruned"], ["a", "b"])) == []
+
+
+def test_a_project_file_may_limit_npu_cycles(tmp_path):
+    from edgedeploy.errors import UsageError as Usage
+    from edgedeploy.project import load_project
+    from edgedeploy.report import requirements_from_project
+
+    path = tmp_path / "edgedeploy.toml"
+    path.write_text('model = "m.h5"\ndata = "d.npz"\n[requirements]\nmax_npu_cycles = 90000\nmax_flash = "34KiB"\n')
+    assert load_project(path).requirements["max_npu_cycles"] == 90000
+    req = requirements_from_project(path)
+    assert (req.max_npu_cycles, req.max_flash) == (90000, 34816)
+    path.write_text('model = "m.h5"\ndata = "d.npz"\n[requirements]\nmax_npu_cycles = -1\n')
+    with pytest.raises(Usage):
+        load_project(path)
+
+
+def test_requirements_from_command_line_options():
+    from edgedeploy.walk import requirements_from_options
+
+    req = requirements_from_options(max_accuracy_drop=1.0, max_flash="32KiB", max_npu_cycles=90000,
+                                    max_metric_drop=0.2)
+    assert req.given() == {"max_accuracy_drop": 1.0, "max_metric_drop": 0.2, "max_flash": 32768,
+                           "max_npu_cycles": 90000}
+    assert req.sources == ("command line",) and requirements_from_options().sources == ()
+    with pytest.raises(UsageError, match="--max-npu-cycles"):
+        requirements_from_options(max_npu_cycles=-1)

@@ -16,8 +16,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.exceptions import TyperException
 
-from ..errors import EdgeDeployError
+from ..errors import EdgeDeployError, InvalidInputError
 
 
 def _console(stderr: bool = False) -> Console:
@@ -37,11 +38,28 @@ def guard() -> Iterator[None]:
     try:
         yield
     except EdgeDeployError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+        _error_line(exc.one_line())
         raise typer.Exit(exc.exit_code) from None
+    except (typer.Exit, typer.Abort, TyperException):
+        raise  # the command line's own exits and usage errors
+    except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, a path too long)
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        _error_line(f"{where}{exc.strerror or exc}. check the path, its permissions and the free space")
+        raise typer.Exit(InvalidInputError.exit_code) from None
+    except Exception as exc:  # a defect: one line for the user, the traceback with -v
+        log.debug("internal error", exc_info=True)
+        _error_line(f"internal error ({type(exc).__name__}: {exc}). run again with -v for the traceback and "
+                    "report it")
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
         raise typer.Exit(130) from None
+
+
+def _error_line(text: str) -> None:
+    """One line on stderr, whatever the message holds (a path with a newline, a multi-line tool message)."""
+    line = " ".join(str(text).split("\n")).replace("\r", " ")
+    err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:

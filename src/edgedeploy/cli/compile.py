@@ -63,10 +63,12 @@ def prestart(values: dict[str, Any]):
     if (out / "manifest.json").exists():
         return None
     jobs = str(values.get("jobs") or "")
-    from ..vela_pool import VelaPool, default_jobs
+    from ..vela_pool import MAX_JOBS, VelaPool, default_jobs
 
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
-    return VelaPool(int(jobs) if jobs.isdigit() and int(jobs) > 0 else default_jobs(n_tasks)).start()
+    if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
+        return None  # the option's check says what is wrong with it
+    return VelaPool(min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,

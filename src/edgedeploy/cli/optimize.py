@@ -70,6 +70,8 @@ def optimize_cmd(
     max_sram: Optional[str] = typer.Option(None, "--max-sram", metavar="BYTES", help="With --walk: largest Vela SRAM estimate."),
     max_latency_ms: Optional[float] = typer.Option(None, "--max-latency-ms", metavar="MS", help="With --walk: longest latency."),
     max_npu_cycles: Optional[int] = typer.Option(None, "--max-npu-cycles", metavar="N", help="With --walk: most NPU cycles."),
+    max_metric_drop: Optional[float] = typer.Option(None, "--max-metric-drop", metavar="X",
+                                                    help="With --walk: most the metric may worsen against ptq (any task)."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
     from .common import guard, out_console
@@ -91,7 +93,7 @@ def optimize_cmd(
             "min_steps": min_steps, "loss": loss, "metric": metric,
         }
         r = load_recipe(recipe, overrides)
-        limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles)
+        limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles, max_metric_drop)
         if not walk and (target or any(v is not None for v in limits)):
             raise UsageError("--target and the --max-* requirements are for --walk",
                              "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")

@@ -147,7 +147,7 @@ def golden_from_bundle(
         info = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"{path} cannot be read ({exc})", _BUNDLE_HINT) from exc
-    if info.get("schema") != BUNDLE_SCHEMA:
+    if not isinstance(info, dict) or info.get("schema") != BUNDLE_SCHEMA:
         raise InvalidInputError(f"{path} is not an edgedeploy firmware bundle", _BUNDLE_HINT)
     src = info.get("source", {})
     if (src.get("leaf"), src.get("target")) != (leaf, target_name):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..settings import read_toml
 
 
 _SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
@@ -134,12 +134,7 @@ class Requirements:
 def requirements_from_project(path: Path) -> Requirements:
     """The ``[requirements]`` table of an ``edgedeploy.toml`` project file (empty when it has none)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"project file {path} does not exist", "check the path given to --project") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
+    data = read_toml(path, "project file", UsageError)  # a missing, unreadable or malformed file is one error
     table = data.get("requirements")
     if table is None:
         return Requirements()
