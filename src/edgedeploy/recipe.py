@@ -13,8 +13,9 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import Key, check_value, read_toml, validate
-from .structured import NOT_NPU_FORMATS, PATTERNS
-from .tree import DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, QAT_NODES, nodes_for, stage_kind  # noqa: F401
+from .tree import (  # noqa: F401
+    DEFAULT_LEAVES, LEAVES, NODE_TABLE, NODES, NOT_NPU_FORMATS, PATTERNS, QAT_NODES, nodes_for, stage_kind,
+)
 
 # quantizations that are not NPU formats: asking for them as a leaf gets the reason
 NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",

@@ -18,13 +18,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from .errors import UsageError
+from .tree import NOT_NPU_FORMATS, PATTERNS  # noqa: F401  (read here by the pruning and its checks)
 
-PATTERNS = ("unstructured", "2:4")
 ZEROS, GROUP = 2, 4  # the 2:4 pattern: at least ZEROS zeros in every GROUP consecutive input channels
-NOT_NPU_FORMATS = {
-    "float16": "float16 weights are dequantized to float on the CPU; Ethos-U runs int8 (and 16x8) only",
-    "dynamic_range": "dynamic-range quantization keeps float activations, which Ethos-U cannot run",
-}
 
 
 def check_pattern(value: str, source: str = "recipe") -> str:

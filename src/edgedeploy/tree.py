@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+# Sparsity patterns of the pruned nodes (recipe ``sparsity_pattern``; :mod:`edgedeploy.structured` prunes and checks
+# them), and quantizations that are no leaf because Ethos-U cannot run them (asking for one gets the reason).
+PATTERNS = ("unstructured", "2:4")
+NOT_NPU_FORMATS = {
+    "float16": "float16 weights are dequantized to float on the CPU; Ethos-U runs int8 (and 16x8) only",
+    "dynamic_range": "dynamic-range quantization keeps float activations, which Ethos-U cannot run",
+}
+
 
 @dataclass(frozen=True)
 class Node:
