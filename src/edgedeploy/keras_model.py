@@ -529,6 +529,9 @@ SHAPE_ONLY_LAYERS = {"Reshape", "Flatten", "Permute", "RepeatVector", "MaxPoolin
                      "GlobalMaxPooling1D", "GlobalMaxPooling3D", "Cropping1D", "Cropping3D", "ZeroPadding1D",
                      "ZeroPadding3D", "UpSampling1D"}
 SHAPE_ONLY_OPS = {"reshape", "squeeze", "expand_dims", "transpose", "identity"}  # TFOpLambda functions
+# layers whose int8 TFLite operator (AVERAGE_POOL_2D) needs the same scale at its input and output: a range of
+# their own in QAT (TFMOT's registry gives them one) makes the converter add a requantize after them
+SAME_SCALE_LAYERS = {"AveragePooling1D", "AveragePooling2D"}
 
 
 def shape_only(layer) -> bool:
@@ -546,7 +549,8 @@ def annotate_for_qat(model):
     TFMOT refuses a whole model over one unsupported layer (Arm's DS-CNN-S has ``tf.reshape`` as TFOpLambda
     layers). Shape-only ones (:func:`shape_only`) get TFMOT's no-op quantize config, the one its registry gives
     keras ``Reshape``: no fake quantization of their own in QAT; the int8 converter quantizes them afterwards
-    (they keep their input's scale). Any other (a ``Rescaling`` of the input) gets its output fake-quantized, as
+    (they keep their input's scale). Average poolings (:data:`SAME_SCALE_LAYERS`) get it too, whatever the scheme:
+    their int8 operator keeps its input's scale, and an output range learnt in QAT only adds a requantize. Any other (a ``Rescaling`` of the input) gets its output fake-quantized, as
     TFMOT does for an ``Add``: without a range of its own the converter folds an input scaling into the next
     layer's kernel *after* that kernel's fake quantization, and a 1/255 scaling then rounds every int8 weight of
     the first convolution to zero. Layers already annotated (with their own config) are kept.
@@ -556,7 +560,8 @@ def annotate_for_qat(model):
     env = tfenv.load()
     quant = env.tfmot.quantization.keras
     skip = set(unsupported_for_qat(model))
-    if not skip:
+    same_scale = {layer.name for layer in model.layers if layer.__class__.__name__ in SAME_SCALE_LAYERS}
+    if not skip and not same_scale:
         return quant.quantize_annotate_model(model)
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit.default_8bit_quantize_configs import (
         Default8BitOutputQuantizeConfig,
@@ -567,8 +572,9 @@ def annotate_for_qat(model):
     def annotate(layer):
         if isinstance(layer, QuantizeAnnotate):
             return layer
-        if layer.name in skip:
-            config = NoOpQuantizeConfig() if shape_only(layer) else Default8BitOutputQuantizeConfig()
+        if layer.name in skip or layer.name in same_scale:
+            keeps_scale = shape_only(layer) or layer.name in same_scale
+            config = NoOpQuantizeConfig() if keeps_scale else Default8BitOutputQuantizeConfig()
             return quant.quantize_annotate_layer(layer, quantize_config=config)
         return quant.quantize_annotate_layer(layer)
 
