@@ -480,7 +480,7 @@ def test_html_renders_in_headless_chromium(tree_run, tmp_path):
     assert not re.search(r"(src|href)=['\"]?(https?:)?//", text)  # nothing fetched from a network
     shot = tmp_path / "report.png"
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}", "--window-size=1400,3000",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}", "--window-size=1400,6000",
          page.as_uri()],
         check=True, capture_output=True, timeout=120,
     )
@@ -489,7 +489,7 @@ def test_html_renders_in_headless_chromium(tree_run, tmp_path):
     import numpy as np
 
     img = np.asarray(Image.open(shot).convert("RGB"))
-    assert img.shape[:2] == (3000, 1400)
+    assert img.shape[:2] == (6000, 1400)  # tall enough for the whole report, plots included
     assert shot.stat().st_size > 50_000
     assert img.std() > 20  # not a blank page
     # Some plot pixels are coloured (matplotlib's tab:blue points and bars), not only black text on white.
