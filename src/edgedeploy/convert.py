@@ -18,13 +18,10 @@ class FloatOperatorsLeft(ToolFailedError):
     """Int8 conversion left operators computing in float (no int8 kernel, or no range to quantize them with)."""
 
 
-def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False, source: str | None = None) -> bytes:
-    """Convert ``model`` to full-int8 TFLite with a fixed batch size of 1.
-
-    PTQ models are calibrated on ``calibration_x`` (real samples from the fine-tune split); QAT models carry
-    their own ranges, and ``calibration_x`` is None for them (see :func:`convert_qat_int8`). ``source`` (e.g.
-    the leaf) starts the message of a failure.
-    """
+def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
+    """A TFLite converter for ``model`` at batch size 1 with default optimizations: calibrated on
+    ``calibration_x`` one sample at a time and restricted to the operator set ``ops`` when samples are given
+    (QAT models carry their own ranges), its input and output tensors of ``io_type`` unless that is None."""
     from . import tfenv
 
     tf = tfenv.load().tf
@@ -41,10 +38,25 @@ def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False
                 yield [samples[i : i + 1]]
 
         converter.representative_dataset = representative
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if not float_io:
-        converter.inference_input_type = tf.int8
-        converter.inference_output_type = tf.int8
+        converter.target_spec.supported_ops = [ops]
+    if io_type is not None:
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+    return converter
+
+
+def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False, source: str | None = None) -> bytes:
+    """Convert ``model`` to full-int8 TFLite with a fixed batch size of 1.
+
+    PTQ models are calibrated on ``calibration_x`` (real samples from the fine-tune split); QAT models carry
+    their own ranges, and ``calibration_x`` is None for them (see :func:`convert_qat_int8`). ``source`` (e.g.
+    the leaf) starts the message of a failure.
+    """
+    from . import tfenv
+
+    tf = tfenv.load().tf
+    converter = quantizing_converter(model, calibration_x, tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+                                     None if float_io else tf.int8)
     try:
         with tfenv.quiet_native_stderr():  # the converter prints its settings to fd 2
             result = converter.convert()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .convert import quantizing_converter
 from .errors import ToolFailedError
 
 _OP_RE = re.compile(r"'(tfl\.[a-z_0-9]+)'|op '?([A-Z_0-9]{3,})'?|operation '?([A-Za-z_.0-9]+)'?")
@@ -31,22 +32,9 @@ def convert_16x8(model, calibration_x: np.ndarray, float_io: bool = False, sourc
     from . import tfenv
 
     tf = tfenv.load().tf
-    shape = [1, *model.input_shape[1:]]
-    fn = tf.function(lambda t: model(t, training=False))
-    concrete = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32))
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    samples = calibration_x.astype(np.float32)
-
-    def representative():
-        for i in range(len(samples)):
-            yield [samples[i : i + 1]]
-
-    converter.representative_dataset = representative
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    if not float_io:
-        converter.inference_input_type = tf.int16
-        converter.inference_output_type = tf.int16
+    converter = quantizing_converter(model, calibration_x,
+                                     tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+                                     None if float_io else tf.int16)
     prefix = f"{source}: " if source else ""
     try:
         with tfenv.quiet_native_stderr():

@@ -26,6 +26,7 @@ from .errors import BudgetExceededError, UsageError
 from .recipe import Recipe
 from .manifest import now_iso
 from .report import Requirements, build_report, leaf_level
+from .report.judge import fmt_limit
 from .report.recommend import dominates, objectives
 from .stages import RunContext
 from .targets import Target
@@ -100,16 +101,6 @@ def pick(doc: Mapping[str, Any], meeting: Sequence[str], targets: Sequence[str])
     return best, {leaf: by for leaf, by in beaten.items() if order[leaf] < order[best]}
 
 
-def _fmt(value: float, unit: str) -> str:
-    if unit == "B":
-        return f"{int(round(value)):,} B"
-    if unit == "cycles":
-        return f"{int(round(value)):,} cycles"
-    if unit == "pts":
-        return f"{value:.2f} pts"
-    return f"{value:.4g} {unit}".strip()
-
-
 def shortfalls(verdicts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """For each requirement no walked leaf meets on every target: the leaf that comes closest, and by how much
     it misses (its worst target)."""
@@ -138,8 +129,8 @@ def shortfalls(verdicts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]
                     entry["text"] = f"{name}: {leaf} on {t}: {c.get('why', 'cannot be judged')}"
                 else:
                     unit = c.get("unit", "")
-                    entry["text"] = (f"{name} {_fmt(c['limit'], unit)}: closest is {leaf} on {t} with "
-                                     f"{_fmt(c['value'], unit)}, over by {_fmt(c['excess'], unit)}"
+                    entry["text"] = (f"{name} {fmt_limit(c['limit'], unit)}: closest is {leaf} on {t} with "
+                                     f"{fmt_limit(c['value'], unit)}, over by {fmt_limit(c['excess'], unit)}"
                                      + (f" ({c['excess_pct']:.1f}%)" if c.get("excess_pct") is not None else ""))
                 out.append(entry)
     return out

@@ -86,7 +86,7 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
         key, sign, unit, label = REQUIREMENT_VALUES[name]
         cell = row["values"].get(key) or {"value": None, "unavailable": "the leaf is judged by accuracy"}
         value = None if value_of(cell) is None else sign * value_of(cell)
-        check: dict[str, Any] = {"label": f"{label} ≤ {_fmt_limit(limit, unit)}", "limit": limit, "value": value,
+        check: dict[str, Any] = {"label": f"{label} ≤ {fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
         if value is None:
             check.update(met=None, why=f"cannot be judged: {cell.get('unavailable', 'unavailable')}")
@@ -131,12 +131,12 @@ def _describe_miss(name: str, check: Mapping[str, Any], leaf: str) -> str:
     unit = check["unit"]
     pct = check.get("excess_pct")
     return (
-        f"{name} {_fmt_limit(check['limit'], unit)}: closest is {leaf} with {_fmt_limit(check['value'], unit)}, "
-        f"over by {_fmt_limit(check['excess'], unit)}" + (f" ({pct:.1f}%)" if pct is not None else "")
+        f"{name} {fmt_limit(check['limit'], unit)}: closest is {leaf} with {fmt_limit(check['value'], unit)}, "
+        f"over by {fmt_limit(check['excess'], unit)}" + (f" ({pct:.1f}%)" if pct is not None else "")
     )
 
 
-def _fmt_limit(v: Any, unit: str) -> str:
+def fmt_limit(v: Any, unit: str) -> str:
     if v is None:
         return "n/a"
     if unit == "B":
