@@ -267,6 +267,8 @@ PALETTE_PLAN_VERSION = 2
 
 
 # The recipe's keys: a recipe file holds these, a project file the same under [recipe].
+# A bound that keeps a typo (an extra digit or ten) from starting a run that never ends.
+MAX_EPOCHS = 10_000
 RECIPE_KEYS: tuple[Key, ...] = (
     Key("leaves", list, list(DEFAULT_LEAVES), "the leaves of the deployment tree to convert", items=str,
         choices=tuple(LEAVES)),
@@ -276,8 +278,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         "(Ethos-U85 skips them)", choices=PATTERNS),
     Key("clusters", int, 16, "distinct values per clustered kernel", minimum=2, maximum=256),
     Key("per_channel_clusters", bool, False, "cluster each output channel on its own"),
-    Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0),
-    Key("batch_size", int, 32, "fine-tuning batch size", minimum=1),
+    Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0, maximum=MAX_EPOCHS),
+    Key("batch_size", int, 32, "fine-tuning batch size", minimum=1, maximum=2**16),
     Key("learning_rate", float, 5e-4, "peak learning rate of the fine-tuning schedule", minimum=0,
         exclusive_minimum=True),
     Key("seed", int, 0, "seed of every random choice (data order, initialisation, calibration samples)",
@@ -285,7 +287,7 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("skip_layers", list, [], "layers left unpruned and unclustered", items=str),
     Key("float_io", bool, False, "keep float32 model inputs and outputs (int8 inside)"),
     Key("calibration_samples", int, 500, "fine-tune samples (seeded random choice) that calibrate int8 ranges",
-        minimum=1),
+        minimum=1, maximum=10**7),
     Key("sparsity_tolerance", float, 0.02, "sparsity a stage may lose below its target before it fails",
         minimum=0, maximum=1, exclusive_maximum=True),
     Key("fuse_relu", bool, True, "fold a separate ReLU after a Conv/Dense layer into that layer"),
@@ -315,19 +317,21 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("training.freeze_batch_norm", bool, True, "keep batch-norm statistics fixed while fine-tuning",
         field="freeze_batch_norm"),
     Key("training.freeze_batch_norm_after", int, 0, "epochs of batch-norm training before it is frozen",
-        minimum=0, field="freeze_batch_norm_after"),
+        minimum=0, maximum=MAX_EPOCHS, field="freeze_batch_norm_after"),
     Key("training.qat_ranges", str, "calibrated", "where QAT's activation ranges start", choices=QAT_RANGES,
         field="qat_ranges"),
     Key("training.min_steps", int, 300, "optimizer steps each trained stage takes at least; epochs are added on "
-        "little data (0: epochs as given)", minimum=0, field="min_steps"),
+        "little data (0: epochs as given)", minimum=0, maximum=10**7, field="min_steps"),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
         minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
     Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,
+        maximum=MAX_EPOCHS,
         field="patience"),
     Key("selection.restore_best", bool, True, "keep the best epoch's weights", field="restore_best"),
     Key("selection.metric", str, "loss", "what picks the best epoch", choices=SELECTION_METRICS,
         field="selection_metric"),
-    *(Key(f"stages.{kind}.epochs", int, None, f"epochs of the {kind} stages (default: epochs)", minimum=0)
+    *(Key(f"stages.{kind}.epochs", int, None, f"epochs of the {kind} stages (default: epochs)", minimum=0,
+          maximum=MAX_EPOCHS)
       for kind in STAGE_KINDS),
     *(Key(f"stages.{kind}.learning_rate", float, None, f"learning rate of the {kind} stages (default: "
           "learning_rate)", minimum=0, exclusive_minimum=True) for kind in STAGE_KINDS),

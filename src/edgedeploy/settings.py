@@ -19,6 +19,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import EdgeDeployError, UsageError
 
+# The largest integer a setting may hold: exact as a float (JSON, NumPy) and far below int64's limit.
+INT_LIMIT = 2**53
+
 _WHAT = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
          dict: "a table"}
 
@@ -163,6 +166,10 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
                 guess = f"did you mean {close[0]}? " if close else ""
                 raise error(f"{source}: `{where}` {verb} {_repr(item)}; allowed values: "
                             f"{', '.join(map(str, key.choices))}", f"{guess}{hint}")
+    for item in (value if kind is list else [value]):
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > INT_LIMIT and (
+                key.maximum is None or key.maximum > INT_LIMIT):
+            raise error(f"{source}: `{where}` is {_repr(item)}; it must be an integer of at most {INT_LIMIT}", hint)
     if key.minimum is not None or key.maximum is not None:
         for item in (value if kind is list else [value]):
             if not isinstance(item, (int, float)):

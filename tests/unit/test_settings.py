@@ -61,6 +61,10 @@ def test_recipe_defaults_are_the_table_defaults():
     ("epochz = 3", "unknown key `epochz`. did you mean `epochs`?"),
     ("[training]\nlr_shedule = 'cosine'", "unknown key `training.lr_shedule`. did you mean `training.lr_schedule`?"),
     ("[layers.conv1]\nclusterz = 8", "unknown key `layers.conv1.clusterz`. did you mean `layers.conv1.clusters`?"),
+    ("epochs = 99999999999999999999999", "`epochs` is 99999999999999999999999; it must be an integer >= 0 and <= 10000"),
+    ("[stages.qat]\nepochs = 20000", "`stages.qat.epochs` is 20000"),
+    ("batch_size = 9223372036854775808", "`batch_size` is 9223372036854775808"),
+    ("calibration_samples = 99999999999999999999", "`calibration_samples` is 99999999999999999999"),
 ])
 def test_recipe_types_are_strict_and_typos_named(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
@@ -95,6 +99,7 @@ def test_command_line_values_are_checked_too():
     ("[requirements]\nmax_flsh = 1", "did you mean `requirements.max_flash`?"),
     ('targets = "ethos-u55-128"', "`targets` is 'ethos-u55-128'; it must be a list of strings"),
     ("recipe = 3", "`recipe` is 3; it must be a table"),
+    ("[requirements]\nmax_npu_cycles = 99999999999999999999999", "it must be an integer of at most 9007199254740992"),
 ])
 def test_project_types_are_strict_and_typos_named(tmp_path, text, fragment):
     path = tmp_path / "edgedeploy.toml"
@@ -138,6 +143,7 @@ GOOD_TARGET = (builtin_targets_dir() / "corstone-300-u55-128.toml").read_text()
     ('model_section = "nn_model"', 'model_section = "nn\\")))int x;"', "key `memory.model_section`"),
     ("npu_hz = 500_000_000", "npu_hz = 5e8", "`clocks.npu_hz` is 500000000.0; it must be an integer"),
     ("npu_hz = 500_000_000", "npu_hz = true", "`clocks.npu_hz` is True"),
+    ("npu_hz = 500_000_000", "npu_hz = 99999999999999999999", "`clocks.npu_hz` is 99999999999999999999"),
     ("[clocks]", "[clock]", "unknown key `clock`. did you mean `clocks`?"),
     ("sram_bytes = 2_097_152", "sram_byte = 2_097_152", "did you mean `memory.sram_bytes`?"),
     ("model_address = 0x9000_0000", "model_address = -1", "`fvp.model_address` is -1"),
