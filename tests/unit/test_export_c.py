@@ -104,11 +104,12 @@ def test_arena_size_adds_margin_and_rounds_to_16(planned, margin, expected):
 
 def test_names_and_sections():
     assert ex.check_c_name("kws_model") == "kws_model"
-    for bad in ("9x", "a-b", "int", "", "x" * 64):
+    for bad in ("9x", "a-b", "int", "", "x" * 64, "__x", "_Model", "_kws"):
         with pytest.raises(UsageError):
             ex.check_c_name(bad)
     assert ex.default_name("pruned-clustered") == "pruned_clustered"
-    assert ex.default_name("8bit") == "_8bit"
+    assert ex.default_name("8bit") == "m_8bit"
+    assert ex.check_c_name(ex.default_name("_x")) == "m_x"
     assert ex.check_section("$nn.model_1") == "$nn.model_1"
     for bad in ("a b", "", "x;y"):
         with pytest.raises(UsageError):

@@ -46,16 +46,20 @@ def check_c_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in _C_KEYWORDS or name in C_KEYWORDS:
         raise UsageError(
             f"--name {name!r} is not a C identifier (or is a C keyword)",
-            "use letters, digits and underscores, starting with a letter or underscore (at most 63 characters)",
+            "use letters, digits and underscores, starting with a letter (at most 63 characters)",
         )
+    if name.startswith("_"):
+        # C reserves identifiers that begin with '_' at file scope, where NAME_model[] and the macros live
+        raise UsageError(f"--name {name!r} begins with '_', which C reserves for the compiler and its library",
+                         "start the name with a letter")
     return name
 
 
 def default_name(leaf: str) -> str:
     """A C identifier from a leaf name; the same rule as CMake's ``string(MAKE_C_IDENTIFIER)``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", leaf) or "model"
-    if name[0].isdigit():
-        name = "_" + name
+    if not name[0].isalpha():
+        name = "m_" + name.lstrip("_")
     return name[:63]
 
 
