@@ -28,3 +28,31 @@ def test_the_command_lines_own_exits_pass_through():
         with guard():
             raise typer.Exit(0)
     assert out.value.exit_code == 0
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["compile", "--bogus"], "No such option: --bogus"),
+    (["export", "run", "-o", "fw", "--golden", "abc"], "Invalid value for '--golden'"),
+    (["report"], "Missing argument 'run_dir'"),
+    (["nosuchcmd"], "No such command 'nosuchcmd'"),
+    (["targets"], "needs a command"),
+])
+def test_usage_errors_are_one_line_and_exit_2(monkeypatch, capsys, argv, fragment):
+    from edgedeploy.cli import main
+
+    monkeypatch.setattr("sys.argv", ["edgedeploy", *argv])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and fragment in err and "Traceback" not in err
+
+
+def test_help_and_version_still_exit_0(monkeypatch, capsys):
+    from edgedeploy.cli import main
+
+    for argv in (["--help"], ["--version"], ["compile", "-h"]):
+        monkeypatch.setattr("sys.argv", ["edgedeploy", *argv])
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code == 0 and capsys.readouterr().err == ""

@@ -10,6 +10,32 @@ from __future__ import annotations
 
 def main() -> None:
     """The ``edgedeploy`` console script."""
+    import sys
+
+    import typer
+    from typer.exceptions import TyperException
+
     from .app import app
 
-    app()
+    try:
+        code = app(standalone_mode=False)
+    except TyperException as exc:  # a bad option or value: one line, not the framed usage block
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # a group given no command: its help
+            print(ctx.get_help())
+            _usage_line(f"`{ctx.command_path}` needs a command", ctx)
+        else:
+            _usage_line(exc.format_message(), ctx)
+        code = exc.exit_code
+    except typer.Abort:
+        _usage_line("aborted", None)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_line(message: str, ctx: object) -> None:
+    from .common import _error_line
+
+    path = getattr(ctx, "command_path", "") or "edgedeploy"
+    text = " ".join(str(message).split()).rstrip(".")
+    _error_line(f"{text}. see `{path} -h` for the options")
