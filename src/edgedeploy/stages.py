@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import EdgeDeployError, UsageError
+from .errors import EdgeDeployError, InvalidInputError, UsageError
 from .fsutil import lock_run_dir, sha256_file, sha256_json, staging_dir
 from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
@@ -49,6 +49,11 @@ class RunContext:
         for part in parts:
             if not is_valid("target", part):
                 check_name("target", part, f"{self.run_dir}: stage {stage_id!r}: name", UsageError)
+        for depth in range(1, len(parts)):  # a link on the way would put the stage's files outside the run
+            folder = self.run_dir.joinpath(*parts[:depth])
+            if folder.is_symlink():
+                raise InvalidInputError(f"{folder} is a link; the folders inside a run folder must be its own",
+                                        "remove the link (edgedeploy writes nothing through it)")
         return self.run_dir.joinpath(*parts)
 
 

@@ -53,6 +53,24 @@ def test_stage_folders_stay_inside_the_run(tmp_path):
             ctx.stage_dir(bad)
 
 
+def test_a_link_inside_the_run_folder_is_refused(tmp_path):
+    from edgedeploy.errors import InvalidInputError
+    from edgedeploy.fsutil import release_run_dirs
+    from edgedeploy.stages import RunContext
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "compile").symlink_to(victim)
+    ctx = RunContext.open(tmp_path / "run")
+    try:
+        with pytest.raises(InvalidInputError, match="is a link"):
+            ctx.stage_dir("compile/pcqat/ethos-u55-128")
+    finally:
+        release_run_dirs()
+    assert list(victim.iterdir()) == []
+
+
 def test_promote_never_leaves_its_folder(tmp_path):
     from edgedeploy.fsutil import new_staging_dir, promote
 
