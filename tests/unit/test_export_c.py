@@ -110,6 +110,7 @@ def test_names_and_sections():
     assert ex.default_name("pruned-clustered") == "pruned_clustered"
     assert ex.default_name("8bit") == "m_8bit"
     assert ex.check_c_name(ex.default_name("_x")) == "m_x"
+    assert ex.check_c_name(ex.default_name("int")) == "m_int"
     assert ex.check_section("$nn.model_1") == "$nn.model_1"
     for bad in ("a b", "", "x;y"):
         with pytest.raises(UsageError):

@@ -58,7 +58,7 @@ def check_c_name(name: str) -> str:
 def default_name(leaf: str) -> str:
     """A C identifier from a leaf name; the same rule as CMake's ``string(MAKE_C_IDENTIFIER)``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", leaf) or "model"
-    if not name[0].isalpha():
+    if not name[0].isalpha() or name in _C_KEYWORDS or name in C_KEYWORDS:  # a variant named 9abc, _x or int
         name = "m_" + name.lstrip("_")
     return name[:63]
 
