@@ -181,8 +181,17 @@ def user_spec(ref: str) -> MetricSpec:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"metric '{ref}' cannot be loaded ({exc})", "put the module on PYTHONPATH") from None
-    return MetricSpec(ref, name, str(getattr(fn, "unit", "")), bool(getattr(fn, "higher_is_better", True)),
-                      lambda y, out: float(fn(y, out)))
+    if not callable(fn):
+        raise UsageError(f"metric '{ref}' is not a function", "name a function(targets, outputs) -> float")
+
+    def measure(y, out) -> float:
+        try:
+            return float(fn(y, out))
+        except Exception as exc:  # the user's own code: its failure is one line naming it, not an internal error
+            raise UsageError(f"metric '{ref}' failed ({type(exc).__name__}: {exc})",
+                             "fix the function: it takes (targets, outputs) and returns a number") from None
+
+    return MetricSpec(ref, name, str(getattr(fn, "unit", "")), bool(getattr(fn, "higher_is_better", True)), measure)
 
 
 def _output_activation(model) -> str:

@@ -166,3 +166,14 @@ def test_a_single_sigmoid_unit_with_labels_is_refused_with_the_fix():
         decide(_model((8,), (1,), "sigmoid"), None, "d.npz", np.array([0, 1, 1, 0]))
     assert "one output unit" in err.value.one_line() and "--loss mean_squared_error" in err.value.one_line()
     assert decide(_model((8,), (1,)), None, "d.npz", np.array([0.5, 1.5]), loss="mse").kind == "regression"
+
+
+def test_a_user_metric_that_fails_is_one_usage_error():
+    from edgedeploy.errors import UsageError
+    from edgedeploy.task import user_spec
+
+    spec = user_spec("os.path:join")  # join(ndarray, ndarray) raises TypeError
+    with pytest.raises(UsageError, match=r"metric 'os.path:join' failed \(TypeError"):
+        spec.fn(np.zeros(3), np.zeros(3))
+    with pytest.raises(UsageError, match="is not a function"):
+        user_spec("os:sep")
