@@ -114,6 +114,9 @@ class StageRecord:
             k: Metric(m.get("value"), m.get("unit", ""), m.get("mode", "computed"), m.get("unavailable"))
             for k, m in data.pop("metrics", {}).items()
         }
+        for k, m in metrics.items():  # every metric edgedeploy records is a number; text here is a damaged file
+            if m.value is not None and (isinstance(m.value, bool) or not isinstance(m.value, (int, float))):
+                raise TypeError(f"metric {k!r} of {data.get('id')!r} is {m.value!r}, not a number")
         return cls(
             tool=ToolInfo(**tool) if tool else None, inputs=inputs, outputs=outputs, metrics=metrics, **data
         )

@@ -143,3 +143,21 @@ def test_stale_staging_of_a_killed_run_is_removed_and_nothing_else(tmp_path):
     release_run_dirs()
     left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
     assert left == [".edgedeploy.lock", "compile", "compile/v", "compile/v/mine.part", "manifest.json"]
+
+
+def test_a_metric_that_is_not_a_number_is_a_damaged_manifest(tmp_path):
+    import json
+
+    from edgedeploy.errors import InvalidInputError
+    from edgedeploy.manifest import Manifest
+
+    stage = {"id": "compile/m/ethos-u55-128", "stage": "compile", "status": "ok", "variant": "m",
+             "target": "ethos-u55-128", "metrics": {"sram_bytes": {"value": "NaN", "unit": "B"}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
+    with pytest.raises(InvalidInputError, match="metric 'sram_bytes'.*not a number"):
+        Manifest.load(tmp_path)
+    stage["metrics"]["sram_bytes"]["value"] = 1024
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
+    assert Manifest.load(tmp_path).records["compile/m/ethos-u55-128"].metric("sram_bytes") == 1024
