@@ -8,6 +8,7 @@ arguments, on which inputs, what it wrote, what it measured). ``report`` and
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -114,9 +115,15 @@ class StageRecord:
             k: Metric(m.get("value"), m.get("unit", ""), m.get("mode", "computed"), m.get("unavailable"))
             for k, m in data.pop("metrics", {}).items()
         }
-        for k, m in metrics.items():  # every metric edgedeploy records is a number; text here is a damaged file
-            if m.value is not None and (isinstance(m.value, bool) or not isinstance(m.value, (int, float))):
-                raise TypeError(f"metric {k!r} of {data.get('id')!r} is {m.value!r}, not a number")
+        for k, m in metrics.items():  # every metric edgedeploy records is a finite number; else a damaged file
+            if m.value is not None and (isinstance(m.value, bool) or not isinstance(m.value, (int, float))
+                                        or abs(m.value) > 2**63 or not math.isfinite(m.value)):
+                raise TypeError(f"metric {k!r} of {data.get('id')!r} is {m.value!r:.40}, not a number")
+        for name, kind in (("id", str), ("stage", str), ("params", dict), ("details", dict), ("warnings", list)):
+            if name in data and not isinstance(data[name], kind):
+                raise TypeError(f"{name!r} of stage {data.get('id')!r} is {type(data[name]).__name__}")
+        if data.get("status") not in ("ok", "failed", "cached"):
+            raise ValueError(f"stage {data.get('id')!r} has status {data.get('status')!r}")
         return cls(
             tool=ToolInfo(**tool) if tool else None, inputs=inputs, outputs=outputs, metrics=metrics, **data
         )
@@ -142,6 +149,13 @@ class Manifest:
         self.created: str = data.get("created") or now_iso()
         self.tools: dict[str, str] = dict(data.get("tools", {}))
         self.targets: dict[str, Any] = dict(data.get("targets", {}))
+        for name, target in self.targets.items():  # what report and export compute with
+            if not isinstance(target, dict):
+                raise TypeError(f"target {name!r} is {type(target).__name__}, not a table")
+            for key in ("npu_hz", "macs_per_cycle"):
+                value = target.get(key)
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                    raise ValueError(f"target {name!r}: {key} is {value!r}, not a positive integer")
         self.info: dict[str, Any] = dict(data.get("info", {}))
         self.records: dict[str, StageRecord] = {
             r["id"]: StageRecord.from_dict(r) for r in data.get("stages", [])

@@ -157,6 +157,21 @@ def test_a_metric_that_is_not_a_number_is_a_damaged_manifest(tmp_path):
         {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
     with pytest.raises(InvalidInputError, match="metric 'sram_bytes'.*not a number"):
         Manifest.load(tmp_path)
+    for bad in (float("nan"), 10**400):
+        stage["metrics"]["sram_bytes"]["value"] = bad
+        (tmp_path / "manifest.json").write_text(json.dumps(
+            {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
+        with pytest.raises(InvalidInputError, match="not a number"):
+            Manifest.load(tmp_path)
+    for key, bad in (("details", []), ("warnings", 5), ("status", "weird")):
+        (tmp_path / "manifest.json").write_text(json.dumps(
+            {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [{**stage, key: bad}]}))
+        with pytest.raises(InvalidInputError, match="is damaged"):
+            Manifest.load(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"schema": "edgedeploy.manifest", "schema_version": 1, "targets": {"t": {"npu_hz": "fast"}}}))
+    with pytest.raises(InvalidInputError, match="npu_hz is 'fast'"):
+        Manifest.load(tmp_path)
     stage["metrics"]["sram_bytes"]["value"] = 1024
     (tmp_path / "manifest.json").write_text(json.dumps(
         {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
