@@ -19,6 +19,16 @@ from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
 
 
+def _walk_requirements(manifest: Manifest, requirements: Requirements) -> Requirements:
+    """With none given, the requirements a ``--walk`` judged this run by (recorded in its manifest), so the
+    report's recommendations agree with the walk's."""
+    recorded = (manifest.info.get("walk") or {}).get("requirements") or {}
+    values = {k: recorded.get(k) for k in Requirements.KEYS if recorded.get(k) is not None}
+    if requirements.given() or requirements.sources or not values:
+        return requirements
+    return Requirements(**values, sources=(f"the walk recorded in {manifest.path}",))
+
+
 def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True,
                  html: bool = False) -> dict:
     """The report document of ``run_dir``: rows, judgments and recommendations (schema ``edgedeploy.report``).
@@ -27,6 +37,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
     the key ``html``, which the JSON and CSV formats leave out.
     """
     manifest = Manifest.load(Path(run_dir))
+    requirements = _walk_requirements(manifest, requirements)
     variants = _variants(manifest)
     if not variants:
         raise InvalidInputError(
