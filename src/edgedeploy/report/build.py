@@ -9,7 +9,7 @@ from .. import __version__
 from ..errors import InvalidInputError
 from ..fsutil import sha256_file
 from ..manifest import Manifest, now_iso
-from ..npu_compute import npu_compute_values
+from ..npu_compute import bound_layers_note, npu_compute_values
 from .tree import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
@@ -88,6 +88,10 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
                        for c in value_columns(rows)}
     notes += size_budget_misses(manifest, rows)
+    for t in sorted({rec.target for v in variants for rec in v.compiles if rec.target}):
+        note = bound_layers_note(t, [(v.name, (rec.details or {}).get("npu_compute"))
+                                     for v in variants for rec in v.compiles if rec.target == t])
+        notes += [note] if note else []
     targets = sorted({r["target"] for r in rows if r["target"]})
     pareto: dict[str, Any] = {}
     recommendations: dict[str, Any] = {}
