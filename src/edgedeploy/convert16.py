@@ -18,7 +18,8 @@ import numpy as np
 from .convert import quantizing_converter
 from .errors import ToolFailedError
 
-_OP_RE = re.compile(r"'(tfl\.[a-z_0-9]+)'|op '?([A-Z_0-9]{3,})'?|operation '?([A-Za-z_.0-9]+)'?")
+# e.g. "Quantization to 16x8-bit not yet supported for op: 'UNIDIRECTIONAL_SEQUENCE_LSTM'." (TF 2.21, an LSTM)
+_OP_RE = re.compile(r"'(tfl\.[a-z_0-9]+)'|op:? '?([A-Z_0-9]{3,})'?|operation '?([A-Za-z_.0-9]+)'?")
 
 
 def _failed_operator(message: str) -> str | None:

@@ -106,3 +106,29 @@ def npu_compute_values(row: dict[str, Any], rows: list[dict[str, Any]], referenc
     total = (compute or 0) + (memory or 0)
     values["compute_bound_pct"] = cell(100.0 * compute / total if compute is not None and total else None, "%",
                                        "no per-layer Vela estimate recorded (compiled before edgedeploy recorded it)")
+
+
+
+def _layer(name: str) -> str:
+    """``model/quant_conv2d_1/BiasAdd/ReadVariableOp1`` -> ``conv2d_1`` (the Keras layer of a Vela row)."""
+    parts = [p for p in name.split("/") if p]
+    layer = parts[1] if len(parts) > 1 else (parts[0] if parts else name)
+    return layer.removeprefix("quant_")
+
+
+def bound_layers_note(target: str, leaves: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """One line naming, per leaf, which of the layers that multiply (MACs > 0) Vela estimates compute-bound
+    on ``target`` (fewer MACs, e.g. 2:4 sparsity, make only those faster) and which memory-bound.
+    ``leaves`` are (leaf, compile ``details["npu_compute"]``)."""
+    parts = []
+    for leaf, facts in leaves:
+        bound: dict[str, str] = {}
+        for r in (facts or {}).get("layers") or []:
+            if r.get("macs"):
+                name = _layer(r["name"])
+                bound[name] = "compute" if r["bound"] == "compute" or bound.get(name) == "compute" else "memory"
+        if bound:
+            compute = [n for n, b in bound.items() if b == "compute"]
+            memory = [n for n, b in bound.items() if b == "memory"]
+            parts.append(f"{leaf}: compute {', '.join(compute) or 'none'}; memory {', '.join(memory) or 'none'}")
+    return f"{target}: compute- and memory-bound layers (Vela's per-layer estimate): " + " | ".join(parts) if parts else None

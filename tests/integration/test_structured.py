@@ -146,3 +146,19 @@ def test_float16_and_dynamic_range_are_refused_as_not_npu_formats():
     for leaf in ("float16", "dynamic_range"):
         with pytest.raises(UsageError, match="not an NPU format"):
             load_recipe(overrides={"leaves": ["ptq", leaf]})
+
+
+def test_ptq_16x8_names_an_lstm_the_converter_has_no_16x8_kernel_for():
+    from edgedeploy import tfenv
+    from edgedeploy.convert16 import convert_16x8
+    from edgedeploy.errors import ToolFailedError
+
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 4))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.LSTM(4)(inp)))
+    x = np.random.default_rng(0).normal(size=(16, 8, 4)).astype(np.float32)
+    with pytest.raises(ToolFailedError) as err:
+        convert_16x8(model, x, source="lstm.h5")
+    assert "operator UNIDIRECTIONAL_SEQUENCE_LSTM has no 16x8" in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)

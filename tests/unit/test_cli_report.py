@@ -62,3 +62,18 @@ def test_cli_gate(tmp_path):
     bad = run_cli("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "csv")
     assert bad.returncode == 10
     assert "1 regression(s)" in bad.stderr and "total cycles" in bad.stderr
+
+
+def test_a_walked_run_is_reported_against_the_walks_requirements(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    data = json.loads((run / "manifest.json").read_text())
+    data.setdefault("info", {})["walk"] = {"requirements": {"max_flash": 20480, "max_sram": None,
+                                                            "sources": ["edgedeploy.toml [requirements]"]}}
+    (run / "manifest.json").write_text(json.dumps(data))
+    proc = run_cli("report", run, "--json", cwd=tmp_path)  # no project file here: the walk's requirements apply
+    assert proc.returncode == 8 and "no leaf meets max_flash" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["requirements"]["max_flash"] == 20480
+    assert run_cli("report", run, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0  # given ones win

@@ -59,3 +59,14 @@ def test_with_a_latency_requirement_fewer_cycles_come_before_a_smaller_flash():
     assert pick(Requirements())["leaf"] == "unstructured"  # no latency requirement: the smaller flash
     chosen = pick(Requirements(max_latency_ms=1.0))
     assert chosen["leaf"] == "two_of_four" and "fewest cycles" in chosen["message"]
+
+
+def test_the_report_note_names_each_multiplying_layer_compute_or_memory_bound():
+    from edgedeploy.npu_compute import bound_layers_note
+
+    facts = compute_facts(parse_per_layer_csv(U85.read_text()))
+    note = bound_layers_note("ethos-u85-256", [("ptq", facts), ("none", {})])
+    compute, memory = note.split("ptq: compute ")[1].split("; memory ")
+    # recorded: model/conv2d/Conv2D1 waits on DRAM (11718 > NPU 8788), model/conv2d_1/Conv2D1 on the NPU
+    assert "conv2d" in memory.split(", ") and "conv2d_1" in compute.split(", ")
+    assert "none:" not in note and bound_layers_note("ethos-u85-256", [("ptq", {})]) is None

@@ -61,3 +61,19 @@ def test_compare_accuracy_and_missing_rows(doc):
     new["rows"] = [r for r in doc["rows"] if r["leaf"] != "resnet8_mlperf"]
     comp = compare_reports(doc, new, DEFAULT_TOLERANCES)
     assert sum("missing now" in x["text"] for x in comp["regressions"]) == 2
+
+
+def test_compare_gates_leaves_not_compiled_with_their_metric_direction(doc):
+    def uncompiled(mse):
+        d = copy.deepcopy(doc)
+        d["rows"] = [{"leaf": "pqat", "target": None, "values": {
+            "int8_metric": {"value": mse, "unit": "", "mode": "measured", "metric": "mse", "higher_is_better": False}}}]
+        return d
+
+    comp = compare_reports(uncompiled(0.07), uncompiled(0.15), DEFAULT_TOLERANCES, "old.json")
+    assert [(x["leaf"], x["target"], x["metric"]) for x in comp["regressions"]] == [("pqat", None, "metric")]
+    assert comp["regressions"][0]["text"].startswith("pqat: int8 mse 0.07 → 0.15")
+    assert compare_reports(uncompiled(0.15), uncompiled(0.07), DEFAULT_TOLERANCES)["passed"]  # lower MSE is better
+    compiled = copy.deepcopy(doc)
+    compiled["rows"] = [{**r, "leaf": "pqat"} for r in doc["rows"][:1]]
+    assert compare_reports(uncompiled(0.07), compiled, DEFAULT_TOLERANCES)["passed"]  # compiled since

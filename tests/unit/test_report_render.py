@@ -94,3 +94,15 @@ def test_html_without_plot_inputs_says_so(doc):
     page = render_html(doc)
     assert "<img " in page  # the plots drawn from the rows
     assert "the report document carries no plot inputs" in page
+
+
+def test_requirements_line_states_each_limit_in_its_own_unit():
+    from edgedeploy.report.render.cells import _req_text
+
+    doc = {"requirements": {"max_metric_drop": 0.01, "max_npu_cycles": 50000, "max_accuracy_drop": 1.0,
+                            "sources": ["command line"]},
+           "rows": [{"leaf": "ptq", "values": {"int8_metric": {"value": 0.18, "metric": "mse"}}}]}
+    text = _req_text(doc)
+    assert "max_metric_drop = 0.01 (int8 mse worse than the ptq leaf's, in its own unit)" in text
+    assert "max_npu_cycles = 50,000 cycles" in text
+    assert "max_accuracy_drop = 1 pts (int8 accuracy below the ptq leaf)" in text

@@ -129,6 +129,12 @@ def optimize_cmd(
                               f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False, markup=False)
 
 
+def _keras_layer(tensor: str) -> str:
+    """``model/quant_conv2d/Conv2D`` (an int8 kernel's tensor) -> ``conv2d``."""
+    parts = tensor.split("/")
+    return (parts[1] if len(parts) > 1 else tensor).removeprefix("quant_")
+
+
 def leaves_json(outcome) -> dict:
     from .. import __version__
 
@@ -146,6 +152,9 @@ def leaves_json(outcome) -> dict:
             extra = {"metric": judged, "delta_int8_metric_vs_ptq": None if mine is None or theirs is None
                      else round(mine - theirs, 6)}
         kept = [r for r in rec.details.get("preservation", []) if r["status"] not in ("ok",)]
+        # palette leaves check 2:4 on their int8 file only: name the layers that check left out, too
+        kept += [{**r, "layer": _keras_layer(r["layer"])} for r in rec.details.get("pattern_2of4", [])
+                 if r["status"] == "left out" and _keras_layer(r["layer"]) not in {k["layer"] for k in kept}]
         leaves.append({
             "leaf": leaf,
             "node": rec.details.get("node"),

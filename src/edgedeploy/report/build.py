@@ -9,7 +9,7 @@ from .. import __version__
 from ..errors import InvalidInputError
 from ..fsutil import sha256_file
 from ..manifest import Manifest, now_iso
-from ..npu_compute import npu_compute_values
+from ..npu_compute import bound_layers_note, npu_compute_values
 from .tree import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
@@ -17,6 +17,16 @@ from .collect import _accuracy_values, _compile_values, _fit, _variants
 from .judge import _check_requirements, _pareto, _recommend, size_budget_misses
 from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
+
+
+def _walk_requirements(manifest: Manifest, requirements: Requirements) -> Requirements:
+    """With none given, the requirements a ``--walk`` judged this run by (recorded in its manifest), so the
+    report's recommendations agree with the walk's."""
+    recorded = (manifest.info.get("walk") or {}).get("requirements") or {}
+    values = {k: recorded.get(k) for k in Requirements.KEYS if recorded.get(k) is not None}
+    if requirements.given() or requirements.sources or not values:
+        return requirements
+    return Requirements(**values, sources=(f"the walk recorded in {manifest.path}",))
 
 
 def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True,
@@ -27,6 +37,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
     the key ``html``, which the JSON and CSV formats leave out.
     """
     manifest = Manifest.load(Path(run_dir))
+    requirements = _walk_requirements(manifest, requirements)
     variants = _variants(manifest)
     if not variants:
         raise InvalidInputError(
@@ -77,6 +88,10 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
                        for c in value_columns(rows)}
     notes += size_budget_misses(manifest, rows)
+    for t in sorted({rec.target for v in variants for rec in v.compiles if rec.target}):
+        note = bound_layers_note(t, [(v.name, (rec.details or {}).get("npu_compute"))
+                                     for v in variants for rec in v.compiles if rec.target == t])
+        notes += [note] if note else []
     targets = sorted({r["target"] for r in rows if r["target"]})
     pareto: dict[str, Any] = {}
     recommendations: dict[str, Any] = {}

@@ -48,15 +48,20 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
     """What got worse (beyond the tolerance), better or changed between two reports, row by row."""
 
     def index(doc: Mapping[str, Any]) -> dict[tuple, Mapping[str, Any]]:
-        return {(r["leaf"], r.get("target")): r for r in doc["rows"] if r.get("target")}
+        # A leaf not compiled for any target has one row with target None: its int8 metric is still gated.
+        return {(r["leaf"], r.get("target")): r for r in doc["rows"]}
 
     old_rows, new_rows = index(old), index(new)
+    new_leaves = {leaf for leaf, _ in new_rows}
     regressions, changes = [], []
     for key in sorted(old_rows, key=lambda k: (k[1] or "", _leaf_order(k[0]))):
         leaf, target = key
+        where = f"{leaf} on {target}" if target else leaf
+        if key not in new_rows and target is None and leaf in new_leaves:
+            continue  # compiled since: its rows per target are compared with the reference's own
         if key not in new_rows:
             regressions.append({"leaf": leaf, "target": target, "metric": None,
-                                "text": f"{leaf} on {target}: in {against or 'the reference'} but missing now"})
+                                "text": f"{where}: in {against or 'the reference'} but missing now"})
             continue
         o_vals, n_vals = old_rows[key].get("values", {}), new_rows[key]["values"]
         for name, (vkey, higher_better, label, unit) in GATED.items():
@@ -68,11 +73,11 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
                 continue
             base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
             if n is None:
-                regressions.append({**base, "text": f"{leaf} on {target}: {label} was {_fmt_gated(o, unit)}, now "
+                regressions.append({**base, "text": f"{where}: {label} was {_fmt_gated(o, unit)}, now "
                                                     f"unavailable ({n_vals.get(vkey, {}).get('unavailable', '')})"})
                 continue
             if o is None:
-                changes.append({**base, "text": f"{leaf} on {target}: {label} now {_fmt_gated(n, unit)} "
+                changes.append({**base, "text": f"{where}: {label} now {_fmt_gated(n, unit)} "
                                                 "(unavailable in the reference)"})
                 continue
             if n == o:
@@ -82,13 +87,14 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
             rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
             diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
                     f"{n - o:+,.0f}")
-            text = (f"{leaf} on {target}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
+            text = (f"{where}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
             if worse_by > tol.allowed(o) + 1e-9:
                 regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})
             else:
                 verdict = "better" if worse_by < 0 else f"within the tolerance {name}={tol}"
                 changes.append({**base, "text": f"{text}; {verdict}"})
-    added = [f"{leaf} on {target}" for (leaf, target) in new_rows if (leaf, target) not in old_rows]
+    added = [f"{leaf} on {target}" if target else leaf for (leaf, target) in new_rows
+             if (leaf, target) not in old_rows]
     return {
         "against": against,
         "against_created": old.get("created"),

@@ -94,6 +94,12 @@ def _req_text(doc: Mapping[str, Any]) -> list[str]:
             shown.append(f"{k} = {int(v):,} B")
         elif k == "max_latency_ms":
             shown.append(f"{k} = {v:g} ms")
+        elif k == "max_npu_cycles":
+            shown.append(f"{k} = {int(v):,} cycles")
+        elif k == "max_metric_drop":
+            cells = [(r.get("values") or {}).get("int8_metric") or {} for r in doc.get("rows", [])]
+            metric = next((c["metric"] for c in cells if c.get("metric")), "metric")
+            shown.append(f"{k} = {v:g} (int8 {metric} worse than the ptq leaf's, in its own unit)")
         else:
             shown.append(f"{k} = {v:g} pts (int8 accuracy below the ptq leaf)")
     src = req.get("sources") or []

@@ -1,0 +1,31 @@
+"""The optimize command's leaf table names the layers 2:4 left out, palette leaves included."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from edgedeploy.cli.optimize import leaves_json
+from edgedeploy.manifest import StageRecord
+
+
+def _rec(leaf, details):
+    return StageRecord.from_dict({
+        "id": f"convert/{leaf}", "stage": "convert", "status": "ok", "variant": leaf, "details": details,
+        "metrics": {"int8_accuracy": {"value": 0.5}, "gzip_bytes": {"value": 100}},
+        "outputs": [{"role": "int8_model", "path": f"convert/{leaf}/model_int8.tflite", "sha256": "0", "bytes": 1}],
+    })
+
+
+def test_a_palette_leaf_names_the_layers_its_int8_2of4_check_left_out():
+    # the rows a 2:4 pcqat_palette leaf recorded (convert/pcqat_palette details.pattern_2of4 of a real run)
+    pattern = [
+        {"layer": "model/quant_conv2d/Conv2D", "kind": "Conv2D", "where": "int8", "pattern": "2:4",
+         "status": "left out", "note": "3 input channels, not a multiple of 4"},
+        {"layer": "model/quant_conv2d_1/Conv2D", "kind": "Conv2D", "where": "int8", "pattern": "2:4", "groups": 108,
+         "groups_short": 0, "status": "ok", "note": ""},
+    ]
+    outcome = SimpleNamespace(run_dir="run", leaves={"ptq": _rec("ptq", {}), "pcqat_palette": _rec("pcqat_palette",
+                                                                                    {"pattern_2of4": pattern})})
+    notes = {d["leaf"]: d["preservation_notes"] for d in leaves_json(outcome)["leaves"]}
+    assert [(r["layer"], r["status"]) for r in notes["pcqat_palette"]] == [("conv2d", "left out")]
+    assert notes["ptq"] == []
