@@ -56,3 +56,16 @@ def test_help_and_version_still_exit_0(monkeypatch, capsys):
         with pytest.raises(SystemExit) as done:
             main()
         assert done.value.code == 0 and capsys.readouterr().err == ""
+
+
+def test_an_output_path_too_long_is_one_line(monkeypatch, capsys, tmp_path):
+    from edgedeploy.cli import main
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(b"")
+    monkeypatch.setattr("sys.argv", ["edgedeploy", "compile", str(model), "-t", "ethos-u55-128",
+                                     "-o", str(tmp_path / ("d" * 300))])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err
+    assert done.value.code == 3 and err.count("\n") == 1 and "File name too long" in err

@@ -51,4 +51,7 @@ def _prestart(group: TyperGroup, ctx, args: list[str]) -> Any:
         return None
     if opts.get("help"):
         return None
-    return hook({p.name: opts.get(p.name, p.default) for p in cmd.params if p.name})
+    try:
+        return hook({p.name: opts.get(p.name, p.default) for p in cmd.params if p.name})
+    except OSError:  # a path that cannot be looked at (a name too long, no permission): the command says so
+        return None
