@@ -86,15 +86,20 @@ def shutdown_ray(ray) -> None:
     _auth_mode_unset = False
 
 
+def import_ray():
+    """The ``ray`` module, or :class:`~edgedeploy.errors.ToolMissingError` saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ToolMissingError("Ray is not installed", "pip install 'edgedeploy[ray]' (ray==2.60.0)") from exc
+    return ray
+
+
 class RayExecutor:
     """The same interface as :class:`~edgedeploy.vela_pool.VelaPool`, on Ray."""
 
     def __init__(self, address: str | None = None, jobs: int | None = None) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise ToolMissingError("Ray is not installed", "pip install 'edgedeploy[ray]' (ray==2.60.0)") from exc
-        self._ray = ray
+        self._ray = import_ray()
         self._address = address or os.environ.get("RAY_ADDRESS")
         self._jobs = jobs
         self._started_here = False

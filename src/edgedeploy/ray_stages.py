@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from .errors import ToolMissingError
+from .ray_executor import import_ray, init_ray
 
 
 def _call_with_env(fn: Callable[..., Any], *args: Any) -> Any:
@@ -28,11 +28,7 @@ class RayStages:
     """Run ``fn(env, *args)`` as one Ray task at a time; Ray starts on the first call."""
 
     def __init__(self, address: str | None = None) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise ToolMissingError("Ray is not installed", "pip install 'edgedeploy[ray]' (ray==2.60.0)") from exc
-        self._ray = ray
+        self._ray = import_ray()
         self._address = address or os.environ.get("RAY_ADDRESS")
         self._task = None
         self._started_here = False
@@ -40,8 +36,6 @@ class RayStages:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         ray = self._ray
         if self._task is None:
-            from .ray_executor import init_ray
-
             if not ray.is_initialized():
                 kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
                 if self._address:
