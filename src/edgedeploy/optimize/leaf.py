@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +110,57 @@ def leaf_int8(model, qat: bool, leaf: str, data: Dataset, recipe: Recipe
     return float_acc, int8, calibrated_on
 
 
+@dataclass
+class ConvertedLeaf:
+    """A leaf's int8 model, written into its stage folder, with its float and int8 scores on the evaluation split."""
+
+    node: str
+    int8: bytes
+    path: Path
+    float_values: dict[str, float]
+    int8_values: dict[str, float]
+    calibrated_on: str | None
+
+
+def convert_and_score(model, leaf: str, out: Path, data: Dataset, recipe: Recipe) -> ConvertedLeaf:
+    """:func:`leaf_int8` of ``model`` (the leaf's Keras model), its int8 model written to ``out``, and scored."""
+    node = LEAVES[leaf]
+    float_acc, int8, calibrated_on = leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
+    target = out / INT8_MODEL
+    target.write_bytes(int8)
+    return ConvertedLeaf(node, int8, target, float_acc, int8_scores(int8, data), calibrated_on)
+
+
+def leaf_result(leaf: ConvertedLeaf, data: Dataset, recipe: Recipe, t0: float, preservation: list,
+                warnings: list[str], *, extra_metrics: dict[str, Metric] | None = None,
+                extra_details: dict[str, Any] | None = None) -> StageResult:
+    """The convert stage's result: scores, sizes and time as metrics (``extra_metrics`` before the time), the
+    preservation rows (then ``extra_details``), the data and the calibration as details."""
+    leaf_metrics = {
+        **metrics(data, "float", leaf.float_values),
+        **metrics(data, "int8", leaf.int8_values),
+        "tflite_bytes": Metric(len(leaf.int8), "B", "measured"),
+        "gzip_bytes": Metric(gzip_size(leaf.int8), "B", "measured"),
+        **(extra_metrics or {}),
+        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
+    }
+    return StageResult(
+        outputs={"int8_model": leaf.path},
+        metrics=leaf_metrics,
+        details={
+            "node": leaf.node,
+            **({} if task_of(data).classifier else {"metric": metric_details(data)}),
+            "preservation": preservation,
+            **(extra_details or {}),
+            "data": data.describe(),
+            "calibration": leaf.calibrated_on,
+            "accuracy_split": data.describe()["eval_split"],
+            "float_io": recipe.float_io,
+        },
+        warnings=warnings,
+    )
+
+
 def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
     """The convert stage of a leaf of a TFMOT node (float or QAT)."""
     tfenv_seed(recipe.seed)
@@ -117,34 +170,11 @@ def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Datas
         model = load_qat(env, inputs["parent_model"], inputs["model"], node)
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
-    float_acc, int8, calibrated_on = leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
-    target = out / INT8_MODEL
-    target.write_bytes(int8)
-    int8_acc = int8_scores(int8, data)
+    converted = convert_and_score(model, leaf, out, data, recipe)
     keras_stats = keras_weight_stats(model)
     int8_kernels: list = []
-    int8_found = int8_stats(int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
+    int8_found = int8_stats(converted.int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
     found = verdict(node, "int8", int8_found, recipe, [], kernels=int8_kernels)
     preserve.raise_failures(found, f"{leaf} (int8)")
-    leaf_metrics = {
-        **metrics(data, "float", float_acc),
-        **metrics(data, "int8", int8_acc),
-        "tflite_bytes": Metric(len(int8), "B", "measured"),
-        "gzip_bytes": Metric(gzip_size(int8), "B", "measured"),
-        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
-    }
-    return StageResult(
-        outputs={"int8_model": target},
-        metrics=leaf_metrics,
-        details={
-            "node": node,
-            **({} if task_of(data).classifier else {"metric": metric_details(data)}),
-            "preservation": found.rows,
-            "data": data.describe(),
-            "calibration": calibrated_on,
-            "accuracy_split": data.describe()["eval_split"],
-            "float_io": recipe.float_io,
-        },
-        warnings=found.warnings,
-    )
+    return leaf_result(converted, data, recipe, t0, found.rows, found.warnings)
 

@@ -14,8 +14,8 @@ from ...errors import InvalidInputError, PreservationError
 from ...recipe import PALETTE_PLAN_VERSION
 from ...tree import LEAVES, NODE_TABLE, QAT_NODES
 from ..fit import fine_tune
-from ..leaf import FLOAT_MODEL, INT8_MODEL, QAT_WEIGHTS, leaf_int8, tfenv_seed
-from ..scoring import float_scores, int8_scores, metric_details, metrics, task_of
+from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, tfenv_seed
+from ..scoring import float_scores, metrics, task_of
 from ..techniques import start_qat_ranges
 from .projection import DAMP, PALETTE_LIMIT
 from .debugdb import WEIGHT_OPS, layer_of_tensor
@@ -213,9 +213,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
 
 def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):
     """The convert stage of a palette leaf (the registry's "palette_int8" conversion)."""
-    from ...convert import gzip_size
     from ...manifest import Metric
-    from ...stages import StageResult
 
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -226,37 +224,14 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
         model = load_palette_qat(inputs["parent_model"], inputs["model"], plan, recipe.seed, doc["batch_norm_factors"])
     else:
         model = env.keras.models.load_model(inputs["model"], compile=False)
-    float_acc, int8, calibrated_on = leaf_int8(model, node in QAT_NODES, leaf, data, recipe)
-    target = out / INT8_MODEL
-    target.write_bytes(int8)
-    int8_acc = int8_scores(int8, data)
-    rows = int8_palette_rows(int8, model, plan, out)
+    converted = convert_and_score(model, leaf, out, data, recipe)
+    rows = int8_palette_rows(converted.int8, model, plan, out)
     rows, failures = check_palette(node, rows, recipe.sparsity_tolerance)
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise PreservationError(f"stage {leaf} lost its palette: {failures[0]}{more}",
                                 "report this model; list the layer in skip_layers to leave it as it is")
-    leaf_metrics = {
-        **metrics(data, "float", float_acc),
-        **metrics(data, "int8", int8_acc),
-        "tflite_bytes": Metric(len(int8), "B", "measured"),
-        "gzip_bytes": Metric(gzip_size(int8), "B", "measured"),
-        "max_distinct_int8_per_tensor": Metric(max((r["distinct"] for r in rows), default=0), "count", "measured"),
-        "convert_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),
-    }
     warnings = [f"{r['layer']}: {r['note']}" for r in rows if r["status"] == "warning"]
-    return StageResult(
-        outputs={"int8_model": target},
-        metrics=leaf_metrics,
-        details={
-            "node": node,
-            **({} if task_of(data).classifier else {"metric": metric_details(data)}),
-            "preservation": rows,
-            "plan": plan,
-            "data": data.describe(),
-            "calibration": calibrated_on,
-            "accuracy_split": data.describe()["eval_split"],
-            "float_io": recipe.float_io,
-        },
-        warnings=warnings,
-    )
+    distinct = Metric(max((r["distinct"] for r in rows), default=0), "count", "measured")
+    return leaf_result(converted, data, recipe, t0, rows, warnings,
+                       extra_metrics={"max_distinct_int8_per_tensor": distinct}, extra_details={"plan": plan})
