@@ -125,14 +125,19 @@ def run_project(
     options: CompileOptions | None = None,
 ) -> CompileOutcome:
     """Optimize, convert and compile every leaf of the project's recipe for its targets."""
+    project = load_project(path)
+    return run_model(project.model, project.data, out or project.out, project.recipe,
+                     resolve_targets([*project.targets, *extra_targets]), merged_options(project, options),
+                     trust_lambda=project.trust_lambda)
+
+
+def run_model(model: Path, data: Path, run_dir: Path, recipe: Recipe, targets: Sequence, opts: CompileOptions, *,
+              trust_lambda: bool = False) -> CompileOutcome:
+    """One model's pipeline: its tree (optimize), then every leaf compiled for every target, into ``run_dir``."""
     from .optimize import optimize
     from .stages import RunContext
 
-    project = load_project(path)
-    targets = resolve_targets([*project.targets, *extra_targets])
-    opts = merged_options(project, options)
-    run_dir = out or project.out
-    result = optimize(project.model, project.data, run_dir, project.recipe, trust_lambda=project.trust_lambda,
+    result = optimize(model, data, run_dir, recipe, trust_lambda=trust_lambda,
                       executor=opts.executor, ray_address=opts.ray_address)
     ctx = RunContext.open(run_dir)
     variants = [(leaf, ctx.manifest.resolve(rec.output("int8_model")), rec.id) for leaf, rec in result.leaves.items()]
