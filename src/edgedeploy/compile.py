@@ -10,6 +10,7 @@ import logging
 import re
 import shutil
 import time
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,80 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         warnings=warnings,
         tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *args]),
     )
+
+
+@dataclass
+class PendingCompile:
+    """One compile begun by :func:`start_compile`: Vela (and the bias check) running in a worker."""
+
+    spec: StageSpec
+    key: str
+    model: Path
+    target: Target
+    staged: Path
+    args: list[str]
+    log_path: Path
+    started: str
+    t0: float
+    job: Future
+    misbiased: Future
+
+
+def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None, target: Target,
+                  options: CompileOptions, pool) -> StageRecord | PendingCompile:
+    """One (variant, target) compile of a task graph: the earlier record when unchanged, else Vela started in
+    ``pool`` (a :class:`VelaPool` or a Ray executor); :func:`finish_compile` records it."""
+    ctx.manifest.targets[target.name] = target.to_dict()
+    spec = compile_spec(variant, target, options, parent)
+    key = spec.cache_key({"model": model})
+    rec = cached_record(ctx, spec, key)
+    if rec is not None:
+        return rec
+    staged = new_staging_dir(ctx.stage_dir(spec.id))
+    args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
+    log_path = staged / "vela.log"
+    started, t0 = now_iso(), time.perf_counter()
+    job = pool.submit(args, log_path)
+    return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job,
+                          pool.call(misbiased_descriptions, str(model)))
+
+
+def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
+    """Parse and record a finished compile (raises its error, recorded, when Vela failed)."""
+    spec, target, model, log_path = item.spec, item.target, item.model, item.log_path
+    try:
+        try:
+            job = item.job.result()
+            misbiased = item.misbiased.result()
+        except BrokenProcessPool:
+            raise ToolFailedError(
+                f"Vela's worker process died compiling {model} for target {target.name} (killed by a signal, a "
+                "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file") from None
+        if job.returncode != 0:
+            tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+            raise ToolFailedError(
+                f"Vela failed on {model} for target {target.name} (exit {job.returncode}): {tail}",
+                f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
+                f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
+        result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
+        final = ctx.stage_dir(spec.id)
+        result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
+        promote(item.staged, final)
+    except EdgeDeployError as exc:
+        shutil.rmtree(item.staged, ignore_errors=True)
+        _remove_empty_parents(item.staged.parent, ctx.run_dir)
+        record_failure(ctx, spec, item.key, exc, item.started, time.perf_counter() - item.t0)
+        raise
+    return commit_stage(ctx, spec, item.key, {"model": model}, result, item.staged, item.started, job.seconds)
+
+
+def end_compiles(ctx: RunContext, records: Iterable[StageRecord], options: CompileOptions) -> None:
+    """After the compiles of a task graph: Vela's version in the manifest, and
+    :class:`~edgedeploy.errors.CpuFallbackError` when an operator runs on the CPU and that was not allowed."""
+    ctx.manifest.tools["ethos-u-vela"] = vela_backend.vela_version()
+    ctx.manifest.save()
+    if not options.allow_cpu_ops:
+        _check_cpu_fallback(ctx, records)
 
 
 def compile_variants(

@@ -135,10 +135,7 @@ def run_model(model: Path, data: Path, run_dir: Path, recipe: Recipe, targets: S
               trust_lambda: bool = False) -> CompileOutcome:
     """One model's pipeline: its tree (optimize), then every leaf compiled for every target, into ``run_dir``."""
     from .optimize import optimize
-    from .stages import RunContext
 
-    result = optimize(model, data, run_dir, recipe, trust_lambda=trust_lambda,
-                      executor=opts.executor, ray_address=opts.ray_address)
-    ctx = RunContext.open(run_dir)
-    variants = [(leaf, ctx.manifest.resolve(rec.output("int8_model")), rec.id) for leaf, rec in result.leaves.items()]
-    return compile_variants(ctx, variants, targets, opts)
+    # one task graph: each leaf compiles for every target as soon as it is converted (edgedeploy.taskgraph)
+    return optimize(model, data, run_dir, recipe, trust_lambda=trust_lambda, executor=opts.executor,
+                    ray_address=opts.ray_address, targets=targets, compile_options=opts).compiled

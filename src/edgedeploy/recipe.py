@@ -91,6 +91,9 @@ class Recipe:
     # each trained stage takes at least this many optimizer steps: on little data, epochs are added
     # (edgedeploy.optimize.fitlength; the default is chosen from measurements in docs/walk.md)
     min_steps: int = 300
+    # stages of the tree (train a node, convert a leaf) run at once in worker processes; 1: one at a time, in this
+    # process (edgedeploy.stage_workers; docs/optimize.md has the measurements behind the default)
+    jobs: int = 1
     # the task (edgedeploy.task): a Keras built-in loss and a metric; empty: from the model and the data
     loss: str = ""
     metric: str = ""
@@ -322,6 +325,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         field="qat_ranges"),
     Key("training.min_steps", int, 300, "optimizer steps each trained stage takes at least; epochs are added on "
         "little data (0: epochs as given)", minimum=0, maximum=10**7, field="min_steps"),
+    Key("jobs", int, 1, "stages of the tree (train a node, convert a leaf) run at once, each in its own worker "
+        "process with its share of the cores (1: one at a time, in this process)", minimum=1, maximum=64),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
         minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
     Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,

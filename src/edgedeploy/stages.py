@@ -10,13 +10,14 @@ whose inputs, parameters and tool versions are unchanged is not run again.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import EdgeDeployError, InvalidInputError, UsageError
-from .fsutil import lock_run_dir, sha256_file, sha256_json, staging_dir
+from .fsutil import lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json, staging_dir
 from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
@@ -158,6 +159,53 @@ def record_failure(ctx: RunContext, spec: StageSpec, key: str, error: EdgeDeploy
             seconds=round(seconds, 3),
         )
     )
+
+
+@dataclass
+class PendingStage:
+    """A stage begun by :func:`begin_stage`: its work writes into ``staged``; :func:`end_stage` records it."""
+
+    spec: StageSpec
+    key: str
+    inputs: Mapping[str, Path]
+    staged: Path
+    started: str
+    t0: float
+
+
+def begin_stage(ctx: RunContext, spec: StageSpec, inputs: Mapping[str, Path], *,
+                reuse: bool = True) -> StageRecord | PendingStage:
+    """The first half of :func:`run_stage`: the earlier record when it can be reused, else a fresh staging folder
+    for the stage's work (which may run elsewhere: in a worker process or a Ray task)."""
+    key = spec.cache_key(inputs)
+    if reuse:
+        rec = cached_record(ctx, spec, key)
+        if rec is not None:
+            log.info("stage %s: unchanged, reusing the previous result", spec.id)
+            return rec
+    log.info("stage %s: running", spec.id)
+    staged = new_staging_dir(ctx.stage_dir(spec.id))
+    return PendingStage(spec, key, dict(inputs), staged, now_iso(), time.perf_counter())
+
+
+def end_stage(ctx: RunContext, pending: PendingStage,
+              work: Callable[[], tuple[StageResult, str | None, float | None]]) -> StageRecord:
+    """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
+    it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
+    recorded, an error is recorded and raised again, its staging folder removed."""
+    spec = pending.spec
+    try:
+        result, started, seconds = work()
+        promote(pending.staged, ctx.stage_dir(spec.id))
+    except EdgeDeployError as exc:
+        shutil.rmtree(pending.staged, ignore_errors=True)
+        record_failure(ctx, spec, pending.key, exc, pending.started, time.perf_counter() - pending.t0)
+        raise
+    except BaseException:
+        shutil.rmtree(pending.staged, ignore_errors=True)
+        raise
+    return commit_stage(ctx, spec, pending.key, pending.inputs, result, pending.staged, started or pending.started,
+                        time.perf_counter() - pending.t0 if seconds is None else seconds)
 
 
 def run_stage(

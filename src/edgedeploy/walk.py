@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .compile import CompileOptions, compile_variants
+from .compile import CompileOptions
 from .errors import BudgetExceededError, UsageError
 from .recipe import Recipe
 from .manifest import now_iso
@@ -158,6 +158,7 @@ def walk(
 ) -> WalkOutcome:
     """Train, convert, compile and judge the recipe's leaves level by level; stop at the first level that meets."""
     from .optimize import optimize
+    from .optimize.walk import make_runner
 
     if not targets:
         raise UsageError("a walk compiles each leaf for its targets, and none was given",
@@ -181,32 +182,35 @@ def walk(
     doc: dict[str, Any] = {}
     verdicts: dict[str, Any] = {}
     stopped_at = None
-    for level, new in levels.items():
-        t0 = time.perf_counter()
-        walked += new
-        log.info("walk: level %d (%s)", level, ", ".join(new))
-        result = optimize(model_path, data_path, out, replace(recipe, leaves=tuple(walked)), trust_lambda=trust_lambda,
-                          executor=options.executor, ray_address=options.ray_address)
-        ctx = RunContext.open(out)
-        variants = [(leaf, ctx.manifest.resolve(result.leaves[leaf].output("int8_model")), result.leaves[leaf].id)
-                    for leaf in new]
-        compiled += compile_variants(ctx, variants, targets, options).records
-        doc = build_report(out, requirements, compression=False)
-        verdicts = judge(doc, walked, target_names)
-        meeting = [leaf for leaf in walked if meets_everywhere(verdicts[leaf])]
-        nodes = [n for n in result.nodes if n not in trained]
-        trained.update(result.nodes)
-        # a node recorded before this walk started was reused from the run folder, not trained again
-        reused = [n for n in nodes if (result.nodes[n].started or "") < started]
-        visited.append({"level": level, "leaves": list(new),
-                        "nodes_trained": [n for n in nodes if n not in reused], "nodes_reused": reused,
-                        "verdicts": {leaf: verdicts[leaf] for leaf in new}, "meeting": meeting,
-                        "seconds": round(time.perf_counter() - t0, 2)})
-        if meeting:
-            stopped_at = level
-            best, passed = pick(doc, meeting, target_names)
-            record.update(stopped="met", recommended=best, recommended_level=leaf_level(best), passed_over=passed)
-            break
+    runner = make_runner(options.executor, options.ray_address, recipe.jobs)  # one per walk: Ray starts once
+    try:
+        for level, new in levels.items():
+            t0 = time.perf_counter()
+            walked += new
+            log.info("walk: level %d (%s)", level, ", ".join(new))
+            # train, convert and compile as one task graph, each leaf compiled as soon as it exists
+            result = optimize(model_path, data_path, out, replace(recipe, leaves=tuple(walked)), trust_lambda=trust_lambda,
+                              executor=options.executor, ray_address=options.ray_address, targets=targets,
+                              compile_options=options, runner=runner)
+            compiled += [rec for rec in result.compiled.records if rec.variant in new]
+            doc = build_report(out, requirements, compression=False)
+            verdicts = judge(doc, walked, target_names)
+            meeting = [leaf for leaf in walked if meets_everywhere(verdicts[leaf])]
+            nodes = [n for n in result.nodes if n not in trained]
+            trained.update(result.nodes)
+            # a node recorded before this walk started was reused from the run folder, not trained again
+            reused = [n for n in nodes if (result.nodes[n].started or "") < started]
+            visited.append({"level": level, "leaves": list(new),
+                            "nodes_trained": [n for n in nodes if n not in reused], "nodes_reused": reused,
+                            "verdicts": {leaf: verdicts[leaf] for leaf in new}, "meeting": meeting,
+                            "seconds": round(time.perf_counter() - t0, 2)})
+            if meeting:
+                stopped_at = level
+                best, passed = pick(doc, meeting, target_names)
+                record.update(stopped="met", recommended=best, recommended_level=leaf_level(best), passed_over=passed)
+                break
+    finally:
+        runner.close()
     skipped = [leaf for lv, leaves in levels.items() if stopped_at is not None and lv > stopped_at for leaf in leaves]
     record["not_walked"] = skipped
     record["nodes"] = sorted(trained)

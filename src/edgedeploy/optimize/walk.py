@@ -10,19 +10,27 @@ functions that run a node's technique or a leaf's conversion are looked up in
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..data import load_dataset, read_targets
 from ..keras_model import check_recurrent_layers, load_model
 from ..manifest import StageRecord
 from ..recipe import Recipe, check_layers
-from ..stages import RunContext, StageSpec, run_stage
+from ..errors import UsageError
+from ..stages import RunContext, StageSpec, begin_stage, end_stage
+from ..taskgraph import Task, build_graph, leaf_id, node_id, run_graph
 from ..tree import LEAF_TABLE, LEAVES, NODE_TABLE, QAT_NODES, nodes_for
 from ..task import decide
 from .fit import teacher_targets, training_set
 from .fitlength import stretch
 from .registry import CONVERSIONS, TECHNIQUES
+
+if TYPE_CHECKING:
+    from ..compile import CompileOptions
+    from ..targets import Target
 
 log = logging.getLogger("edgedeploy")
 
@@ -32,6 +40,8 @@ class OptimizeOutcome:
     run_dir: Path
     leaves: dict[str, StageRecord] = field(default_factory=dict)
     nodes: dict[str, StageRecord] = field(default_factory=dict)
+    compiled: Any = None  # the CompileOutcome of the compiles asked for with ``targets``
+    order: list[str] = field(default_factory=list)  # the stage ids in the order their tasks started
 
 
 def optimize(
@@ -44,11 +54,18 @@ def optimize(
     reuse: bool = True,
     executor: str = "local",
     ray_address: str | None = None,
+    targets: Sequence[Target] = (),
+    compile_options: CompileOptions | None = None,
+    runner=None,
 ) -> OptimizeOutcome:
-    """Run the nodes the requested leaves need, then convert and score every leaf.
+    """Run the nodes the requested leaves need, convert and score every leaf, and compile each leaf for
+    ``targets`` (none: no compiles) with ``compile_options``.
 
-    ``executor="ray"`` runs each stage's work as a Ray task (:mod:`edgedeploy.ray_stages`); the results and the
-    run folder are the same as a local run's."""
+    The stages form one task graph (:mod:`edgedeploy.taskgraph`); every task whose parents are done starts at
+    once: in this process (``recipe.jobs`` 1), in ``recipe.jobs`` worker processes, or as Ray tasks
+    (``executor="ray"``, :mod:`edgedeploy.ray_stages`); compiles go to the Vela pool (or Ray) as soon as their leaf
+    exists. ``runner`` (from :func:`make_runner`) lets several calls share one; the caller then closes it. The
+    results and the run folder are the same whichever runs the work."""
     from .. import tfenv
 
     model_path, data_path = Path(model_path), Path(data_path)
@@ -63,8 +80,8 @@ def optimize(
                  str(model_path))
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
-    targets, has_anomaly = read_targets(data_path)
-    loss = decide(model, info.training_config, data_path, targets, loss=recipe.loss or None,
+    labels, has_anomaly = read_targets(data_path)
+    loss = decide(model, info.training_config, data_path, labels, loss=recipe.loss or None,
                   metric=recipe.metric or None, has_anomaly=has_anomaly)
     num_classes = int(model.output_shape[-1])
     data = load_dataset(data_path, tuple(model.input_shape[1:]), num_classes, kind=loss.kind)
@@ -87,46 +104,105 @@ def optimize(
         **({} if loss.classifier else {"task": loss.describe()}),
     }
     ctx.manifest.save()
-    outcome = OptimizeOutcome(ctx.run_dir)
-    versions = dict(env.versions)
-    paths: dict[str, Path] = {}
-    remote = None
+    own_runner = runner is None
+    if runner is None:
+        runner = make_runner(executor, ray_address, recipe.jobs)
+    try:
+        return _run_tree(ctx, runner, recipe, model_path, data_path, data, loss, dict(env.versions), trust_lambda,
+                         reuse, list(targets), compile_options)
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def make_runner(executor: str = "local", ray_address: str | None = None, jobs: int = 1):
+    """Where the stages' work runs: this process or ``jobs`` local workers, or Ray tasks. One runner can serve
+    several :func:`optimize` calls (a walk, level by level); the caller closes it."""
     if executor == "ray":
         from ..ray_stages import RayStages
 
-        remote = RayStages(ray_address)
+        return RayStages(ray_address)
+    from ..stage_workers import LocalStages
 
-    def work(fn, *args):  # a stage's work: here, or as a Ray task
-        return fn(env, *args) if remote is None else remote.call(fn, *args)
+    return LocalStages(jobs)
 
-    try:
-        for node in nodes_for(list(recipe.leaves)):
-            parent = NODE_TABLE[node].parent
-            inputs = {"data": data_path, "model": model_path if parent is None else paths[parent]}
-            if NODE_TABLE[node].technique == "palette" and recipe.palette.get("size_budget") is not None:
-                inputs["baseline_model"] = paths["baseline"]  # the size budget is a fraction of its ptq leaf's
-            spec = StageSpec("optimize", node, parent=f"optimize/{parent}" if parent else None,
-                             params=recipe.node_params(node), tool_versions=versions)
-            rec = run_stage(ctx, spec, inputs, lambda d, n=node, i=inputs: work(
-                TECHNIQUES[NODE_TABLE[n].technique], n, i, d, data, recipe, loss, trust_lambda), reuse=reuse)
-            outcome.nodes[node] = rec
-            paths[node] = ctx.manifest.resolve(rec.outputs[0])
-        for leaf in recipe.leaves:
-            node = LEAVES[leaf]
-            inputs = {"data": data_path, "model": paths[node]}
+
+def _run_tree(ctx, runner, recipe, model_path, data_path, data, loss, versions, trust_lambda, reuse, targets,
+              compile_options) -> OptimizeOutcome:
+    """Every node, leaf and compile as one task graph (:mod:`edgedeploy.taskgraph`): each ready task starts at once
+    on ``runner``; its result is recorded here, in this thread."""
+    from ..compile import CompileOptions, CompileOutcome, end_compiles, finish_compile, start_compile
+
+    options = compile_options or CompileOptions()
+    by_name = {t.name: t for t in targets}
+    budget = recipe.palette.get("size_budget") is not None
+    graph = build_graph(list(recipe.leaves), list(by_name), palette_budget=budget)
+    n_compiles = sum(1 for t in graph.values() if t.kind == "compile")
+    records: dict[str, StageRecord] = {}
+    pending: dict[str, Any] = {}
+    compiled = CompileOutcome(ctx.run_dir)
+
+    def path_of(node: str) -> Path:
+        return ctx.manifest.resolve(records[node_id(node)].outputs[0])
+
+    def begin(task: Task) -> Future | None:
+        if task.kind == "compile":
+            leaf = records[leaf_id(task.name)]
+            got = start_compile(ctx, task.name, ctx.manifest.resolve(leaf.output("int8_model")), leaf.id,
+                                by_name[task.target], options, runner.vela(options, n_compiles))
+            if isinstance(got, StageRecord):
+                records[task.id] = got
+                compiled.cached_ids.add(got.id)
+                return None
+            pending[task.id] = got
+            return got.job
+        if task.kind == "node":
+            parent = NODE_TABLE[task.name].parent
+            inputs = {"data": data_path, "model": model_path if parent is None else path_of(parent)}
+            if NODE_TABLE[task.name].technique == "palette" and budget:
+                inputs["baseline_model"] = path_of("baseline")  # the size budget is a fraction of its ptq leaf's
+            spec = StageSpec("optimize", task.name, parent=node_id(parent) if parent else None,
+                             params=recipe.node_params(task.name), tool_versions=versions)
+            fn, args = TECHNIQUES[NODE_TABLE[task.name].technique], (data, recipe, loss, trust_lambda)
+        else:
+            node = LEAVES[task.name]
+            inputs = {"data": data_path, "model": path_of(node)}
             if node in QAT_NODES:
-                inputs["parent_model"] = paths[NODE_TABLE[node].parent]
+                inputs["parent_model"] = path_of(NODE_TABLE[node].parent)
             params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
                       "calibration_choice": "random",
                       "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
                       "skip_layers": list(recipe.skip_layers), "per_channel_clusters": recipe.per_channel_clusters}
-            spec = StageSpec("convert", leaf, parent=f"optimize/{node}", params=params, tool_versions=versions)
-            rec = run_stage(ctx, spec, inputs, lambda d, l=leaf, i=inputs: work(
-                CONVERSIONS[LEAF_TABLE[l].conversion], l, i, d, data, recipe),
-                            reuse=reuse)
-            outcome.leaves[leaf] = rec
-    finally:
-        if remote is not None:
-            remote.close()
-    return outcome
+            spec = StageSpec("convert", task.name, parent=node_id(node), params=params, tool_versions=versions)
+            fn, args = CONVERSIONS[LEAF_TABLE[task.name].conversion], (data, recipe)
+        got = begin_stage(ctx, spec, inputs, reuse=reuse)
+        if isinstance(got, StageRecord):
+            records[task.id] = got
+            return None
+        pending[task.id] = got
+        return runner.submit(fn, task.name, dict(inputs), got.staged, *args)
 
+    def finish(task: Task, future: Future | None) -> None:
+        if future is None:
+            return
+        item = pending.pop(task.id)
+        if task.kind == "compile":
+            records[task.id] = finish_compile(ctx, item)
+        else:
+            records[task.id] = end_stage(ctx, item, lambda: runner.collect(future, item.staged))
+
+    run = run_graph(graph, begin, finish, raise_first=False)
+    outcome = OptimizeOutcome(ctx.run_dir, order=run.order)
+    for task in graph.values():  # in the graph's order, whatever order they finished in
+        rec = records.get(task.id)
+        if rec is None:
+            continue
+        {"node": outcome.nodes, "leaf": outcome.leaves}.get(task.kind, {})[task.name] = rec
+        if task.kind == "compile":
+            compiled.records.append(rec)
+    if run.failed:
+        raise run.failed[min(run.failed, key=list(graph).index)]
+    if targets:
+        end_compiles(ctx, compiled.records, options)
+        outcome.compiled = compiled
+    return outcome

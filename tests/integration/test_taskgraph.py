@@ -1,0 +1,61 @@
+"""The tree as a task graph: two stage workers (``jobs = 2``) give the leaves, int8 accuracies, compiles and
+manifest records of the one-at-a-time run, and a leaf's compile starts while the tree is still training."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from edgedeploy.recipe import load_recipe
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws_tree"
+VOLATILE = ("started", "seconds")  # when and how long; everything else of a record must match
+
+
+def _epoch(iso: str) -> float:
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _comparable(rec) -> dict:
+    d = rec.to_dict()
+    for key in VOLATILE:
+        d.pop(key, None)
+    d["metrics"] = {k: v for k, v in d.get("metrics", {}).items() if not k.endswith("_seconds")}
+    if d.get("tool"):  # Vela's command line and its log name the run folder
+        d["tool"] = {k: v for k, v in d["tool"].items() if k != "argv"}
+    d["outputs"] = [{k: v for k, v in a.items() if a["role"] != "log" or k == "path"} for a in d["outputs"]]
+    return d
+
+
+def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
+    from edgedeploy.compile import CompileOptions, resolve_targets
+    from edgedeploy.manifest import Manifest
+    from edgedeploy.optimize import optimize
+
+    model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
+                                    "batch_size": 64, "seed": 5, "calibration_samples": 100})
+    targets = resolve_targets(["ethos-u55-128"])
+    opts = CompileOptions(jobs=1)
+    one = optimize(model, data, tmp_path / "one", recipe, targets=targets, compile_options=opts)
+    two = optimize(model, data, tmp_path / "two", replace(recipe, jobs=2), targets=targets, compile_options=opts)
+
+    assert list(two.leaves) == list(one.leaves) == ["ptq", "pruned", "qat"]
+    for leaf in one.leaves:
+        assert two.leaves[leaf].metric("int8_accuracy") == one.leaves[leaf].metric("int8_accuracy")
+        assert two.leaves[leaf].details["preservation"] == one.leaves[leaf].details["preservation"]
+    a, b = Manifest.load(tmp_path / "one").records, Manifest.load(tmp_path / "two").records
+    assert sorted(a) == sorted(b)
+    assert len([i for i in a if i.startswith("compile/")]) == 3
+    for stage_id in a:
+        assert _comparable(b[stage_id]) == _comparable(a[stage_id]), stage_id
+    # two trainings ran at once, and the ptq leaf compiled while a node was still training
+    nodes = [b[f"optimize/{n}"] for n in ("pruned", "qat")]
+    last_end = max(_epoch(r.started) + r.seconds for r in nodes)
+    assert _epoch(b["compile/ptq/ethos-u55-128"].started) < last_end
+    assert _epoch(nodes[1].started) < _epoch(nodes[0].started) + nodes[0].seconds
+    # an unchanged re-run with two jobs reuses every stage
+    again = optimize(model, data, tmp_path / "two", replace(recipe, jobs=2), targets=targets, compile_options=opts)
+    assert {r.id for r in again.compiled.records} == again.compiled.cached_ids
