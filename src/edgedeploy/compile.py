@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from .fsutil import current_umask, new_staging_dir, promote, sha256_file
@@ -216,9 +216,10 @@ class PendingCompile:
 
 
 def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None, target: Target,
-                  options: CompileOptions, pool) -> StageRecord | PendingCompile:
+                  options: CompileOptions, get_pool: Callable[[], VelaPool]) -> StageRecord | PendingCompile:
     """One (variant, target) compile of a task graph: the earlier record when unchanged, else Vela started in
-    ``pool`` (a :class:`VelaPool` or a Ray executor); :func:`finish_compile` records it."""
+    ``get_pool()`` (a :class:`VelaPool` or a Ray executor, asked for only when something compiles);
+    :func:`finish_compile` records it."""
     ctx.manifest.targets[target.name] = target.to_dict()
     spec = compile_spec(variant, target, options, parent)
     key = spec.cache_key({"model": model})
@@ -229,6 +230,7 @@ def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None
     args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
     log_path = staged / "vela.log"
     started, t0 = now_iso(), time.perf_counter()
+    pool = get_pool()
     job = pool.submit(args, log_path)
     return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job,
                           pool.call(misbiased_descriptions, str(model)))

@@ -1,8 +1,11 @@
-"""`optimize --executor ray`: every stage runs as a Ray task on a local Ray head, with the same leaves (int8
-accuracies, preserved sparsity) as the local run, and the artifacts in the same run folder layout."""
+"""`optimize --executor ray`: every ready stage runs as a Ray task on a local Ray head, at once with the others,
+with the same leaves (int8 accuracies, preserved sparsity), compiles and artifacts as the local run, in the same
+run folder layout. The stages' files travel through Ray's object store."""
 
 from __future__ import annotations
 
+import calendar
+import time
 from pathlib import Path
 
 import pytest
@@ -12,26 +15,47 @@ from edgedeploy.recipe import load_recipe
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws_tree"
 
 
+def _epoch(iso: str) -> float:
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
 @pytest.mark.slow
 def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
+    from edgedeploy.compile import CompileOptions, resolve_targets
+    from edgedeploy.manifest import Manifest
     from edgedeploy.optimize import optimize
 
     model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned"], "epochs": 1, "min_steps": 0, "batch_size": 64,
-                                    "seed": 3})
-    local = optimize(model, data, tmp_path / "local", recipe)
-    on_ray = optimize(model, data, tmp_path / "ray", recipe, executor="ray")
-    for leaf in ("ptq", "pruned"):
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
+                                    "batch_size": 64, "seed": 3})
+    targets = resolve_targets(["ethos-u55-128"])
+    local = optimize(model, data, tmp_path / "local", recipe, targets=targets)
+    on_ray = optimize(model, data, tmp_path / "ray", recipe, executor="ray", targets=targets,
+                      compile_options=CompileOptions(executor="ray"))
+    for leaf in ("ptq", "pruned", "qat"):
         a, b = local.leaves[leaf], on_ray.leaves[leaf]
         assert b.metric("int8_accuracy") == a.metric("int8_accuracy")
         assert b.metric("float_accuracy") == a.metric("float_accuracy")
         assert b.details["preservation"] == a.details["preservation"]
         assert (tmp_path / "ray" / b.output("int8_model").path).is_file()
-    assert set(on_ray.nodes) == {"baseline", "pruned"}
+    assert set(on_ray.nodes) == {"baseline", "pruned", "qat"}
+    # the same artifacts: every stage's cache key (its inputs' sha256) and every output file's sha256
+    ra, rb = Manifest.load(tmp_path / "local").records, Manifest.load(tmp_path / "ray").records
+    assert sorted(ra) == sorted(rb)
+    for stage_id, rec in ra.items():
+        assert rb[stage_id].cache_key == rec.cache_key, stage_id
+        assert {a.path: a.sha256 for a in rb[stage_id].outputs if a.role != "log"} == \
+            {a.path: a.sha256 for a in rec.outputs if a.role != "log"}, stage_id
+    # the two children of the baseline trained at once (each as its own Ray task)
+    pruned, qat = rb["optimize/pruned"], rb["optimize/qat"]
+    assert _epoch(qat.started) < _epoch(pruned.started) + pruned.seconds
+    assert _epoch(pruned.started) < _epoch(qat.started) + qat.seconds
     # an unchanged re-run reuses every stage without starting Ray
     import ray
 
-    again = optimize(model, data, tmp_path / "ray", recipe, executor="ray")
+    again = optimize(model, data, tmp_path / "ray", recipe, executor="ray", targets=targets,
+                     compile_options=CompileOptions(executor="ray"))
     assert not ray.is_initialized()
     assert {r.id for r in again.leaves.values()} == {r.id for r in on_ray.leaves.values()}
+    assert {r.id for r in again.compiled.records} == again.compiled.cached_ids

@@ -57,8 +57,10 @@ def optimize_cmd(
                                          "top5_accuracy, mse, mae, psnr, auc, or module:function (runs that code)."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-    executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process) or ray "
-                                 "(a Ray task; the workers must see the run folder)."),
+    executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process, or --jobs "
+                                 "worker processes) or ray (every ready stage a Ray task; files travel through Ray)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Stages trained or converted at once in local worker "
+                                       "processes (recipe key jobs; default 1: one at a time, in this process)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, "
                                               "else a local Ray)."),
     walk: bool = typer.Option(False, "--walk", help="Train, convert and compile level by level for --target and stop "
@@ -90,7 +92,7 @@ def optimize_cmd(
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
-            "min_steps": min_steps, "loss": loss, "metric": metric,
+            "min_steps": min_steps, "loss": loss, "metric": metric, "jobs": jobs,
         }
         r = load_recipe(recipe, overrides)
         limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles, max_metric_drop)

@@ -149,7 +149,7 @@ def _run_tree(ctx, runner, recipe, model_path, data_path, data, loss, versions, 
         if task.kind == "compile":
             leaf = records[leaf_id(task.name)]
             got = start_compile(ctx, task.name, ctx.manifest.resolve(leaf.output("int8_model")), leaf.id,
-                                by_name[task.target], options, runner.vela(options, n_compiles))
+                                by_name[task.target], options, lambda: runner.vela(options, n_compiles))
             if isinstance(got, StageRecord):
                 records[task.id] = got
                 compiled.cached_ids.add(got.id)
