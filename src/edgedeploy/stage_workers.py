@@ -55,6 +55,7 @@ class LocalStages:
     def __init__(self, jobs: int = 1) -> None:
         self.jobs = max(1, int(jobs))
         self._pool: ProcessPoolExecutor | None = None
+        self._futures: list[Future] = []
         self._vela = None
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
@@ -69,7 +70,9 @@ class LocalStages:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_init_worker, initargs=(threads_per_job(self.jobs),))
-        return self._pool.submit(run_work, fn, *args)
+        future = self._pool.submit(run_work, fn, *args)
+        self._futures = [f for f in self._futures if not f.done()] + [future]
+        return future
 
     def collect(self, future: Future, out) -> tuple[Any, str | None, float | None]:
         """The stage's result (its files are in ``out`` already), or its error raised."""
@@ -84,9 +87,16 @@ class LocalStages:
         return self._vela
 
     def close(self) -> None:
+        """Stop the workers; work still running (the command stopped on an error or Ctrl-C) is ended, its
+        staging folder left for the next run in this folder to remove."""
         if self._pool is not None:
+            if any(not f.done() for f in self._futures):
+                # ProcessPoolExecutor has no public way to end busy workers before Python 3.14.
+                for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                    proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._futures = []
         if self._vela is not None:
             self._vela.close()
             self._vela = None

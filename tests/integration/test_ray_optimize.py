@@ -59,3 +59,33 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     assert not ray.is_initialized()
     assert {r.id for r in again.leaves.values()} == {r.id for r in on_ray.leaves.values()}
     assert {r.id for r in again.compiled.records} == again.compiled.cached_ids
+
+
+@pytest.mark.slow
+def test_a_walk_on_ray_starts_ray_once_and_stops_where_the_local_walk_stops(tmp_path, ray_home, monkeypatch):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
+    from edgedeploy import ray_executor, ray_stages
+    from edgedeploy.compile import CompileOptions, resolve_targets
+    from edgedeploy.report import Requirements
+    from edgedeploy.walk import walk
+
+    starts = []
+    real = ray_executor.init_ray
+
+    def counted(*args, **kwargs):
+        starts.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ray_stages, "init_ray", counted)
+    monkeypatch.setattr(ray_executor, "init_ray", counted)
+    model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
+    recipe = load_recipe(overrides={"leaves": ["ptq", "qat", "pruned"], "epochs": 1, "min_steps": 0,
+                                    "batch_size": 64, "seed": 0})
+    targets = resolve_targets(["ethos-u55-128"])
+    req = Requirements(max_flash=32768, sources=("test",))  # ptq and qat are too big; pruned fits
+    local = walk(model, data, tmp_path / "local", recipe, targets, req)
+    on_ray = walk(model, data, tmp_path / "ray", recipe, targets, req, CompileOptions(executor="ray"))
+    assert len(starts) == 1  # one Ray for the three levels, the stages and the compiles
+    assert on_ray.recommended == local.recommended == "pruned"
+    assert [lv["leaves"] for lv in on_ray.record["levels"]] == [lv["leaves"] for lv in local.record["levels"]]
+    assert {r.id for r in on_ray.compiled} == {r.id for r in local.compiled}

@@ -1,11 +1,13 @@
-"""The walk over the deployment tree: every node the requested leaves need, parents first, then every leaf.
+"""The walk over the deployment tree: every node the requested leaves need, every leaf, and their compiles.
 
 Each node of the tree (:data:`edgedeploy.tree.NODE_TABLE`) is one stage, ``optimize/<node>``, trained once from
 its parent's saved model and reused by all its children; every branch starts from its own fresh copy of the
-parent (TFMOT wrappers change the layers they wrap). Each leaf is then converted (``convert/<leaf>``). The
-functions that run a node's technique or a leaf's conversion are looked up in
-:mod:`edgedeploy.optimize.registry`.
-"""
+parent (TFMOT wrappers change the layers they wrap). Each leaf is converted (``convert/<leaf>``) and, when
+targets are given, compiled for each (``compile/<leaf>/<target>``). The stages are the tasks of one graph
+(:mod:`edgedeploy.taskgraph`): each starts as soon as the stages it reads are done, its work here, in worker
+processes (:mod:`edgedeploy.stage_workers`) or on Ray (:mod:`edgedeploy.ray_stages`), its record written here.
+The functions that run a node's technique or a leaf's conversion are looked up in
+:mod:`edgedeploy.optimize.registry`."""
 
 from __future__ import annotations
 
