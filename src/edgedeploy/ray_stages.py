@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import ToolFailedError
 from .ray_executor import RayExecutor, import_ray, init_ray
 
 SHIPPED_ROLES_SKIP = ("data",)  # the data set travels as the loaded object, not as its file
@@ -108,6 +109,11 @@ class RayStages:
         except ray.exceptions.RayTaskError as exc:
             cause = exc.as_instanceof_cause()
             raise (cause.cause if getattr(cause, "cause", None) is not None else cause) from None
+        except ray.exceptions.RayError as exc:  # the worker or its node was lost, not the stage's own error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ToolFailedError(f"a Ray task running a stage was lost: {first}",
+                                  "check the Ray logs under /tmp/ray/session_latest/logs, or run with "
+                                  "--executor local") from None
         _write_files(out, files)
         result.outputs = {role: out / rel for role, rel in result.outputs.items()}
         result.details = _swap(result.details, "{out}", str(out))

@@ -17,8 +17,10 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
+from .errors import ToolFailedError
 from .manifest import now_iso
 
 MAX_STAGE_JOBS = 64
@@ -76,7 +78,11 @@ class LocalStages:
 
     def collect(self, future: Future, out) -> tuple[Any, str | None, float | None]:
         """The stage's result (its files are in ``out`` already), or its error raised."""
-        return future.result()
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise ToolFailedError("a stage worker process died (killed by a signal, a crash or lack of memory)",
+                                  f"run fewer stages at once (recipe key jobs, now {self.jobs})") from None
 
     def vela(self, options, n_tasks: int):
         """The Vela executor of this command's compiles, started on first use and kept until :meth:`close`."""
