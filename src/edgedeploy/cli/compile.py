@@ -75,7 +75,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
              pool, walk=False) -> None:
     from .. import api
     from ..errors import UsageError
-    from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
+    from ..report.render.tables import compile_columns, compile_json, compile_rows, dumps
     from .common import err_console, escape, guard, out_console, table
 
     with guard():
@@ -114,7 +114,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
             typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
-            columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+            columns = compile_columns(rows)
             out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..manifest import Manifest
 from .tree import REFERENCE_LEAF, leaf_level
-from .columns import value_of
+from .columns import quality_name, value_of
 from .limits import Requirements
 
 
@@ -44,18 +44,21 @@ def _pareto(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
                       "compiled_model_bytes (min)", "total_cycles (min)"]
         pts = {r["leaf"]: (-_quality(r), value_of(r["values"]["compiled_model_bytes"]),
                            value_of(r["values"]["total_cycles"])) for r in with_acc}
-        note = "accuracy against flash against total cycles"
+        quality = "accuracy" if not by_metric else f"int8 {quality_name(with_acc)} drop vs {REFERENCE_LEAF}"
+        note = f"{quality} against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]
         for r in missing:
             r["pareto"] = None
-            r["pareto_note"] = "unavailable: no accuracy for this leaf"
+            r["pareto_note"] = f"unavailable: no {quality} for this leaf"
         if missing:
-            note += f"; {len(missing)} leaf(s) without an accuracy left out"
+            note += f"; {len(missing)} leaf(s) without an {quality} left out"
     else:
         objectives = ["compiled_model_bytes (min)", "total_cycles (min)"]
         pts = {r["leaf"]: (value_of(r["values"]["compiled_model_bytes"]), value_of(r["values"]["total_cycles"]))
                for r in compiled}
-        note = "flash against total cycles only: no leaf has a measured accuracy"
+        judged_by = ("a measured accuracy" if not any("int8_metric" in r["values"] for r in compiled)
+                     else f"an int8 {quality_name(compiled)} drop vs {REFERENCE_LEAF}")
+        note = f"flash against total cycles only: no leaf has {judged_by}"
     front = pareto_front(pts)
     for r in compiled:
         if r["leaf"] in pts:
@@ -175,6 +178,7 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
         from .recommend import choose
 
         choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
+        quality = quality_name(candidates)  # "accuracy", or the task metric the leaves are judged by ("MSE")
         best, level = choice.row, choice.row["level"]
         best["recommended"] = True
         names = ", ".join(sorted(r["leaf"] for r in groups[level]))
@@ -183,11 +187,11 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
             why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
         else:
             why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
-                   f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
+                   f"requirement ({what}) that no other such leaf beats on {quality}, flash and latency at once")
         if len(groups[level]) > 1:
-            why += ("; chosen within the level for the best int8 accuracy, then "
+            why += (f"; chosen within the level for the best int8 {quality}, then "
                     + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
-        why += choice.why()
+        why += choice.why(quality)
         return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
                 "passed_over": choice.beaten,
                 "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}

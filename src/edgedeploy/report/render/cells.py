@@ -78,6 +78,8 @@ def cell_text(row: Mapping[str, Any], col: Column, notes: Footnotes | None = Non
     text = fmt_value(cell.get("value"), col.kind)
     if col.kind == "metric" and cell.get("value") is not None:  # a leaf judged by its task's metric (e.g. MSE)
         text = f"{cell['value']:.4g}{(' ' + cell['unit']) if cell.get('unit') else ''} {cell.get('metric', '')}".strip()
+    elif col.kind == "named_metric" and cell.get("value") is not None:  # the header names the metric and its unit
+        text = f"{cell['value']:.4g}"
     if cell.get("value") is None and notes is not None:
         text += f" [{notes.mark(cell.get('unavailable') or 'not recorded')}]"
     return text

@@ -6,7 +6,7 @@ import io
 from typing import Any, Mapping, Sequence
 
 from ..tree import PALETTE_LIMIT
-from ..columns import Column, columns_of
+from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes
 
@@ -60,7 +60,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
         acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
                                                                       "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
-    console.print(_rich_table("Accuracy and file size of each leaf", acc_cols,
+    quality = quality_name(doc["rows"])  # "accuracy", or the task metric the leaves are judged by ("MSE")
+    console.print(_rich_table(f"{quality[:1].upper()}{quality[1:]} and file size of each leaf", acc_cols,
                               [[cell_text(r, c, notes) for c in acc_cols] for r in by_leaf.values()]))
     for target, t in doc["targets"].items():
         mem = t.get("memory")
