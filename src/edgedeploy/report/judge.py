@@ -115,6 +115,25 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     row["meets_requirements"] = all(c["met"] is True for c in checks.values()) if checks else None
 
 
+# Requirements a leaf's convert stage answers without a target: its int8 accuracy or task-metric drop.
+TARGET_FREE = ("max_accuracy_drop", "max_metric_drop")
+NOT_COMPILED = "not compiled for a target"
+
+
+def judge_uncompiled(row: dict[str, Any], req: Requirements) -> None:
+    """A leaf compiled for no target (``report`` after ``optimize`` alone): judge what needs no target (the
+    accuracy or metric drop) and mark the rest not compiled. ``meets_requirements`` is False when a judged
+    requirement is missed, None while one waits for a compile, True when every requirement given is met."""
+    _check_requirements(row, req)
+    checks = row["requirements"]
+    for name in [n for n in checks if n not in TARGET_FREE]:
+        checks[name] = {k: checks[name][k] for k in ("label", "limit", "unit")} | {
+            "value": None, "met": None, "why": NOT_COMPILED}
+    mets = [c["met"] for c in checks.values()]
+    row["meets_requirements"] = (None if not checks or (None in mets and False not in mets)
+                                 else False not in mets)
+
+
 def _shortfall(check: Mapping[str, Any]) -> float:
     """How far a requirement is missed, relative to its limit (inf when it cannot be judged)."""
     if check["met"] is True:

@@ -36,6 +36,12 @@ def judgment_text(row: Mapping[str, Any], key: str) -> str:
         return {True: "yes", False: "no", None: "n/a"}[row.get("pareto")]
     if key == "meets_requirements":
         meets = row.get("meets_requirements")
+        if not row.get("target") and row.get("requirements"):  # compiled for no target: judged without one
+            checks = row["requirements"]
+            if meets is False:
+                return "no: " + ", ".join(n for n, c in checks.items() if c.get("met") is False)
+            met = [n for n, c in checks.items() if c.get("met") is True]
+            return "yes" if meets else "not compiled" + (f"; meets {', '.join(met)}" if met else "")
         if meets is None:
             return "n/a"
         if meets:
@@ -45,6 +51,25 @@ def judgment_text(row: Mapping[str, Any], key: str) -> str:
     if key == "recommended":
         return "yes" if row.get("recommended") else ""
     raise KeyError(key)
+
+
+def uncompiled_requirement_lines(doc: Mapping[str, Any]) -> list[str]:
+    """One line per leaf compiled for no target: the requirements judged without one, the rest not compiled."""
+    from ..judge import fmt_limit
+
+    lines = []
+    for r in doc["rows"]:
+        if r.get("target") or not r.get("requirements"):
+            continue
+        parts = []
+        for name, c in r["requirements"].items():
+            if c.get("met") is None:
+                parts.append(f"{name}: {c.get('why', 'cannot be judged')}")
+            else:  # (+ 0.0: the ptq leaf's own drop is -0.0)
+                parts.append(f"{name} {'met' if c['met'] else 'missed'} "
+                             f"({fmt_limit(c['value'] + 0.0, c.get('unit', ''))}; {c['label']})")
+        lines.append(f"{r['leaf']} ({judgment_text(r, 'meets_requirements')}): " + "; ".join(parts))
+    return lines
 
 
 def key_text(row: Mapping[str, Any], key: str) -> str:

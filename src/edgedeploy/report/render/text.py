@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from ..tree import PALETTE_LIMIT
 from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
-from .cells import _comparison_lines, _req_text, cell_text, Footnotes
+from .cells import _comparison_lines, _req_text, cell_text, Footnotes, uncompiled_requirement_lines
 
 
 ACCURACY_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta_pts", "tflite_bytes",
@@ -79,6 +79,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
     if uncompiled:
         console.print(f"Not compiled for any target: {', '.join(uncompiled)}", markup=False)
+    for line in uncompiled_requirement_lines(doc):
+        console.print(f"Requirements of {line}", markup=False)
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
