@@ -4,7 +4,8 @@ Two layouts are understood:
 - ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
 - ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
 
-``y`` holds class labels (or one-hot rows) for a classifier, float targets shaped like the model's output for a
+``y`` holds class labels (or one-hot rows, or probability rows: fine-tuning learns the probabilities, accuracy
+is scored against their arg max) for a classifier, float targets shaped like the model's output for a
 regression model; without ``y`` (``x`` and ``split``, or ``x_train`` and ``x_test`` only) the model reconstructs
 its input. ``y_anomaly`` (one 0/1 value per sample of ``x``, or per evaluation sample) marks anomalous samples
 for the ROC AUC of the reconstruction error (see :mod:`edgedeploy.task`).
@@ -46,6 +47,9 @@ class Dataset:
     kind: str = "classification"  # edgedeploy.task: classification, regression or reconstruction
     task: Any = None  # the edgedeploy.task.Task it is scored for (set by optimize)
     anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them
+    # probability targets of the fine-tune samples (rows summing to 1, not all one-hot): fine-tuning learns
+    # these; y_fit holds their arg max (hold-out strata, accuracy)
+    p_fit: np.ndarray | None = None
 
     @property
     def labelled(self) -> bool:
@@ -183,7 +187,9 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
                 "give data shaped like the model input (without the batch axis)",
             )
     anomaly = _anomaly(path, arrays, len(x_eval), layout)
+    p_fit = None
     if kind == "classification":
+        p_fit = probability_rows(y_fit, num_classes)
         y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
         y_eval = _labels(path, y_eval, num_classes, "evaluation")
     elif y_fit is None or kind == "reconstruction":
@@ -212,7 +218,21 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         reshaped_from=reshaped_from,
         kind=kind,
         anomaly=anomaly,
+        p_fit=p_fit,
     )
+
+
+def probability_rows(y: Any, num_classes: int) -> np.ndarray | None:
+    """``y`` as float32 when it holds probability targets: one row of ``num_classes`` non-negative values summing
+    to 1 per sample, not all of them one-hot (one-hot rows are class labels). None otherwise."""
+    if y is None or np.ndim(y) != 2 or np.shape(y)[1] != num_classes or num_classes < 2:
+        return None
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.floating):
+        return None
+    if not (np.all(y >= 0) and np.allclose(y.sum(axis=1), 1.0, atol=1e-3)) or np.all((y == 0) | (y == 1)):
+        return None
+    return np.ascontiguousarray(y, dtype=np.float32)
 
 
 ANOMALY_KEYS = ("y_anomaly", "anomaly", "y_test_anomaly")

@@ -48,6 +48,15 @@ def test_train_test_layout_with_uint8_images_and_one_hot_labels(tmp_path):
                 x_test=np.ones((2, 2, 2, 3), np.uint8), y_test=np.array([[1], [2]]).ravel())
     d = load_dataset(path, (2, 2, 3), 3)
     assert d.x_fit.dtype == np.float32 and d.y_fit.tolist() == [0, 1, 2, 0]
+    assert d.p_fit is None  # one-hot rows are class labels
+
+
+def test_probability_targets_are_kept_beside_their_arg_max(tmp_path):
+    p = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [1.0, 0.0, 0.0], [0.2, 0.5, 0.3]], np.float32)
+    path = _npz(tmp_path, x_train=np.zeros((4, 2)), y_train=p, x_test=np.ones((2, 2)), y_test=p[:2])
+    d = load_dataset(path, (2,), 3)
+    assert d.p_fit is not None and np.array_equal(d.p_fit, p)  # learnt as they are
+    assert d.y_fit.tolist() == [0, 2, 0, 1] and d.y_eval.tolist() == [0, 2]  # hold-out strata and accuracy
 
 
 def test_squeezable_shape_is_reshaped(tmp_path):
