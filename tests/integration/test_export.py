@@ -445,3 +445,11 @@ def test_a_second_export_into_one_folder_waits_for_the_first_and_says_so(run_dir
     names = sorted(n.name for n in fw.iterdir() if n.name != ".edgedeploy.lock")
     assert "first.c" not in names and "second.c" in names and "second.h" in names
     assert set(json.loads((fw / "manifest.json").read_text())["files"]) == set(names) - {"manifest.json"}
+
+
+def test_a_clean_export_prints_no_tflite_notice_on_stderr(run_dir, kws, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(run_dir), "--target", BOARD, "--out",
+                           str(tmp_path / "fw"), "--data", str(kws["data"]), "--golden", "2"],
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "XNNPACK" not in done.stderr and "INFO:" not in done.stderr, done.stderr
