@@ -70,7 +70,7 @@ def prestart(values: dict[str, Any], warm=None):
     if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
         return None  # the option's check says what is wrong with it
     wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
-    return warm.grow(wanted) if warm is not None else VelaPool(wanted).start()
+    return VelaPool(wanted, warm=warm).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
