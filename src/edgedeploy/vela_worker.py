@@ -207,7 +207,10 @@ def _broken(pid: int) -> Exception:
 
 
 def fork_warm_worker() -> WarmWorker | None:
-    """The warm worker, unless this process has a single core (where it could only compete with the command)."""
+    """The warm worker, unless this process has a single core (where it could only compete with the command)
+    or the platform has no ``fork``."""
+    if not hasattr(os, "fork"):
+        return None
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
