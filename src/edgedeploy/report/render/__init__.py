@@ -14,6 +14,10 @@ FORMATS = ("table", "json", "csv", "markdown", "html")
 
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
+    if doc.get("schema") == "edgedeploy.sweep_report":  # several models' runs side by side
+        from .sweep import render_sweep
+
+        return render_sweep(doc, fmt, width)
     if fmt == "json":
         return render_json(doc)
     if fmt == "csv":
