@@ -131,6 +131,7 @@ def test_every_format_shows_the_same_rows():
     assert "| a | pruned | ethos-u55-128 | 88.50% acc |" in md and "## Overall recommendation" in md
     html = render(d, "html")
     assert html.count("<tr class='recommended'>") == 1 and "b / ptq" in html
+    assert "<h3>Accuracy vs flash, per target</h3><img" in html and "<h3>Flash vs total cycles, per target</h3><img" in html
     assert "b / ptq" in render(d, "table")
 
 

@@ -140,6 +140,7 @@ def render_sweep_html(doc: Mapping[str, Any]) -> str:
     parts.append("<h2>Models x leaves x targets</h2>")
     parts.append(_html_table(HEADERS, table_rows(doc), RIGHT,
                              ["recommended" if r.get("overall") else "" for r in doc["rows"]], keys=3))
+    parts += _plots(doc)
     cmp_lines = comparison_lines(doc)
     if cmp_lines:
         parts.append("<h2>Comparison</h2><ul>" + "".join(
@@ -147,6 +148,27 @@ def render_sweep_html(doc: Mapping[str, Any]) -> str:
     parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_h(n)}</li>" for n in doc["notes"]) + "</ul>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _plots(doc: Mapping[str, Any]) -> list[str]:
+    """Accuracy against flash, and flash against cycles, of every (model, leaf) per target (green: the overall pick,
+    blue: on the front); a plot that cannot be drawn is named instead."""
+    from .html import _h, _img
+    from .plots import plot_accuracy_vs, plot_flash_vs_cycles
+
+    pairs = {"rows": [{**r, "leaf": f"{r['model']}/{r['leaf']}", "recommended": r.get("overall"),
+                       "pareto": r.get("front")} for r in doc["rows"]]}
+    parts = ["<h2>Plots</h2>"]
+    for title, make in (("Accuracy vs flash, per target", lambda: plot_accuracy_vs(
+            pairs, "compiled_model_bytes", "flash: compiled model (B)", per_target=True)),
+            ("Flash vs total cycles, per target", lambda: plot_flash_vs_cycles(pairs))):
+        try:
+            b64, why = make(), "no row has the values it plots"
+        except Exception as exc:  # a plot that cannot be drawn must not lose the report
+            b64, why = None, f"{type(exc).__name__}: {exc}"
+        parts.append(f"<h3>{_h(title)}</h3>" + _img(b64, title) if b64 else f"<p class='muted'>{_h(title)}: "
+                     f"{_h(why)}</p>")
+    return parts
 
 
 def render_sweep_csv(doc: Mapping[str, Any]) -> str:
