@@ -143,7 +143,7 @@ def _model_entries(path: Path, doc: Mapping[str, Any], values: Mapping[str, Any]
     for i, table in enumerate(tables, 1):
         got = validate(table, MODEL_KEYS, f"{path} [[models]] #{i}", UsageError, _P)
         name = check_name("model", got["name"], f"{path}: [[models]] #{i} `name`")
-        if any(e.name == name for e in entries):
+        if any(e.name.lower() == name.lower() for e in entries):  # one folder on a case-insensitive disk
             raise UsageError(f"{path}: two [[models]] tables are named '{name}'", "give each model its own name")
         data = got.get("data", values.get("data"))
         if data is None:
