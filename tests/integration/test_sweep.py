@@ -135,3 +135,23 @@ def test_walk_walks_each_model_reusing_the_sweeps_nodes(swept):
         assert [lv["nodes_trained"] for lv in walk["levels"]] == [[], []]  # reused from the sweep's run
         assert f"walk {name}: stopped (met)" in proc.stdout
     assert json.loads((tmp / "out" / "sweep.json").read_text())["mode"] == "walk"
+
+
+def test_regression_gate_compares_each_model_with_its_own(swept, tmp_path):
+    tmp, path, _ = swept
+    proc = run_cli("report", tmp / "out", "--json")
+    old = json.loads(proc.stdout)
+    (tmp_path / "same.json").write_text(proc.stdout)
+    assert run_cli("report", tmp / "out", "--compare", tmp_path / "same.json", "--fail-on-regression").returncode == 0
+    # the reference had dscnn_sparse's ptq leaf 3 points more accurate than now
+    model = next(m for m in old["models"] if m["name"] == "dscnn_sparse")
+    row = next(r for r in model["report"]["rows"] if r["leaf"] == "ptq")
+    row["values"]["int8_accuracy_pct"]["value"] += 3.0
+    (tmp_path / "better.json").write_text(json.dumps(old))
+    proc = run_cli("report", tmp / "out", "--compare", tmp_path / "better.json", "--fail-on-regression")
+    assert proc.returncode == 10, proc.stderr
+    assert "1 regression(s)" in proc.stderr and "dscnn_sparse: ptq on ethos-u55-128: int8 accuracy" in proc.stderr
+    one = run_cli("report", tmp / "out" / "dscnn", "--json").stdout
+    (tmp_path / "one.json").write_text(one)
+    proc = run_cli("report", tmp / "out", "--compare", tmp_path / "one.json")
+    assert proc.returncode == 2 and "is the report of one run, and this is a sweep's" in proc.stderr
