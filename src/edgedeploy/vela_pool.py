@@ -5,7 +5,9 @@ once and call its documented entry point ``ethosu.vela.vela.main(argv)`` in a
 fresh output folder, with the process's stdout/stderr sent to a log file.
 
 This module imports only the standard library, so the CLI can start the
-workers before it imports anything else and their start-up overlaps its own.
+workers before it imports anything else and their start-up overlaps its own:
+:func:`warm_start` forks one worker as the ``edgedeploy`` process starts, and a
+command that compiles adopts it (:meth:`VelaPool.grow`); any other command ends it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import io
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -35,8 +38,11 @@ class VelaJobResult:
 
 
 def _worker_init() -> None:
-    # Import Vela once per worker; jobs then pay only for the compile itself.
+    # Import Vela once per worker, and the reader of .tflite files that workers run too; jobs then pay only
+    # for the work itself.
     import ethosu.vela.vela  # noqa: F401
+
+    from . import tflite_model  # noqa: F401
 
 
 def vela_job(args: list[str], log_path: str) -> VelaJobResult:
@@ -81,17 +87,35 @@ def _context() -> multiprocessing.context.BaseContext:
 
 @dataclass
 class VelaPool:
-    """A pool of worker processes that import Vela once. Start it early; it warms up in the background."""
+    """Worker processes that import Vela once. Start it early; it warms up in the background.
+
+    The workers may come from several process pools (one warm worker started with the process, more
+    when a command asks for them); work goes to the pool with the fewest jobs per worker."""
 
     jobs: int = 1
-    _pool: ProcessPoolExecutor | None = field(default=None, init=False)
+    _pools: list[ProcessPoolExecutor] = field(default_factory=list, init=False)
+    _load: dict[int, list[int]] = field(default_factory=dict, init=False)  # id(pool) -> [jobs queued, workers]
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def start(self) -> "VelaPool":
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=max(1, self.jobs), mp_context=_context(), initializer=_worker_init)
-            for _ in range(max(1, self.jobs)):  # spawn workers now so their imports overlap our own work
-                self._pool.submit(_noop)
+        missing = max(1, self.jobs) - self.workers
+        if missing > 0:
+            pool = ProcessPoolExecutor(max_workers=missing, mp_context=_context(), initializer=_worker_init)
+            for _ in range(missing):  # spawn workers now so their imports overlap our own work
+                pool.submit(_noop)
+            self._pools.append(pool)
+            self._load[id(pool)] = [0, missing]
         return self
+
+    @property
+    def workers(self) -> int:
+        """Worker processes started (and not closed)."""
+        return sum(size for _, size in self._load.values())
+
+    def grow(self, jobs: int) -> "VelaPool":
+        """At least ``jobs`` workers in all (those running stay)."""
+        self.jobs = max(self.jobs, jobs)
+        return self.start()
 
     def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
         """Compile with Vela in a worker."""
@@ -100,8 +124,17 @@ class VelaPool:
     def call(self, fn, *args) -> Future:
         """Run a picklable function in a worker (where Vela and its dependencies are already imported)."""
         self.start()
-        assert self._pool is not None
-        return self._pool.submit(fn, *args)
+        with self._lock:
+            pool = min(self._pools, key=lambda p: self._load[id(p)][0] / self._load[id(p)][1])
+            self._load[id(pool)][0] += 1
+        future = pool.submit(fn, *args)
+        future.add_done_callback(lambda _, key=id(pool): self._done(key))
+        return future
+
+    def _done(self, key: int) -> None:
+        with self._lock:
+            if key in self._load:
+                self._load[key][0] -= 1
 
     def restart(self) -> None:
         """A fresh pool after a worker died (a broken pool runs nothing more)."""
@@ -110,22 +143,35 @@ class VelaPool:
 
     def close(self, now: bool = False) -> None:
         """Stop the workers; ``now`` ends them at once (they may still be importing Vela)."""
-        if self._pool is None:
-            return
-        if now:
-            # ProcessPoolExecutor has no public way to end idle workers before Python 3.14.
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
-                proc.terminate()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-        else:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-        self._pool = None
+        pools, self._pools = self._pools, []
+        with self._lock:
+            self._load.clear()
+        for pool in pools:
+            if now:
+                # ProcessPoolExecutor has no public way to end idle workers before Python 3.14.
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "VelaPool":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def warm_start() -> VelaPool | None:
+    """One Vela worker, forked as the ``edgedeploy`` process starts (before the command line is parsed).
+
+    Importing Vela takes most of a single compile's time. Started here, it overlaps the command-line
+    parsing and option conversion; a command that compiles adopts the worker, every other command ends
+    it at once (it costs a fraction of a second of one core). Not started with a single core, where it
+    could only compete with the command itself."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return VelaPool(1).start() if cores > 1 else None
 
 
 def _noop() -> None:

@@ -49,8 +49,9 @@ def compile_cmd(
              walk)
 
 
-def prestart(values: dict[str, Any]):
-    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
+def prestart(values: dict[str, Any], warm=None):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`);
+    ``warm`` (the worker the console script started) is adopted as the first of them.
 
     Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
@@ -68,7 +69,8 @@ def prestart(values: dict[str, Any]):
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
     if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
         return None  # the option's check says what is wrong with it
-    return VelaPool(min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)).start()
+    wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
+    return warm.grow(wanted) if warm is not None else VelaPool(wanted).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
