@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .compile import CompileOptions, CompileOutcome, resolve_targets
-from .errors import EdgeDeployError, InvalidInputError, UsageError
+from .errors import BudgetExceededError, EdgeDeployError, InvalidInputError, UsageError
 from .fsutil import atomic_write_text
-from .manifest import now_iso
+from .manifest import Manifest, now_iso
 from .project import ModelEntry, Project, load_project, merged_options, run_model
 from .report import Requirements, requirements_from_project
 from .report.sweep import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
@@ -152,6 +152,8 @@ def run_sweep(
             rec["status"] = "ok"
         except EdgeDeployError as exc:
             member.error = exc
+            if walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
+                member.walk = Manifest.load(member.run_dir).info.get("walk")
             rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": exc.exit_code,
                                                "message": exc.message, "hint": exc.hint})
             log.warning("sweep: model %s failed: %s", entry.name, exc.one_line())

@@ -155,3 +155,21 @@ def test_regression_gate_compares_each_model_with_its_own(swept, tmp_path):
     (tmp_path / "one.json").write_text(one)
     proc = run_cli("report", tmp / "out", "--compare", tmp_path / "one.json")
     assert proc.returncode == 2 and "is the report of one run, and this is a sweep's" in proc.stderr
+
+
+def test_a_walk_that_meets_nothing_fails_its_model_only(swept):
+    tmp, path, _ = swept
+    # no loss at all against ptq, and ptq itself is over the flash limit: no leaf of either model meets both
+    strict = tmp / "strict.toml"
+    strict.write_text(path.read_text().replace("max_flash = 35000", "max_flash = 35000\nmax_accuracy_drop = 0.0"))
+    proc = run_cli("compile", strict, "--walk", cwd=tmp)
+    assert proc.returncode == 8, proc.stderr  # the first failed model's code: dscnn's walk (8), before broken (3)
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert "model 'dscnn' of the sweep failed: walk through ptq, pruned" in line
+    assert "also failed: broken, dscnn_sparse" in line
+    record = json.loads((tmp / "out" / "sweep.json").read_text())
+    status = {m["name"]: (m["status"], (m.get("error") or {}).get("exit_code")) for m in record["models"]}
+    assert status == {"dscnn": ("failed", 8), "broken": ("failed", 3), "dscnn_sparse": ("failed", 8)}
+    for name in ("dscnn", "dscnn_sparse"):
+        assert Manifest.load(tmp / "out" / name).info["walk"]["stopped"] == "exhausted"
+        assert f"walk {name}: stopped (exhausted)" in proc.stdout  # shown although the model failed
