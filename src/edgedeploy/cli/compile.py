@@ -87,6 +87,14 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
             raise UsageError("--walk walks the deployment tree of a project file",
                              "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if len(models) == 1 and models[0].suffix == ".toml" and api.is_sweep(models[0]):
+            from .sweep import print_sweep
+
+            sweep = api.run_sweep(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options, walk=walk)
+            print_sweep(sweep, json_out)
+            sweep.raise_first_failure()
+            return
         if walk:
             walked = api.walk_project(models[0], extra_targets=target,
                                       out=out if out != Path("edgedeploy-out") else None, options=options)
