@@ -8,15 +8,4 @@ from __future__ import annotations
 
 __all__ = ["__version__"]
 
-
-def __getattr__(name: str) -> str:
-    if name == "__version__":  # resolved lazily: importlib.metadata is slow to import
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            value = version("edgedeploy")
-        except PackageNotFoundError:  # a source tree that was not installed
-            value = "0.0.0+source"
-        globals()["__version__"] = value
-        return value
-    raise AttributeError(name)
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)

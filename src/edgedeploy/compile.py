@@ -234,6 +234,8 @@ def compile_variants(
 ) -> CompileOutcome:
     """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers."""
     options.check()
+    if pool is not None:
+        vela_backend.vela_version(pool)  # read in a worker, which has the reader loaded already
     outcome = CompileOutcome(ctx.run_dir)
     for t in targets:
         ctx.manifest.targets[t.name] = t.to_dict()

@@ -7,6 +7,7 @@ arguments, on which inputs, what it wrote, what it measured). ``report`` and
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -140,6 +141,15 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+
+@functools.cache
+def host_platform() -> str:
+    """``platform.platform()``'s text on Linux (system-release-machine-with-libc) without the ``uname -p``
+    process it starts to learn a processor name it then leaves out."""
+    lib, version = platform.libc_ver()
+    text = f"{platform.system()}-{platform.release()}-{platform.machine()}"
+    return f"{text}-with-{lib}{version}" if lib else text
+
 class Manifest:
     """The manifest of one run folder. Only the main process writes it."""
 
@@ -236,7 +246,7 @@ class Manifest:
             "edgedeploy_version": __version__,
             "created": self.created,
             "updated": now_iso(),
-            "host": {"python": platform.python_version(), "platform": platform.platform()},
+            "host": {"python": platform.python_version(), "platform": host_platform()},
             "tools": self.tools,
             "targets": self.targets,
             "info": self.info,

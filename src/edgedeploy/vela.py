@@ -12,8 +12,6 @@ import io
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,22 @@ OPTIMISE_CHOICES = ("Performance", "Size")
 KIB = 1024
 
 
-@lru_cache(maxsize=None)
-def vela_version() -> str:
+_VERSION: list[str] = []  # the installed Vela's version, once known
+
+
+def vela_version(pool: Any = None) -> str:
+    """The installed Vela's version (``importlib.metadata``), read once.
+
+    Given a worker pool (:mod:`edgedeploy.vela_pool`), a worker reads it: the workers have imported Vela,
+    which imports ``importlib.metadata`` for its own version, so this process need not load it."""
+    if not _VERSION:
+        _VERSION.append(pool.call(installed_vela_version).result() if pool is not None else installed_vela_version())
+    return _VERSION[0]
+
+
+def installed_vela_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("ethos-u-vela")
     except PackageNotFoundError as exc:

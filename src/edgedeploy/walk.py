@@ -267,6 +267,9 @@ def walk_project(
     from .report import requirements_from_project
 
     project = load_project(path)
+    if project.is_sweep:
+        raise UsageError(f"{path} lists [[models]]: it is a sweep, one walk per model",
+                         "run it with `edgedeploy compile PROJECT.toml --walk` (edgedeploy.sweep.run_sweep)")
     req = requirements_from_project(Path(path))
     if requirements is not None:
         req = requirements.over(req)

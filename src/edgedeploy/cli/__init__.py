@@ -10,7 +10,14 @@ from __future__ import annotations
 
 def main() -> None:
     """The ``edgedeploy`` console script."""
+    import os
     import sys
+
+    from ..vela_worker import fork_warm_worker
+
+    # One Vela worker starts importing Vela now, while typer loads and converts the options; the command
+    # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
+    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else fork_warm_worker()
 
     import typer
     from typer.exceptions import TyperException
@@ -18,7 +25,7 @@ def main() -> None:
     from .app import app
 
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, obj=warm)
     except TyperException as exc:  # a bad option or value: one line, not the framed usage block
         ctx = getattr(exc, "ctx", None)
         if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # a group given no command: its help
@@ -30,6 +37,9 @@ def main() -> None:
     except typer.Abort:
         _usage_line("aborted", None)
         code = 1
+    finally:
+        if warm is not None:
+            warm.close(now=True)  # when no command took it (ended already if one did)
     sys.exit(code if isinstance(code, int) else 0)
 
 

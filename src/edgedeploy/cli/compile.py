@@ -49,8 +49,9 @@ def compile_cmd(
              walk)
 
 
-def prestart(values: dict[str, Any]):
-    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`).
+def prestart(values: dict[str, Any], warm=None):
+    """Vela workers for this compile, started before its options are converted (see :mod:`.prestart`);
+    ``warm`` (the worker the console script started) is adopted as the first of them.
 
     Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
@@ -68,7 +69,8 @@ def prestart(values: dict[str, Any]):
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
     if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
         return None  # the option's check says what is wrong with it
-    return VelaPool(min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)).start()
+    wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
+    return VelaPool(wanted, warm=warm).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
@@ -85,6 +87,14 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
             raise UsageError("--walk walks the deployment tree of a project file",
                              "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if len(models) == 1 and models[0].suffix == ".toml" and api.is_sweep(models[0]):
+            from .sweep import print_sweep
+
+            sweep = api.run_sweep(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options, walk=walk)
+            print_sweep(sweep, json_out)
+            sweep.raise_first_failure()
+            return
         if walk:
             walked = api.walk_project(models[0], extra_targets=target,
                                       out=out if out != Path("edgedeploy-out") else None, options=options)

@@ -15,26 +15,47 @@ It works in three steps, one module (or package) each:
 
 from __future__ import annotations
 
-from .build import build_report
-from .collect import int8_model_path
-from .columns import ALL_COLUMNS, JUDGMENT_COLUMNS, KEY_COLUMNS, SCHEMA, SCHEMA_VERSION, VALUE_COLUMNS, Column
-from .compression import weight_diagnostics
-from .judge import pareto_front, unmet_targets
-from .limits import (
-    DEFAULT_TOLERANCES,
-    Requirements,
-    Tolerance,
-    parse_size,
-    parse_tolerances,
-    requirements_from_project,
-)
-from .regressions import compare_reports, load_report_json, raise_on_regression
-from .tree import LEAF_LEVELS, PALETTE_LIMIT, REFERENCE_LEAF, base_leaf, is_clustered_leaf, leaf_level
+import importlib
 
-__all__ = [
-    "ALL_COLUMNS", "DEFAULT_TOLERANCES", "JUDGMENT_COLUMNS", "KEY_COLUMNS", "LEAF_LEVELS", "PALETTE_LIMIT",
-    "REFERENCE_LEAF", "SCHEMA", "SCHEMA_VERSION", "VALUE_COLUMNS", "Column", "Requirements", "Tolerance",
-    "base_leaf", "build_report", "compare_reports", "int8_model_path", "is_clustered_leaf", "leaf_level",
-    "load_report_json", "parse_size", "parse_tolerances", "pareto_front", "raise_on_regression",
-    "requirements_from_project", "unmet_targets", "weight_diagnostics",
-]
+# Name -> the module that defines it. Imported when first used, so a command that needs one table
+# (the compile table, say) does not load every part of the reporter.
+_EXPORTS = {
+    "build_report": ".build",
+    "int8_model_path": ".collect",
+    "ALL_COLUMNS": ".columns",
+    "JUDGMENT_COLUMNS": ".columns",
+    "KEY_COLUMNS": ".columns",
+    "SCHEMA": ".columns",
+    "SCHEMA_VERSION": ".columns",
+    "VALUE_COLUMNS": ".columns",
+    "Column": ".columns",
+    "weight_diagnostics": ".compression",
+    "pareto_front": ".judge",
+    "unmet_targets": ".judge",
+    "DEFAULT_TOLERANCES": ".limits",
+    "Requirements": ".limits",
+    "Tolerance": ".limits",
+    "parse_size": ".limits",
+    "parse_tolerances": ".limits",
+    "requirements_from_project": ".limits",
+    "compare_reports": ".regressions",
+    "load_report_json": ".regressions",
+    "raise_on_regression": ".regressions",
+    "LEAF_LEVELS": ".tree",
+    "PALETTE_LIMIT": ".tree",
+    "REFERENCE_LEAF": ".tree",
+    "base_leaf": ".tree",
+    "is_clustered_leaf": ".tree",
+    "leaf_level": ".tree",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

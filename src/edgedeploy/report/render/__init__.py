@@ -1,27 +1,40 @@
-"""Rendering a report document: a pure function of the document, one module per format."""
+"""Rendering a report document: a pure function of the document, one module per format.
+
+Each format's module is imported when it is first used, so a command that prints one table (the
+compile table of :mod:`.tables`) does not load the HTML or Markdown renderers.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Mapping
-
-from .data import render_csv, render_json
-from .html import render_html
-from .markdown import render_markdown
-from .text import render_table
-
 
 FORMATS = ("table", "json", "csv", "markdown", "html")
 
+# Renderer name -> its module.
+_RENDERERS = {"render_json": ".data", "render_csv": ".data", "render_markdown": ".markdown", "render_html": ".html",
+              "render_table": ".text"}
+_BY_FORMAT = {"json": "render_json", "csv": "render_csv", "markdown": "render_markdown", "html": "render_html",
+              "table": "render_table"}
+
+__all__ = ["FORMATS", "render", *sorted(_RENDERERS)]
+
+
+def __getattr__(name: str):
+    module = _RENDERERS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
-    if fmt == "json":
-        return render_json(doc)
-    if fmt == "csv":
-        return render_csv(doc)
-    if fmt == "markdown":
-        return render_markdown(doc)
-    if fmt == "html":
-        return render_html(doc)
-    if fmt == "table":
-        return render_table(doc, width)
-    raise ValueError(fmt)
+    if doc.get("schema") == "edgedeploy.sweep_report":  # several models' runs side by side
+        from .sweep import render_sweep
+
+        return render_sweep(doc, fmt, width)
+    if fmt not in _BY_FORMAT:
+        raise ValueError(fmt)
+    renderer = __getattr__(_BY_FORMAT[fmt])
+    return renderer(doc, width) if fmt == "table" else renderer(doc)
