@@ -17,6 +17,7 @@ they calibrate int8 conversion like any other sample. Every evaluation sample ne
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ class Dataset:
     kind: str = "classification"  # edgedeploy.task: classification, regression or reconstruction
     task: Any = None  # the edgedeploy.task.Task it is scored for (set by optimize)
     anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them
+    eval_set: str | None = None  # which evaluation samples (sources and class names), whatever their features
     # probability targets of the fine-tune samples (rows summing to 1, not all one-hot): fine-tuning learns
     # these; y_fit holds their arg max (hold-out strata, accuracy)
     p_fit: np.ndarray | None = None
@@ -78,6 +80,7 @@ class Dataset:
             "n_fit": int(len(self.x_fit)),
             "n_fit_unlabelled": int(np.sum(self.y_fit < 0)) if self.labelled else 0,
             "n_eval": int(len(self.x_eval)),
+            "eval_set": self.eval_set,
             "labels": self.labels,
             "input_shape": list(self.x_fit.shape[1:]),
             "reshaped_from": list(self.reshaped_from) if self.reshaped_from else None,
@@ -160,8 +163,11 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
         x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
         layout = "x/y/split"
+        files = arrays.get("files")
+        eval_files = files[split == EVAL] if files is not None and getattr(files, "shape", None) == split.shape else None
     elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
         x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
+        eval_files = None
         layout = "train/test"
         if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
             raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
@@ -218,8 +224,19 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         reshaped_from=reshaped_from,
         kind=kind,
         anomaly=anomaly,
+        eval_set=_eval_set(eval_files, y_eval, names) if kind == "classification" else None,
         p_fit=p_fit,
     )
+
+
+def _eval_set(files: np.ndarray | None, y_eval: np.ndarray, names: list[str] | None) -> str | None:
+    """Which evaluation samples these are, whatever features they are stored as: the sha256 of each sample's
+    source (the file's ``files`` array) with its class name, in sorted order. Two data files of the same clips
+    through different front ends (and class orders) get the same value; None without ``files`` or names."""
+    if files is None or names is None or len(files) != len(y_eval):
+        return None
+    pairs = sorted(f"{f}\t{names[int(c)]}" for f, c in zip(np.asarray(files).astype(str).tolist(), y_eval.tolist()))
+    return hashlib.sha256("\n".join(pairs).encode("utf-8")).hexdigest()
 
 
 def probability_rows(y: Any, num_classes: int) -> np.ndarray | None:

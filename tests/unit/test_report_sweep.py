@@ -107,6 +107,18 @@ def test_models_scored_on_different_data_are_not_ranked():
     assert d["overall"][T]["model"] is None
 
 
+def test_the_same_clips_through_two_front_ends_are_ranked():
+    # two files (MFCCs of two front ends, classes in another order) of the same evaluation clips and classes
+    a = member("a", [row("ptq", 0, 90.0, 36000, 90000)], data={**DATA, "eval_set": "c" * 64})
+    b = member("b", [row("ptq", 0, 95.0, 30000, 80000)],
+               data={**DATA, "path": "/d/arm.npz", "sha256": "b" * 64, "eval_set": "c" * 64})
+    d = compare_models([a, b])
+    assert d["comparable"]["ranked"] is True and d["overall"][T]["model"] == "b"
+    other = member("b", [row("ptq", 0, 95.0, 30000, 80000)],
+                   data={**DATA, "path": "/d/arm.npz", "sha256": "b" * 64, "eval_set": "d" * 64})
+    assert compare_models([a, other])["comparable"]["ranked"] is False
+
+
 def test_a_failed_model_is_named_and_the_others_compared():
     a = member("a", [row("ptq", 0, 90.0, 36000, 90000)])
     failed = ({"name": "b", "folder": "b", "run_dir": "/out/b", "status": "failed",

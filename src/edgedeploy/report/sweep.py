@@ -73,7 +73,7 @@ def _data_of(manifest: Manifest) -> dict[str, Any] | None:
     data = (manifest.info.get("optimize") or {}).get("data")
     if not isinstance(data, Mapping):
         return None
-    return {k: data.get(k) for k in ("path", "sha256", "eval_split", "n_eval")}
+    return {k: data.get(k) for k in ("path", "sha256", "eval_split", "n_eval", "eval_set")}
 
 
 def build_sweep_report(out: Path, requirements: Requirements = Requirements()) -> dict[str, Any]:
@@ -150,8 +150,10 @@ def comparable(models: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
         shown = ", ".join(f"{m['name']} by {m['measure']['name']}" for m in judged)
         return False, (f"the models are judged by different metrics ({shown}): their leaves are not ranked "
                        "against each other on quality")
-    data = {(d.get("sha256"), d.get("eval_split")) for m in judged for d in [m.get("data") or {}]}
-    if len(data) > 1 or None in {k[0] for k in data}:
+    # the same evaluation samples: the same clips and classes (``eval_set``, even through different front ends),
+    # else the same file and split
+    data = {d.get("eval_set") or (d.get("sha256"), d.get("eval_split")) for m in judged for d in [m.get("data") or {}]}
+    if len(data) > 1 or any(k is None or (isinstance(k, tuple) and k[0] is None) for k in data):
         shown = ", ".join(f"{m['name']}: {Path(str((m.get('data') or {}).get('path'))).name}" for m in judged)
         return False, (f"the models were scored on different data ({shown}): their {next(iter(names))} is not "
                        "ranked across models")
