@@ -107,7 +107,8 @@ def variant_names(models: Sequence[Path]) -> list[str]:
     return names
 
 
-def keep_apart(models: Sequence[Path], names: Sequence[str], earlier: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+def keep_apart(models: Sequence[Path], names: Sequence[str],
+               earlier: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
     """Names for ``models`` in a run folder that already holds the variants ``earlier`` (variant -> the file it was
     imported from; None for a leaf of ``optimize``), each with the variant it would have replaced, or None.
 

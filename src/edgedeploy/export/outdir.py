@@ -31,7 +31,8 @@ def lock_out_dir(out: Path) -> None:
     try:
         lock_run_dir(out)
     except OSError as exc:
-        raise UsageError(f"--out {out} cannot be written ({exc.strerror})", "check the path and its permissions") from exc
+        raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
+                         "check the path and its permissions") from exc
 
 
 def inspect_out_dir(out: Path) -> OutDirState:
