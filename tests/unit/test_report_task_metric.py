@@ -87,6 +87,9 @@ def test_a_regression_report_names_its_metric_and_unit_instead_of_accuracy(tmp_p
     for shown in (text, md, page):
         assert "ccuracy" not in shown, [line for line in shown.splitlines() if "ccuracy" in line][:3]
     assert [c["header"] for c in doc["columns"] if c["key"] == "int8_metric"] == ["Int8 PSNR (dB)"]
+    judged = build_report(run, Requirements(max_metric_drop=0.5))
+    assert judged["rows"][0]["requirements"]["max_metric_drop"]["label"] == "int8 PSNR drop vs ptq ≤ 0.5 dB"
+    assert "max_metric_drop = 0.5 dB (int8 PSNR worse than the ptq leaf's)" in render_table(judged)
 
 
 def test_the_compile_table_shows_the_task_metric_of_a_regression_leaf(tmp_path):

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..manifest import Manifest
 from .tree import REFERENCE_LEAF, leaf_level
-from .columns import quality_name, value_of
+from .columns import metric_label, quality_name, value_of
 from .limits import Requirements
 
 
@@ -88,6 +88,8 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     for name, limit in req.given().items():
         key, sign, unit, label = REQUIREMENT_VALUES[name]
         cell = row["values"].get(key) or {"value": None, "unavailable": "the leaf is judged by accuracy"}
+        if name == "max_metric_drop" and cell.get("metric"):  # named after the leaf's metric, in its unit
+            unit, label = cell.get("unit") or "", f"int8 {metric_label(cell['metric'])} drop vs {REFERENCE_LEAF}"
         value = None if value_of(cell) is None else sign * value_of(cell)
         check: dict[str, Any] = {"label": f"{label} ≤ {fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..tree import PALETTE_LIMIT
-from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column
+from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column, task_metric
 
 
 def fmt_value(value: Any, kind: str) -> str:
@@ -124,9 +124,10 @@ def _req_text(doc: Mapping[str, Any]) -> list[str]:
         elif k == "max_npu_cycles":
             shown.append(f"{k} = {int(v):,} cycles")
         elif k == "max_metric_drop":
-            cells = [(r.get("values") or {}).get("int8_metric") or {} for r in doc.get("rows", [])]
-            metric = next((c["metric"] for c in cells if c.get("metric")), "metric")
-            shown.append(f"{k} = {v:g} (int8 {metric} worse than the ptq leaf's, in its own unit)")
+            named = task_metric(doc.get("rows", []))
+            metric, unit = named if named else ("metric", "")
+            shown.append(f"{k} = {v:g}{' ' + unit if unit else ''} (int8 {metric} worse than the ptq leaf's"
+                         + (")" if named else ", in its own unit)"))
         else:
             shown.append(f"{k} = {v:g} pts (int8 accuracy below the ptq leaf)")
     src = req.get("sources") or []
