@@ -34,7 +34,9 @@ __all__ = [
     "load_recipe",
     "optimize",
     "read_tflite",
+    "is_sweep",
     "run_project",
+    "run_sweep",
     "walk",
     "walk_project",
 ]
@@ -50,6 +52,20 @@ def optimize(*args: Any, **kwargs: Any):
 def run_project(*args: Any, **kwargs: Any):
     """optimize -> convert -> compile from an ``edgedeploy.toml``. See :func:`edgedeploy.project.run_project`."""
     from .project import run_project as run
+
+    return run(*args, **kwargs)
+
+
+def is_sweep(path: Any) -> bool:
+    """Whether the project file at ``path`` lists [[models]] (a sweep; checks the whole file)."""
+    from .project import load_project
+
+    return load_project(path).is_sweep
+
+
+def run_sweep(*args: Any, **kwargs: Any):
+    """Every [[models]] table of a project file into OUT/NAME. See :func:`edgedeploy.sweep.run_sweep`."""
+    from .sweep import run_sweep as run
 
     return run(*args, **kwargs)
 

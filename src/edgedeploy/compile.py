@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from .fsutil import current_umask, new_staging_dir, promote, sha256_file
@@ -106,6 +106,35 @@ def variant_names(models: Sequence[Path]) -> list[str]:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
     return names
+
+
+def keep_apart(models: Sequence[Path], names: Sequence[str],
+               earlier: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+    """Names for ``models`` in a run folder that already holds the variants ``earlier`` (variant -> the file it was
+    imported from; None for a leaf of ``optimize``), each with the variant it would have replaced, or None.
+
+    A model imported before keeps its variant (a re-compile of an edited file replaces it); a model whose name is
+    another model's variant of the run gets a distinct name instead of replacing it.
+    """
+    by_source = {src: v for v, src in earlier.items() if src}
+    taken = set(earlier)
+    out: list[tuple[str, str | None]] = []
+    used: set[str] = set()
+    for m, name in zip(models, names):
+        source = str(m.resolve())
+        if by_source.get(source) and by_source[source] not in used:
+            name, clash = by_source[source], None
+        elif name in taken and earlier.get(name) != source:
+            clash = name
+            base = _safe_name(f"{m.parent.name}_{name}") if m.parent.name else name
+            name, i = base, 2
+            while name in taken or name in used:
+                name, i = f"{base}_{i}", i + 1
+        else:
+            clash = None
+        used.add(name)
+        out.append((name, clash))
+    return out
 
 
 def _safe_name(text: str) -> str:
@@ -451,7 +480,13 @@ def compile_tflite(
                                           "or lack of memory)", "check that it is an intact .tflite file") from exc
         ctx = RunContext.open(out)
         variants = []
-        for name, model in zip(variant_names(models), models):
+        earlier = {v: None for v in ctx.manifest.variants()}
+        earlier.update({r.variant: r.params.get("source") for r in ctx.manifest.find(stage="import") if r.variant})
+        for model, (name, clash) in zip(models, keep_apart(models, variant_names(models), earlier)):
+            if clash:
+                shown = f"another model ({earlier[clash]})" if earlier[clash] else "a leaf of `edgedeploy optimize`"
+                log.warning("%s: variant '%s' of %s is %s; this one is compiled as '%s' beside it",
+                            model, clash, out, shown, name)
             rec = import_tflite(ctx, name, model)
             variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
         return compile_variants(ctx, variants, targets, options, pool)

@@ -150,7 +150,7 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
 
     def interpreter():
         it = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
-        it.allocate_tensors()
+        tfenv.allocate(it)
         return it
 
     it = interpreter()
@@ -171,7 +171,7 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
     try:
         bt = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
         bt.resize_tensor_input(inp["index"], [len(probe), *inp["shape"][1:]], strict=False)
-        bt.allocate_tensors()
+        tfenv.allocate(bt)
         bt.set_tensor(inp["index"], probe)
         bt.invoke()
         if np.array_equal(bt.get_tensor(out["index"]), reference):

@@ -4,7 +4,8 @@ Two layouts are understood:
 - ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
 - ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
 
-``y`` holds class labels (or one-hot rows) for a classifier, float targets shaped like the model's output for a
+``y`` holds class labels (or one-hot rows, or probability rows: fine-tuning learns the probabilities, accuracy
+is scored against their arg max) for a classifier, float targets shaped like the model's output for a
 regression model; without ``y`` (``x`` and ``split``, or ``x_train`` and ``x_test`` only) the model reconstructs
 its input. ``y_anomaly`` (one 0/1 value per sample of ``x``, or per evaluation sample) marks anomalous samples
 for the ROC AUC of the reconstruction error (see :mod:`edgedeploy.task`).
@@ -16,6 +17,7 @@ they calibrate int8 conversion like any other sample. Every evaluation sample ne
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,10 @@ class Dataset:
     kind: str = "classification"  # edgedeploy.task: classification, regression or reconstruction
     task: Any = None  # the edgedeploy.task.Task it is scored for (set by optimize)
     anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them
+    eval_set: str | None = None  # which evaluation samples (sources and class names), whatever their features
+    # probability targets of the fine-tune samples (rows summing to 1, not all one-hot): fine-tuning learns
+    # these; y_fit holds their arg max (hold-out strata, accuracy)
+    p_fit: np.ndarray | None = None
 
     @property
     def labelled(self) -> bool:
@@ -74,6 +80,7 @@ class Dataset:
             "n_fit": int(len(self.x_fit)),
             "n_fit_unlabelled": int(np.sum(self.y_fit < 0)) if self.labelled else 0,
             "n_eval": int(len(self.x_eval)),
+            "eval_set": self.eval_set,
             "labels": self.labels,
             "input_shape": list(self.x_fit.shape[1:]),
             "reshaped_from": list(self.reshaped_from) if self.reshaped_from else None,
@@ -156,8 +163,11 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
         x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
         layout = "x/y/split"
+        files = arrays.get("files")
+        eval_files = files[split == EVAL] if files is not None and getattr(files, "shape", None) == split.shape else None
     elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
         x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
+        eval_files = None
         layout = "train/test"
         if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
             raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
@@ -183,7 +193,9 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
                 "give data shaped like the model input (without the batch axis)",
             )
     anomaly = _anomaly(path, arrays, len(x_eval), layout)
+    p_fit = None
     if kind == "classification":
+        p_fit = probability_rows(y_fit, num_classes)
         y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
         y_eval = _labels(path, y_eval, num_classes, "evaluation")
     elif y_fit is None or kind == "reconstruction":
@@ -212,7 +224,32 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         reshaped_from=reshaped_from,
         kind=kind,
         anomaly=anomaly,
+        eval_set=_eval_set(eval_files, y_eval, names) if kind == "classification" else None,
+        p_fit=p_fit,
     )
+
+
+def _eval_set(files: np.ndarray | None, y_eval: np.ndarray, names: list[str] | None) -> str | None:
+    """Which evaluation samples these are, whatever features they are stored as: the sha256 of each sample's
+    source (the file's ``files`` array) with its class name, in sorted order. Two data files of the same clips
+    through different front ends (and class orders) get the same value; None without ``files`` or names."""
+    if files is None or names is None or len(files) != len(y_eval):
+        return None
+    pairs = sorted(f"{f}\t{names[int(c)]}" for f, c in zip(np.asarray(files).astype(str).tolist(), y_eval.tolist()))
+    return hashlib.sha256("\n".join(pairs).encode("utf-8")).hexdigest()
+
+
+def probability_rows(y: Any, num_classes: int) -> np.ndarray | None:
+    """``y`` as float32 when it holds probability targets: one row of ``num_classes`` non-negative values summing
+    to 1 per sample, not all of them one-hot (one-hot rows are class labels). None otherwise."""
+    if y is None or np.ndim(y) != 2 or np.shape(y)[1] != num_classes or num_classes < 2:
+        return None
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.floating):
+        return None
+    if not (np.all(y >= 0) and np.allclose(y.sum(axis=1), 1.0, atol=1e-3)) or np.all((y == 0) | (y == 1)):
+        return None
+    return np.ascontiguousarray(y, dtype=np.float32)
 
 
 ANOMALY_KEYS = ("y_anomaly", "anomaly", "y_test_anomaly")

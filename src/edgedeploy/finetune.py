@@ -166,29 +166,35 @@ class Selector:
 # --------------------------------------------------------------------------- Keras pieces
 
 
-def distillation_loss(tf, *, temperature: float, label_weight: float, from_logits: bool, distill: bool = True):
-    """A Keras loss over packed targets ``[label, teacher log-probs ...]`` (label -1: no label).
+def distillation_loss(tf, *, temperature: float, label_weight: float, from_logits: bool, distill: bool = True,
+                      probabilities: int = 0):
+    """A Keras loss over packed targets ``[label, teacher log-probs ...]`` (label -1: no label), or, with
+    ``probabilities`` set to the class count, ``[target probabilities ..., teacher log-probs ...]``.
 
-    Per sample: ``w * CE + (1 - w) * T^2 * KL(teacher_T || student_T)``; with ``distill`` false only the
-    cross-entropy of labelled samples counts. Averaged over the batch (unlabelled samples count as zero
-    cross-entropy).
+    Per sample: ``w * CE + (1 - w) * T^2 * KL(teacher_T || student_T)``, CE against the label or the target
+    probabilities; with ``distill`` false only the cross-entropy of labelled samples counts. Averaged over the
+    batch (unlabelled samples count as zero cross-entropy).
     """
     t = float(temperature)
     w = float(label_weight) if distill else 1.0
+    first = int(probabilities) or 1  # where the teacher's columns start
 
     def loss(y_true, y_pred):
         y_true = tf.cast(y_true, tf.float32)
-        label = tf.cast(y_true[:, 0], tf.int32)
         y_pred = tf.cast(y_pred, tf.float32)
         if from_logits:
             student = tf.nn.log_softmax(y_pred, axis=-1)
         else:
             student = tf.math.log(tf.clip_by_value(y_pred, LOG_EPS, 1.0))
-        labelled = tf.cast(label >= 0, tf.float32)
-        picked = tf.gather(student, tf.maximum(label, 0), axis=-1, batch_dims=1)
-        total = w * labelled * -picked
+        if probabilities:
+            total = w * -tf.reduce_sum(y_true[:, :first] * student, axis=-1)
+        else:
+            label = tf.cast(y_true[:, 0], tf.int32)
+            labelled = tf.cast(label >= 0, tf.float32)
+            picked = tf.gather(student, tf.maximum(label, 0), axis=-1, batch_dims=1)
+            total = w * labelled * -picked
         if distill and w < 1.0:
-            teacher = tf.nn.log_softmax(y_true[:, 1:] / t, axis=-1)
+            teacher = tf.nn.log_softmax(y_true[:, first:] / t, axis=-1)
             student_t = tf.nn.log_softmax(student / t, axis=-1)
             kl = tf.reduce_sum(tf.exp(teacher) * (teacher - student_t), axis=-1)
             total = total + (1.0 - w) * t * t * kl

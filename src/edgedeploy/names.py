@@ -1,6 +1,6 @@
 """Names that become paths or C text, each checked against one strict pattern (a full match).
 
-A target ``name`` becomes a folder, a leaf name a folder and part of C identifiers, ``export --name`` a C
+A target ``name`` becomes a folder, a sweep's model ``name`` a folder, a leaf name a folder and part of C identifiers, ``export --name`` a C
 identifier and file names, ``--section`` a linker section in C text. Each kind has one pattern; a name that
 does not match it is refused with one line naming where it came from and the allowed form. Text that is not
 a name but lands in C goes through ``export.c_literals.c_string`` (strings) or :func:`c_comment` (comments).
@@ -26,6 +26,9 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
     # a folder name: letters, digits, '-', '_', '.', starting with a letter or digit, no '..'
     "target": (re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,63}"),
                "1-64 letters, digits, '-', '_' or '.', starting with a letter or digit, no '..'"),
+    # a model of a sweep: its run folder under the sweep's folder (no '.', so never a file name like sweep.json)
+    "model": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"),
+              "1-64 letters, digits, '-' or '_', starting with a letter or digit"),
     # leaves and variants: folder names and parts of C identifiers
     "leaf": (re.compile(r"[a-z][a-z0-9_]{0,63}"),
              "1-64 lower-case letters, digits or '_', starting with a letter"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ToolFailedError, ToolMissingError
-from .vela_pool import VelaJobResult, vela_job
+from .vela_worker import VelaJobResult, vela_job
 
 
 LOCAL_START_WAIT_S = 120

@@ -1,8 +1,9 @@
 """What the model is trained and scored for: its task, its loss and its metrics, from the model and the data.
 
 The loss comes from ``--loss`` / the recipe's ``loss`` when given, else from the model's compile config, else
-from the data: integer labels -> sparse categorical cross-entropy; one-hot or probability rows ->
-categorical cross-entropy (trained as their class indices); float targets shaped like the model's output ->
+from the data: integer labels -> sparse categorical cross-entropy; one-hot rows -> categorical cross-entropy
+(trained as their class indices); probability rows (not one-hot) -> categorical cross-entropy on the
+probabilities themselves, accuracy scored against their arg max; float targets shaped like the model's output ->
 mean squared error; no targets at all -> reconstruction (the targets are the inputs, mean squared error).
 Targets that contradict the model stop before anything trains, naming the array, its shape and dtype, the
 model's output shape and the fix.
@@ -155,8 +156,11 @@ class Task:
     def spec(self) -> MetricSpec:
         return METRICS[self.metric] if self.metric in METRICS else user_spec(self.user_metric or self.metric)
 
-    def build(self, keras):
-        """The Keras loss to fine-tune with. Classifiers train on class indices, so cross-entropy in its sparse form."""
+    def build(self, keras, probabilities: bool = False):
+        """The Keras loss to fine-tune with. Classifiers train on class indices, so cross-entropy in its sparse
+        form; on probability targets (``probabilities``), categorical cross-entropy on the probabilities."""
+        if self.classifier and probabilities:
+            return keras.losses.CategoricalCrossentropy(from_logits=self.from_logits)
         if self.classifier:
             return keras.losses.SparseCategoricalCrossentropy(from_logits=self.from_logits)
         return keras.losses.get(self.loss)
@@ -271,7 +275,9 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
             if _is_integer_labels(y):
                 name, source = "sparse_categorical_crossentropy", "inferred: integer class labels"
             elif _is_distribution(y, units):
-                name, source = "categorical_crossentropy", "inferred: one-hot or probability rows"
+                name, source = "categorical_crossentropy", (
+                    "inferred: one-hot or probability rows" if np.all((y == 0) | (y == 1))
+                    else "inferred: probability rows (fine-tuned on the probabilities)")
             elif tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,)):
                 name, source = "mean_squared_error", "inferred: float targets shaped like the model's output"
             else:

@@ -72,6 +72,42 @@ def quiet_native_stderr():
         os.close(devnull)
 
 
+XNNPACK_NOTICE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+
+
+@contextlib.contextmanager
+def without_xnnpack_notice():
+    """Drop the one line TFLite writes straight to fd 2 the first time it applies its XNNPACK delegate; whatever
+    else reaches fd 2 meanwhile (a real error) is passed on when the block ends. ``-vv`` or
+    ``EDGEDEPLOY_TF_LOGS=1`` keeps the line."""
+    if os.environ.get("EDGEDEPLOY_TF_LOGS") == "1" or logging.getLogger("edgedeploy").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            rest = b"".join(line for line in caught.read().splitlines(keepends=True)
+                            if line.rstrip(b"\r\n") != XNNPACK_NOTICE)
+            while rest:
+                rest = rest[os.write(2, rest):]
+
+
+def allocate(interpreter) -> None:
+    """``interpreter.allocate_tensors()`` without TFLite's XNNPACK notice on stderr (see above)."""
+    with without_xnnpack_notice():
+        interpreter.allocate_tensors()
+
+
 def versions() -> dict[str, str]:
     found = {}
     for name in EXPECTED:

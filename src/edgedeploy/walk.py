@@ -155,8 +155,11 @@ def walk(
     options: CompileOptions | None = None,
     *,
     trust_lambda: bool = False,
+    runner=None,
 ) -> WalkOutcome:
-    """Train, convert, compile and judge the recipe's leaves level by level; stop at the first level that meets."""
+    """Train, convert, compile and judge the recipe's leaves level by level; stop at the first level that meets.
+    ``runner`` (:func:`edgedeploy.optimize.make_runner`): where the stages run, shared with the caller (who closes
+    it); by default one for this walk."""
     from .optimize import optimize
     from .optimize.walk import make_runner
 
@@ -182,7 +185,9 @@ def walk(
     doc: dict[str, Any] = {}
     verdicts: dict[str, Any] = {}
     stopped_at = None
-    runner = make_runner(options.executor, options.ray_address, recipe.jobs)  # one per walk: Ray starts once
+    own_runner = runner is None
+    if runner is None:  # one per walk (or the caller's): Ray starts once
+        runner = make_runner(options.executor, options.ray_address, recipe.jobs)
     try:
         for level, new in levels.items():
             t0 = time.perf_counter()
@@ -210,7 +215,8 @@ def walk(
                 record.update(stopped="met", recommended=best, recommended_level=leaf_level(best), passed_over=passed)
                 break
     finally:
-        runner.close()
+        if own_runner:
+            runner.close()
     skipped = [leaf for lv, leaves in levels.items() if stopped_at is not None and lv > stopped_at for leaf in leaves]
     record["not_walked"] = skipped
     record["nodes"] = sorted(trained)
@@ -271,6 +277,9 @@ def walk_project(
     from .report import requirements_from_project
 
     project = load_project(path)
+    if project.is_sweep:
+        raise UsageError(f"{path} lists [[models]]: it is a sweep, one walk per model",
+                         "run it with `edgedeploy compile PROJECT.toml --walk` (edgedeploy.sweep.run_sweep)")
     req = requirements_from_project(Path(path))
     if requirements is not None:
         req = requirements.over(req)

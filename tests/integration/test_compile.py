@@ -260,3 +260,20 @@ def test_debug_db_gives_per_layer_npu_weights_in_the_report(shared_data, tmp_pat
     plain = run_cli("compile", model, "-t", "ethos-u55-128", "-o", tmp_path / "plain")
     assert plain.returncode == 0 and not list((tmp_path / "plain").rglob("*_debug.xml"))
     assert json.loads(run_cli("report", tmp_path / "plain", "--json").stdout)["npu_weights"] == {}
+
+
+def test_another_model_with_the_same_file_name_is_kept_beside_the_first(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m_int8.tflite").write_bytes(example.read_bytes())
+    first = run_cli("compile", "a/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_cli("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "variant 'm' of R is another model" in second.stderr and "compiled as 'b_m'" in second.stderr
+    doc = json.loads((tmp_path / "R" / "manifest.json").read_text())
+    sources = {s["variant"]: Path(s["params"]["source"]).parent.name for s in doc["stages"] if s["stage"] == "import"}
+    assert sources == {"m": "a", "b_m": "b"}
+    again = run_cli("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
+    assert again.returncode == 0 and "another model" not in again.stderr  # b/ keeps its name, silently

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -412,3 +413,43 @@ def test_reexport_into_own_folder_replaces_it(run_dir, kws, tmp_path):
     assert (fw / "golden.npz").exists()
     assert cli("export", run_dir, "--target", BOARD, "--out", fw, "--golden", 0).exit_code == 0
     assert not (fw / "golden.npz").exists() and not (fw / f"{NAME}_golden.c").exists()
+
+
+def test_a_second_export_into_one_folder_waits_for_the_first_and_says_so(run_dir, tmp_path):
+    from edgedeploy.export import BUNDLE_SCHEMA
+    from edgedeploy.fsutil import lock_run_dir, release_run_dirs
+
+    fw = tmp_path / "fw"
+    lock_run_dir(fw)  # as an export writing the folder holds it
+    err_path = tmp_path / "err.txt"
+    with err_path.open("w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "edgedeploy", "export", str(run_dir), "--target", BOARD,
+                              "--out", str(fw), "--golden", "0", "--name", "second"],
+                             stdout=subprocess.DEVNULL, stderr=err, text=True, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        for _ in range(600):
+            if "waiting" in err_path.read_text() or p.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert p.poll() is None, err_path.read_text()  # still waiting, nothing written
+        assert "is being written by another edgedeploy command; waiting for it to finish" in err_path.read_text()
+        assert not (fw / "second.c").exists()
+        # the first export finishes its bundle while the second waits
+        (fw / "first.c").write_text("/* first */\n")
+        (fw / "manifest.json").write_text(json.dumps({"schema": BUNDLE_SCHEMA, "files": {"first.c": {}}}))
+    finally:
+        release_run_dirs()
+    p.wait(timeout=300)
+    assert p.returncode == 0, err_path.read_text()
+    # the second saw the first's bundle as an earlier export and replaced it whole: no mix of the two
+    names = sorted(n.name for n in fw.iterdir() if n.name != ".edgedeploy.lock")
+    assert "first.c" not in names and "second.c" in names and "second.h" in names
+    assert set(json.loads((fw / "manifest.json").read_text())["files"]) == set(names) - {"manifest.json"}
+
+
+def test_a_clean_export_prints_no_tflite_notice_on_stderr(run_dir, kws, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(run_dir), "--target", BOARD, "--out",
+                           str(tmp_path / "fw"), "--data", str(kws["data"]), "--golden", "2"],
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "XNNPACK" not in done.stderr and "INFO:" not in done.stderr, done.stderr

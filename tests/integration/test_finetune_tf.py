@@ -91,6 +91,50 @@ def test_distillation_loss_matches_a_hand_computation(env, from_logits):
     assert ce_only == pytest.approx(_hand_loss(labels, student, teacher, t, 1.0), rel=1e-4)
 
 
+@pytest.mark.parametrize("from_logits", [False, True])
+def test_distillation_loss_on_probability_targets_matches_a_hand_computation(env, from_logits):
+    from edgedeploy.finetune import distillation_loss, log_probs
+
+    rng = np.random.default_rng(1)
+    student, teacher = rng.normal(scale=3.0, size=(5, 4)), rng.normal(scale=3.0, size=(5, 4))
+    target = rng.dirichlet(np.ones(4), size=5)
+    t, w = 3.0, 0.4
+    q = np.exp(student) / np.exp(student).sum(axis=1, keepdims=True)
+    ce = -np.sum(target * np.log(q), axis=1)
+    kl = np.array([_hand_loss([0], student[i:i + 1], teacher[i:i + 1], t, 0.0) for i in range(5)])
+    expected = float(np.mean(w * ce + (1 - w) * kl))
+    teacher_probs = np.exp(teacher) / np.exp(teacher).sum(axis=1, keepdims=True)
+    packed = np.concatenate([target, log_probs(teacher_probs, from_logits=False)], axis=1).astype(np.float32)
+    fn = distillation_loss(env.tf, temperature=t, label_weight=w, from_logits=from_logits, probabilities=4)
+    got = float(fn(env.tf.constant(packed), env.tf.constant(student if from_logits else q, dtype=env.tf.float32)))
+    assert got == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("distill", [False, True])
+def test_probability_targets_are_learnt_as_probabilities_not_as_their_arg_max(env, distill):
+    """Two clusters whose targets are the distributions [0.7, 0.2, 0.1] and [0.1, 0.3, 0.6]: cross-entropy on the
+    probabilities makes the model predict them; trained on the arg max it would push towards 1.0."""
+    from edgedeploy.optimize import fine_tune as _fit
+
+    rng = np.random.default_rng(SEED)
+    dists = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]], np.float32)
+    which = rng.integers(0, 2, size=400)
+    x = (np.array([[3.0] * 8, [-3.0] * 8])[which] + rng.normal(scale=0.5, size=(400, 8))).astype(np.float32)
+    p = dists[which]
+    data = Dataset(path=Path("synthetic.npz"), layout="x/y/split", x_fit=x, y_fit=p.argmax(1).astype(np.int64),
+                   x_eval=x[:20], y_eval=p[:20].argmax(1).astype(np.int64), labels=None, sha256="0", p_fit=p)
+    model = _model(env, bn=False)
+    if distill:  # a teacher that predicts the distributions (its log-probabilities): both terms pull one way
+        data.soft_targets = np.log(p)
+    recipe = load_recipe(overrides={"epochs": 25, "learning_rate": 1e-2, "batch_size": 32, "seed": SEED},
+                         table={"distillation": {"enabled": distill, "label_weight": 0.9}})
+    report = _fit(env, model, data, recipe, "qat", _loss(), "t")
+    out = model.predict(x, verbose=0)
+    for k in (0, 1):
+        assert np.abs(out[which == k].mean(axis=0) - dists[k]).max() < 0.08, (k, out[which == k].mean(axis=0))
+    assert report["targets"].startswith("probability rows") and report["selection"]["best_val_accuracy"] == 100.0
+
+
 # --------------------------------------------------------------------------- best epoch, early stop
 
 

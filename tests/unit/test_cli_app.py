@@ -120,19 +120,40 @@ def test_compile_prestart_starts_workers_only_for_a_new_tflite_run(tmp_path):
 
 def test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_by_other_commands(tmp_path):
     from edgedeploy.cli.compile import prestart
-    from edgedeploy.vela_pool import VelaPool
+    from edgedeploy.vela_worker import WarmWorker
 
-    warm = VelaPool(1).start()
+    warm = WarmWorker()
+    base = {"models": (str(EXAMPLE_MODEL),), "target": ["ethos-u55-128", "ethos-u85-256"], "jobs": "2",
+            "out": tmp_path / "out", "executor": "local"}
+    pool = prestart(base, warm)
     try:
-        base = {"models": (str(EXAMPLE_MODEL),), "target": ["ethos-u55-128", "ethos-u85-256"], "jobs": "2",
-                "out": tmp_path / "out", "executor": "local"}
-        pool = prestart(base, warm)
-        assert pool is warm and warm.workers == 2  # the warm worker and one more for the second target
-        assert warm.call(int, "7").result() == 7
+        assert pool.holds(warm) and pool.workers == 2  # the warm worker and one more for the second target
+        assert [pool.call(int, "7").result() for _ in range(3)] == [7, 7, 7]
+        assert warm.submit(os.getpid).result() == warm.pid  # it runs jobs in its own process
+    finally:
+        pool.close(now=True)
+    assert pool.workers == 0 and warm.submit(int, "1").exception() is not None
+    for argv in (["targets", "list"], ["compile", "--help"], ["compile", "edgedeploy.toml"]):
+        other = WarmWorker()
+        CliRunner().invoke(app, argv, obj=other)
+        with pytest.raises(ChildProcessError):  # ended and reaped before the command ran
+            os.waitpid(other.pid, os.WNOHANG)
+
+
+def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool():
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    from edgedeploy.vela_worker import WarmWorker
+
+    warm = WarmWorker()
+    try:
+        assert warm.submit(divmod, 7, 2).result() == (3, 1)
+        with pytest.raises(ZeroDivisionError):  # an error in the job is the job's
+            warm.submit(divmod, 1, 0).result()
+        with pytest.raises(BrokenProcessPool):
+            warm.submit(signal.raise_signal, signal.SIGKILL).result()
+        with pytest.raises(BrokenProcessPool):
+            warm.submit(int, "1").result()
     finally:
         warm.close(now=True)
-    assert warm.workers == 0
-    for argv in (["targets", "list"], ["compile", "--help"], ["compile", "edgedeploy.toml"]):
-        other = VelaPool(1).start()
-        CliRunner().invoke(app, argv, obj=other)
-        assert other.workers == 0, argv  # ended before the command ran

@@ -29,3 +29,28 @@ def test_a_palette_leaf_names_the_layers_its_int8_2of4_check_left_out():
     notes = {d["leaf"]: d["preservation_notes"] for d in leaves_json(outcome)["leaves"]}
     assert [(r["layer"], r["status"]) for r in notes["pcqat_palette"]] == [("conv2d", "left out")]
     assert notes["ptq"] == []
+
+
+def test_the_leaf_table_is_headed_by_the_task_metric_and_its_unit():
+    import io
+
+    from rich.console import Console
+
+    from edgedeploy.cli.optimize import leaves_table
+
+    def headers(details, metrics):
+        rec = _rec("ptq", details)
+        rec.metrics.update({k: type(rec.metrics["gzip_bytes"])(v, "", "measured") for k, v in metrics.items()})
+        rec.metrics["tflite_bytes"] = rec.metrics["gzip_bytes"]
+        table = leaves_table(leaves_json(SimpleNamespace(run_dir="run", leaves={"ptq": rec})))
+        console = Console(file=io.StringIO(), width=200, no_color=True)
+        console.print(table)
+        return table.title, [c.header for c in table.columns]
+
+    title, cols = headers({"metric": {"name": "psnr", "key": "psnr", "unit": "dB", "higher_is_better": True}},
+                          {"float_psnr": 30.0, "int8_psnr": 29.5})
+    assert title == "Deployment tree leaves (PSNR on the evaluation split)"
+    assert cols[1:3] == ["Float PSNR (dB)", "Int8 PSNR (dB)"]
+    title, cols = headers({}, {})
+    assert title == "Deployment tree leaves (accuracy on the evaluation split)"
+    assert cols[1:3] == ["Float accuracy (%)", "Int8 accuracy (%)"]

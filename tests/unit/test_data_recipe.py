@@ -48,6 +48,15 @@ def test_train_test_layout_with_uint8_images_and_one_hot_labels(tmp_path):
                 x_test=np.ones((2, 2, 2, 3), np.uint8), y_test=np.array([[1], [2]]).ravel())
     d = load_dataset(path, (2, 2, 3), 3)
     assert d.x_fit.dtype == np.float32 and d.y_fit.tolist() == [0, 1, 2, 0]
+    assert d.p_fit is None  # one-hot rows are class labels
+
+
+def test_probability_targets_are_kept_beside_their_arg_max(tmp_path):
+    p = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [1.0, 0.0, 0.0], [0.2, 0.5, 0.3]], np.float32)
+    path = _npz(tmp_path, x_train=np.zeros((4, 2)), y_train=p, x_test=np.ones((2, 2)), y_test=p[:2])
+    d = load_dataset(path, (2,), 3)
+    assert d.p_fit is not None and np.array_equal(d.p_fit, p)  # learnt as they are
+    assert d.y_fit.tolist() == [0, 2, 0, 1] and d.y_eval.tolist() == [0, 2]  # hold-out strata and accuracy
 
 
 def test_squeezable_shape_is_reshaped(tmp_path):
@@ -169,3 +178,24 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["optimize", str(tmp_path / "m.h5"), "--data", str(tmp_path / "d.npz")])
     assert result.exit_code == 2
     assert 'set [training] qat_ranges. e.g. [training] qat_ranges = "calibrated" [/]' in " ".join(result.output.split())
+
+
+def test_the_evaluation_set_is_named_by_its_clips_and_classes_whatever_the_features(tmp_path):
+    rng = np.random.default_rng(0)
+    files = np.array([f"clip{i}.wav" for i in range(8)])
+    names = np.array(["yes", "no"])
+    y = np.array([0, 1] * 4)
+    split = np.array([0, 1] * 4)
+    np.savez(tmp_path / "a.npz", x=rng.normal(size=(8, 4)).astype(np.float32), y=y, split=split, labels=names,
+             files=files)
+    # the same clips through another front end, the classes stored in the other order
+    np.savez(tmp_path / "b.npz", x=rng.normal(size=(8, 2, 3)).astype(np.float32), y=1 - y, split=split,
+             labels=names[::-1], files=files)
+    np.savez(tmp_path / "c.npz", x=rng.normal(size=(8, 4)).astype(np.float32), y=1 - y, split=split, labels=names,
+             files=files)  # the same clips with other classes
+    a = load_dataset(tmp_path / "a.npz", (4,), 2)
+    b = load_dataset(tmp_path / "b.npz", (2, 3), 2)
+    c = load_dataset(tmp_path / "c.npz", (4,), 2)
+    assert a.eval_set and a.eval_set == b.eval_set != c.eval_set and a.sha256 != b.sha256
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(8, 4)).astype(np.float32), y=y, split=split)
+    assert load_dataset(tmp_path / "d.npz", (4,), 2).eval_set is None  # no clip names: the file itself tells

@@ -116,7 +116,7 @@ def test_project_keys_are_what_the_loader_accepts(ref, tmp_path):
     assert project.compile.optimise == "Size" and project.compile.jobs == 2 and project.compile.debug_db
     top = {r.path for r in rows if "." not in r.path}
     for key in top:
-        assert key in {"model", "data", "out", "targets", "trust_lambda", "recipe", "compile", "requirements"}
+        assert key in {"model", "data", "out", "targets", "trust_lambda", "recipe", "compile", "requirements", "models"}
 
 
 def _write(path: Path, text: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -351,3 +352,22 @@ def test_cpu_path_in_header_source_and_cmake():
     assert "CPU" not in ex.render_model_header(spec()) and "kws_cpu.c" not in ex.render_cmakelists(spec(), True)
     with pytest.raises(InvalidInputError):
         ex.render_cpu_source(s, bytes(23))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no host gcc to compile the headers")
+def test_bundles_whose_names_differ_only_in_case_both_declare_their_model(tmp_path):
+    # C is case-sensitive: bundles `kws` and `KWS` are two models; one translation unit includes both headers
+    for name in ("kws", "KWS"):
+        (tmp_path / f"{name}.h").write_text(ex.render_model_header(spec(name=name)))
+        g = ex.GoldenSet(inputs=(np.zeros((1, 49, 10, 1), np.int8),), outputs=(np.zeros((1, 12), np.int8),),
+                         argmax=np.zeros(1, np.int32), label=np.zeros(1, np.int32), row=np.zeros(1, np.int64))
+        (tmp_path / f"{name}_golden.h").write_text(ex.render_golden_header(spec(name=name), g, "ref"))
+    (tmp_path / "main.c").write_text(
+        '#include "kws.h"\n#include "KWS.h"\n#include "kws_golden.h"\n#include "KWS_golden.h"\n'
+        "const void *both[] = {kws_model, KWS_model, kws_golden_input_0, KWS_golden_input_0};\n"
+    )
+    done = subprocess.run(["gcc", "-std=c99", "-Wall", "-Werror", "-fsyntax-only", "main.c"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert ex.guard_name("kws") == "EDGEDEPLOY_KWS_H"  # lower-case names keep their guard text (same bytes as before)
+    assert len({ex.guard_name(n, s) for n in ("kws", "KWS", "Kws") for s in ("H", "GOLDEN_H")}) == 6

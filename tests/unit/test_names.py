@@ -11,7 +11,7 @@ from edgedeploy.names import c_comment, check_name, is_valid
 
 @pytest.mark.parametrize("kind,good", [
     ("target", "ethos-u55-128"), ("target", "corstone-300-u55-128"), ("target", "my.board_2"),
-    ("leaf", "pcqat"), ("leaf", "pruned_clustered_palette"),
+    ("leaf", "pcqat"), ("leaf", "pruned_clustered_palette"), ("model", "dscnn_sparse"), ("model", "DS-CNN-S2"),
     ("c_identifier", "kws"), ("c_identifier", "_model2"), ("section", "nn_model"), ("section", ".bss.nn_model"),
 ])
 def test_good_names(kind, good):
@@ -22,6 +22,7 @@ def test_good_names(kind, good):
     ("target", "../../victim"), ("target", ".."), ("target", "a/b"), ("target", "a\\b"), ("target", ""),
     ("target", ".hidden"), ("target", "ok\n"), ("target", "a..b"), ("target", "x" * 65), ("target", "a b"),
     ("leaf", "PCQAT"), ("leaf", "../x"), ("leaf", "a-b"), ("leaf", "x\n"),
+    ("model", "sweep.json"), ("model", ".."), ("model", "-x"), ("model", "a/b"), ("model", "x" * 65), ("model", ""),
     ("c_identifier", "kws\n"), ("c_identifier", "int"), ("c_identifier", "2kws"), ("c_identifier", "a-b"),
     ("c_identifier", "while"), ("c_identifier", "x*/"), ("section", 'a")))'), ("section", "a..b"),
     ("section", "nn model"), ("target", None), ("leaf", 3),

@@ -70,3 +70,39 @@ def test_accuracy_requirement_cannot_be_judged_without_accuracy():
     assert rec["leaf"] is None
     (u,) = rec["unmet"]
     assert u["requirement"] == "max_accuracy_drop" and "cannot be judged" in u["text"]
+
+
+def _converted_only(run: Path) -> Path:
+    """A run folder as `edgedeploy optimize` leaves it: three leaves converted with their int8 accuracy, none compiled."""
+    from edgedeploy.manifest import Manifest, Metric, StageRecord
+
+    run.mkdir()
+    m = Manifest(run)
+    for leaf, acc in (("ptq", 90.0), ("qat", 89.6), ("pcqat", 88.5)):
+        rec = StageRecord(id=f"convert/{leaf}", stage="convert", variant=leaf, status="ok")
+        rec.metrics = {"float_accuracy": Metric(90.5, "%", "measured"), "int8_accuracy": Metric(acc, "%", "measured")}
+        m.record(rec)
+    m.save()
+    return run
+
+
+def test_leaves_compiled_for_no_target_are_judged_on_what_needs_no_target(tmp_path):
+    from edgedeploy.report.render import render_markdown, render_table
+
+    doc = build_report(_converted_only(tmp_path / "run"), Requirements(max_accuracy_drop=1.0, max_flash=100_000))
+    rows = {r["leaf"]: r for r in doc["rows"]}
+    assert all(r["target"] is None for r in rows.values())
+    assert rows["qat"]["requirements"]["max_accuracy_drop"]["met"] is True
+    assert rows["pcqat"]["requirements"]["max_accuracy_drop"]["met"] is False
+    assert abs(rows["pcqat"]["requirements"]["max_accuracy_drop"]["value"] - 1.5) < 1e-9
+    assert rows["qat"]["requirements"]["max_flash"]["met"] is None
+    assert rows["qat"]["requirements"]["max_flash"]["why"] == "not compiled for a target"
+    # a missed drop is a miss; otherwise the leaf waits for a compile to be judged on flash
+    assert rows["pcqat"]["meets_requirements"] is False and rows["qat"]["meets_requirements"] is None
+    text = render_table(doc)
+    assert "Requirements of pcqat (no: max_accuracy_drop): max_accuracy_drop missed (1.50 pts" in text
+    assert "Requirements of qat (not compiled; meets max_accuracy_drop)" in text
+    assert "| no: max_accuracy_drop |" in render_markdown(doc)
+    # only the drop asked for: it is all there is to judge
+    alone = build_report(tmp_path / "run", Requirements(max_accuracy_drop=1.0))
+    assert {r["leaf"]: r["meets_requirements"] for r in alone["rows"]} == {"ptq": True, "qat": True, "pcqat": False}

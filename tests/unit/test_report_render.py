@@ -103,6 +103,6 @@ def test_requirements_line_states_each_limit_in_its_own_unit():
                             "sources": ["command line"]},
            "rows": [{"leaf": "ptq", "values": {"int8_metric": {"value": 0.18, "metric": "mse"}}}]}
     text = _req_text(doc)
-    assert "max_metric_drop = 0.01 (int8 mse worse than the ptq leaf's, in its own unit)" in text
+    assert "max_metric_drop = 0.01 (int8 MSE worse than the ptq leaf's)" in text  # the metric named, as in its columns
     assert "max_npu_cycles = 50,000 cycles" in text
     assert "max_accuracy_drop = 1 pts (int8 accuracy below the ptq leaf)" in text

@@ -47,3 +47,62 @@ def test_regression_gate_compares_the_metric_in_its_direction():
     assert not worse["passed"] and "int8 mse" in worse["regressions"][0]["text"]
     better = compare_reports(doc(0.80), doc(0.70), tol)
     assert better["passed"] and "better" in better["changes"][0]["text"]
+
+
+RUN = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "report" / "run_u55_u85"
+PSNR = {"name": "psnr", "key": "psnr", "unit": "dB", "higher_is_better": True, "task": "regression", "title": "PSNR"}
+
+
+def _regression_run(tmp_path):
+    """The recorded two-model run, with each leaf's convert stage judged by PSNR (a regression model)."""
+    import shutil
+
+    from edgedeploy.manifest import Manifest
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    m = Manifest.load(run)
+    for leaf, db in (("dscnn_mlperf", 31.5), ("resnet8_mlperf", 29.25)):
+        rec = StageRecord(id=f"convert/{leaf}", stage="convert", variant=leaf, status="ok")
+        rec.metrics = {"float_psnr": Metric(db + 0.5, "dB", "measured"), "int8_psnr": Metric(db, "dB", "measured"),
+                       "tflite_bytes": Metric(1000, "B", "measured"), "gzip_bytes": Metric(900, "B", "measured")}
+        rec.details = {"metric": dict(PSNR)}
+        m.record(rec)
+    m.save()
+    return run
+
+
+def test_a_regression_report_names_its_metric_and_unit_instead_of_accuracy(tmp_path):
+    from edgedeploy.report import build_report
+    from edgedeploy.report.render import render_html, render_markdown, render_table
+
+    run = _regression_run(tmp_path)
+    doc = build_report(run, html=True)
+    text, md, page = render_table(doc), render_markdown(doc), render_html(doc)
+    assert "PSNR and file size of each leaf" in text
+    header = next(line for line in md.splitlines() if line.startswith("| Leaf"))
+    assert "| Float PSNR (dB) | Int8 PSNR (dB) | PSNR drop vs ptq (dB) |" in header
+    assert "| 31.5 |" in md  # the number alone: the header names the metric and its unit
+    assert "PSNR vs NPU-encoded weights" in page and "Int8 PSNR (dB)" in page
+    for shown in (text, md, page):
+        assert "ccuracy" not in shown, [line for line in shown.splitlines() if "ccuracy" in line][:3]
+    assert [c["header"] for c in doc["columns"] if c["key"] == "int8_metric"] == ["Int8 PSNR (dB)"]
+    judged = build_report(run, Requirements(max_metric_drop=0.5))
+    assert judged["rows"][0]["requirements"]["max_metric_drop"]["label"] == "int8 PSNR drop vs ptq ≤ 0.5 dB"
+    assert "max_metric_drop = 0.5 dB (int8 PSNR worse than the ptq leaf's)" in render_table(judged)
+
+
+def test_the_compile_table_shows_the_task_metric_of_a_regression_leaf(tmp_path):
+    from edgedeploy.manifest import Manifest
+    from edgedeploy.report.render.tables import compile_columns, compile_rows
+
+    m = Manifest.load(_regression_run(tmp_path))
+    records = m.find(stage="compile")
+    for r in records:
+        r.parent = f"convert/{r.variant}"
+    rows = compile_rows(m, records, set())
+    assert dict(compile_columns(rows))["accuracy"] == "Int8 PSNR (dB)"
+    assert {r["variant"]: r["accuracy"] for r in rows} == {"dscnn_mlperf": "31.5", "resnet8_mlperf": "29.25"}
+    for r in records:  # imported .tflite files: no quality column at all, as before
+        r.parent = None
+    assert "accuracy" not in dict(compile_columns(compile_rows(m, records, set())))

@@ -34,6 +34,16 @@ def test_integer_labels_are_sparse_cross_entropy_and_keep_the_classifier_source(
 def test_one_hot_rows_are_categorical_cross_entropy():
     t = decide(_model((8,), (4,)), None, "d.npz", np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 1]])
     assert (t.kind, t.loss, t.from_logits) == ("classification", "categorical_crossentropy", True)
+    assert t.source == "inferred: one-hot or probability rows and a logits output"
+
+
+def test_probability_rows_are_trained_on_as_probabilities():
+    t = decide(_model((8,), (3,), "softmax"), None, "d.npz", np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]], np.float32))
+    assert (t.kind, t.loss, t.metric) == ("classification", "categorical_crossentropy", "accuracy")
+    assert t.source == "inferred: probability rows (fine-tuned on the probabilities) and a softmax output"
+    keras = SimpleNamespace(losses=SimpleNamespace(CategoricalCrossentropy=lambda from_logits: ("cce", from_logits),
+                                                   SparseCategoricalCrossentropy=lambda from_logits: ("scce", from_logits)))
+    assert t.build(keras, probabilities=True) == ("cce", False) and t.build(keras) == ("scce", False)
 
 
 def test_float_targets_of_the_output_shape_are_regression():

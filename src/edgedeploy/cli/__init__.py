@@ -13,11 +13,11 @@ def main() -> None:
     import os
     import sys
 
-    from ..vela_pool import warm_start
+    from ..vela_worker import fork_warm_worker
 
     # One Vela worker starts importing Vela now, while typer loads and converts the options; the command
     # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
-    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else warm_start()
+    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else fork_warm_worker()
 
     import typer
     from typer.exceptions import TyperException

@@ -65,7 +65,7 @@ def _error_line(text: str) -> None:
 def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:
     out = Table(title=title, title_justify="left")
     for key, header in columns:
-        out.add_column(header, justify="left" if key in ("variant", "target", "name", "kind") else "right")
+        out.add_column(header, justify="left" if key in ("model", "variant", "target", "name", "kind") else "right")
     for row in rows:
         out.add_row(*(row[key] for key, _ in columns))
     return out

@@ -70,14 +70,14 @@ def prestart(values: dict[str, Any], warm=None):
     if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
         return None  # the option's check says what is wrong with it
     wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
-    return warm.grow(wanted) if warm is not None else VelaPool(wanted).start()
+    return VelaPool(wanted, warm=warm).start()
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
              pool, walk=False) -> None:
     from .. import api
     from ..errors import UsageError
-    from ..report.render.tables import COMPILE_COLUMNS, compile_json, compile_rows, dumps
+    from ..report.render.tables import compile_columns, compile_json, compile_rows, dumps
     from .common import err_console, escape, guard, out_console, table
 
     with guard():
@@ -87,6 +87,14 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
             raise UsageError("--walk walks the deployment tree of a project file",
                              "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
+        if len(models) == 1 and models[0].suffix == ".toml" and api.is_sweep(models[0]):
+            from .sweep import print_sweep
+
+            sweep = api.run_sweep(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
+                                  options=options, walk=walk)
+            print_sweep(sweep, json_out)
+            sweep.raise_first_failure()
+            return
         if walk:
             walked = api.walk_project(models[0], extra_targets=target,
                                       out=out if out != Path("edgedeploy-out") else None, options=options)
@@ -116,7 +124,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
             typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
-            columns = tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+            columns = compile_columns(rows)
             out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:

@@ -177,9 +177,11 @@ def leaves_table(doc: dict):
 
     from ..report.render.tables import fmt_bytes, fmt_num
 
+    from ..report.columns import metric_label
+
     judged = next((leaf["metric"] for leaf in doc["leaves"] if leaf.get("metric")), None)
-    name = judged["name"] if judged else "accuracy"
-    unit = f" ({judged['unit'] or judged['name']})" if judged else " (%)"
+    name = metric_label(judged["name"]) if judged else "accuracy"  # the task's metric: MSE, PSNR ...
+    unit = (f" ({judged['unit']})" if judged["unit"] else "") if judged else " (%)"
     t = Table(title=f"Deployment tree leaves ({name} on the evaluation split"
               + (", lower is better)" if judged and not judged["higher_is_better"] else ")"), title_justify="left")
     for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite", "gzip", "gzip vs ptq (%)",

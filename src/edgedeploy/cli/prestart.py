@@ -6,7 +6,7 @@ the values click's parser splits from the command line with the command's own op
 Nothing here parses the command line by hand.
 
 The ``edgedeploy`` console script forks one Vela worker before it imports typer
-(:func:`edgedeploy.vela_pool.warm_start`) and hands it to the root context as its ``obj``: the hook of
+(:class:`edgedeploy.vela_worker.WarmWorker`) and hands it to the root context as its ``obj``: the hook of
 the invoked command gets it and may adopt it; otherwise it is ended here, before the command runs.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from typer.core import TyperGroup
 
-from ..vela_pool import VelaPool
+from ..vela_worker import WarmWorker
 
 # Key of what a command's prestart hook started, in the root context's ``meta``.
 PRESTARTED = "edgedeploy.prestarted"
@@ -27,28 +27,29 @@ PRESTART: dict[str, Callable[..., Any]] = {}
 class PrestartGroup(TyperGroup):
     """The root command group; it runs the invoked command's ``prestart`` hook first.
 
-    Converting option values and importing what a command runs
-    take as long as Vela's own start-up. A command that needs Vela workers therefore gets, in its
-    ``prestart(values)``, the values of its options as click's parser splits them from the command
-    line (strings, before conversion; defaults for the options not given) and may start its workers
-    there; what it returns is kept in the root context's ``meta[PRESTARTED]`` for the command and
-    closed with the context. A command line that does not parse starts nothing: the normal parse
-    then reports the error.
+    Converting option values and importing what a command runs take as long as Vela's own start-up.
+    A command that needs Vela workers therefore gets, in its ``prestart(values, warm)``, the values of
+    its options as click's parser splits them from the command line (strings, before conversion;
+    defaults for the options not given) and the worker forked at start-up (or None), and may start its
+    workers there, adopting ``warm``; what it returns is kept in the root context's
+    ``meta[PRESTARTED]`` for the command and closed with the context. A warm worker that the result
+    does not hold (``holds(warm)``) is ended before the command runs. A command line that does not
+    parse starts nothing: the normal parse then reports the error.
     """
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        warm = ctx.obj if isinstance(ctx.obj, VelaPool) else None  # the worker the console script forked
+        warm = ctx.obj if isinstance(ctx.obj, WarmWorker) else None  # the worker the console script forked
         ctx.obj = None
         started = None if ctx.resilient_parsing else _prestart(self, ctx, list(args), warm)
-        if warm is not None and started is not warm:
-            warm.close(now=True)
+        if warm is not None and not (started is not None and started.holds(warm)):
+            warm.close(now=True)  # no command took it
         if started is not None:
             ctx.meta[PRESTARTED] = started
             ctx.call_on_close(lambda: started.close(now=True))
         return super().parse_args(ctx, args)
 
 
-def _prestart(group: TyperGroup, ctx, args: list[str], warm: VelaPool | None) -> Any:
+def _prestart(group: TyperGroup, ctx, args: list[str], warm: WarmWorker | None) -> Any:
     try:
         _, rest, _ = group.make_parser(ctx).parse_args(args=args)
         hook = PRESTART.get(rest[0]) if rest else None

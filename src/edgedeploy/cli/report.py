@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
 
 
 def report_cmd(
-    run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`."),
+    run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`, or a "
+                                   "sweep's folder (a project with [[models]]): one report comparing its models."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv, markdown or html."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Write the report to FILE (html defaults to RUN_DIR/report.html; others to stdout)."
@@ -79,6 +80,9 @@ def report_cmd(
         unmet_targets,
     )
     from ..report.render import FORMATS, render
+    from ..report.sweep import (
+        build_sweep_report, compare_sweeps, is_sweep_dir, load_sweep_report_json, sweep_unmet,
+    )
 
     with guard():
         if json_out:
@@ -107,10 +111,16 @@ def report_cmd(
         project_file = project if project is not None else (Path(PROJECT_FILE) if Path(PROJECT_FILE).is_file() else None)
         if project_file is not None:
             requirements = requirements.over(requirements_from_project(project_file))
-        old = load_report_json(compare) if compare is not None else None
-        doc = build_report(run_dir, requirements, html=fmt == "html")
-        if old is not None:
-            doc["comparison"] = compare_reports(old, doc, tolerances, against=str(compare))
+        if is_sweep_dir(run_dir):  # one comparing report of the sweep's models; the gate runs per model
+            old = load_sweep_report_json(compare) if compare is not None else None
+            doc = build_sweep_report(run_dir, requirements)
+            if old is not None:
+                doc["comparison"] = compare_sweeps(old, doc, tolerances, against=str(compare))
+        else:
+            old = load_report_json(compare) if compare is not None else None
+            doc = build_report(run_dir, requirements, html=fmt == "html")
+            if old is not None:
+                doc["comparison"] = compare_reports(old, doc, tolerances, against=str(compare))
         text = render(doc, fmt)
         if out is None and fmt == "html":
             out = Path(run_dir) / "report.html"
@@ -121,7 +131,7 @@ def report_cmd(
             typer.echo(text, nl=False)
         if old is not None and fail_on_regression:
             raise_on_regression(doc["comparison"])
-        unmet = unmet_targets(doc)
+        unmet = sweep_unmet(doc) if doc["schema"] != "edgedeploy.report" else unmet_targets(doc)
         if unmet:
             raise BudgetExceededError(
                 "; ".join(r["message"] for r in unmet),

@@ -111,7 +111,15 @@ def elements(shape: Sequence[int]) -> int:
 
 
 def guard_name(name: str, suffix: str = "H") -> str:
-    return f"EDGEDEPLOY_{name.upper().lstrip('_')}_{suffix}"
+    """The include guard of bundle ``name``'s header: distinct for distinct names.
+
+    C names are case-sensitive, so bundles ``kws`` and ``KWS`` can sit in one firmware. A name without
+    capitals keeps the upper-cased guard (``EDGEDEPLOY_KWS_H``); a name with capitals keeps its spelling and
+    ends in ``_CASED``, a tail no upper-cased guard has (``EDGEDEPLOY_KWS_H_CASED``).
+    """
+    if name == name.lower():
+        return f"EDGEDEPLOY_{name.upper().lstrip('_')}_{suffix}"
+    return f"EDGEDEPLOY_{name.lstrip('_')}_{suffix}_CASED"
 
 
 def tensor_defines(prefix: str, kind: str, index: int, t: TensorInfo) -> list[str]:

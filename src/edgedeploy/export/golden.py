@@ -177,7 +177,7 @@ def run_tflite(
         interp = tf.lite.Interpreter(
             model_content=bytes(model), experimental_op_resolver_type=resolver.BUILTIN_REF if reference else resolver.AUTO
         )
-    interp.allocate_tensors()
+    tfenv.allocate(interp)
     ins, outs_d = interp.get_input_details(), interp.get_output_details()
     n = inputs[0].shape[0]
     outs: list[list[Any]] = [[] for _ in range(n_outputs)]

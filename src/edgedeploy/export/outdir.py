@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import UsageError
-from ..fsutil import new_staging_dir, promote
+from ..fsutil import LOCK_NAME, lock_run_dir, new_staging_dir
 from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -20,6 +20,19 @@ class OutDirState:
     exists: bool
     owned: set[str] = field(default_factory=set)  # files an earlier export wrote
     foreign: list[str] = field(default_factory=list)  # entries edgedeploy did not write
+
+
+def lock_out_dir(out: Path) -> None:
+    """Hold ``out``'s lock (the run folder's kind) until this process ends: a second export into the same folder
+    waits for the first and says so, so two bundles never interleave. Creates ``out`` when absent."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file", "pass a folder path for the firmware bundle")
+    try:
+        lock_run_dir(out)
+    except OSError as exc:
+        raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
+                         "check the path and its permissions") from exc
 
 
 def inspect_out_dir(out: Path) -> OutDirState:
@@ -38,7 +51,8 @@ def inspect_out_dir(out: Path) -> OutDirState:
             data = {}
         if isinstance(data, dict) and data.get("schema") == BUNDLE_SCHEMA:
             owned = {BUNDLE_MANIFEST} | {str(f) for f in (data.get("files") or {})}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in owned or not p.is_file())
+    foreign = sorted(p.name for p in out.iterdir()
+                     if p.name != LOCK_NAME and (p.name not in owned or not p.is_file()))
     return OutDirState(out, True, owned & {p.name for p in out.iterdir()}, foreign)
 
 
@@ -52,7 +66,10 @@ def _refuse_foreign(out: Path, state: OutDirState, force: bool) -> None:
 
 
 def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, force: bool) -> None:
-    """Write ``files`` (manifest.json last) into ``out`` through a staging folder."""
+    """Write ``files`` (manifest.json last) into ``out`` through a staging folder.
+
+    File by file, not by renaming the folder: ``out`` holds the lock the next export waits on.
+    """
     _refuse_foreign(out, state, force)
     clash = sorted(set(state.foreign) & set(files))
     if clash:
@@ -64,9 +81,7 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
     try:
         for name, data in files.items():
             (staged / name).write_bytes(data)
-        if not state.foreign:
-            promote(staged, out)  # ``out`` is absent, empty, or holds only an earlier bundle
-            return
+        out.mkdir(parents=True, exist_ok=True)
         for name in [n for n in files if n != BUNDLE_MANIFEST] + [BUNDLE_MANIFEST]:
             os.replace(staged / name, out / name)
         for stale in sorted(state.owned - set(files)):

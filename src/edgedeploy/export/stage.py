@@ -42,7 +42,7 @@ from .golden import (
     run_tflite,
 )
 from .locate import ExportOptions, ExportSource, _compile_hint, locate
-from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir
+from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir, lock_out_dir
 
 
 @dataclass
@@ -138,11 +138,13 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     options.check()
     src = locate(Path(run_dir), options.leaf, options.target)
     out = Path(options.out)
-    state = inspect_out_dir(out)
-    _refuse_foreign(out, state, options.force)  # before any slow work
     name = options.name or default_name(src.leaf)
     check_c_name(name)
     section, section_source = resolve_section(options.section, src.target_info)
+    _refuse_foreign(out, inspect_out_dir(out), options.force)  # a refused folder is left as it was, lock file too
+    lock_out_dir(out)  # another export into ``out`` is waited for, then seen as an earlier bundle
+    state = inspect_out_dir(out)
+    _refuse_foreign(out, state, options.force)  # before any slow work
     memory, warnings = _memory_plan(src)
 
     vela_bytes = src.vela_model.read_bytes()

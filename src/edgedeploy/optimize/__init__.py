@@ -11,4 +11,4 @@ from __future__ import annotations
 from .fit import Loss, TrainingSet, fine_tune, teacher_targets, training_set  # noqa: F401
 from .leaf import FLOAT_MODEL, INT8_MODEL, QAT_WEIGHTS, int8_stats, leaf_int8, tfenv_seed  # noqa: F401
 from .techniques import cluster, load_qat, prune, qat_model, settle_cluster_weights, start_qat_ranges  # noqa: F401
-from .walk import OptimizeOutcome, optimize  # noqa: F401
+from .walk import OptimizeOutcome, make_runner, optimize  # noqa: F401

@@ -71,6 +71,8 @@ class TrainingSet:
     y_val: np.ndarray
     teacher_val: np.ndarray | None
     notes: list[str] = field(default_factory=list)
+    p: np.ndarray | None = None  # probability targets (y: their arg max), trained on as they are
+    p_val: np.ndarray | None = None
 
     @property
     def distill(self) -> bool:
@@ -100,11 +102,13 @@ def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
     if len(train_idx) == 0:
         raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
                                 "give labelled samples, or turn distillation on for unlabelled ones")
+    p = getattr(data, "p_fit", None) if labelled else None
     return TrainingSet(
         x=data.x_fit[train_idx], y=data.y_fit[train_idx],
         teacher=None if teacher is None else teacher[train_idx],
         x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx],
         teacher_val=None if teacher is None else teacher[val_idx], notes=notes,
+        p=None if p is None else p[train_idx], p_val=None if p is None else p[val_idx],
     )
 
 
@@ -142,6 +146,20 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
         y_train = np.concatenate([ts.y, ts.teacher], axis=-1)
         metrics: list[Any] = []
         val_loss = lambda out: float(train_loss(np.concatenate([ts.y_val, ts.teacher_val], axis=-1), out))  # noqa: E731
+    elif ts.distill and ts.p is not None:
+        # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits,
+                                       probabilities=num_classes)
+        y_train = np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32)
+
+        def accuracy(y_true, y_pred):  # against the arg max of the target probabilities
+            hit = tf.equal(tf.argmax(y_pred, axis=-1), tf.argmax(y_true[:, :num_classes], axis=-1))
+            return tf.reduce_mean(tf.cast(hit, tf.float32))
+
+        metrics = [accuracy]
+        val_loss = lambda out: float(train_loss(  # noqa: E731
+            np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32), out))
     elif ts.distill:
         train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
                                        label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
@@ -155,6 +173,11 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
 
         metrics = [accuracy]
         val_loss = lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out))  # noqa: E731
+    elif ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
+        train_loss = loss.build(keras, probabilities=True)
+        y_train = ts.p
+        metrics = ["accuracy"]  # (categorical: the arg max of the probabilities)
+        val_loss = lambda out: float(train_loss(ts.p_val, out))  # noqa: E731
     else:
         train_loss = loss.build(keras)
         y_train = ts.y
@@ -252,6 +275,8 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
         },
         "curve": curve,
         "notes": ts.notes,
+        **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
+           if ts.p is not None else {}),
     })
     return report
 

@@ -14,7 +14,7 @@ from .tree import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
 from .collect import _accuracy_values, _compile_values, _fit, _variants
-from .judge import _check_requirements, _pareto, _recommend, size_budget_misses
+from .judge import _check_requirements, _pareto, _recommend, judge_uncompiled, size_budget_misses
 from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
 
@@ -102,6 +102,8 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
             _check_requirements(r, requirements)
         recommendations[t] = _recommend(group, t, requirements)
     for r in rows:
+        if not r["target"]:
+            judge_uncompiled(r, requirements)  # the accuracy or metric drop needs no target
         r.setdefault("requirements", {})
         r.setdefault("meets_requirements", None)
         r.setdefault("pareto_note", None)

@@ -79,13 +79,65 @@ METRIC_COLUMNS: tuple[Column, ...] = (
 )
 
 
+ACCURACY_COLUMN_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta_pts")
+
+
+def metric_label(name: str) -> str:
+    """A task metric's name as a column shows it: ``MSE``, ``PSNR``, ``AUC``; a longer name as it is."""
+    return name.upper() if name.isalnum() and len(name) <= 5 else name
+
+
+def task_metric(rows) -> tuple[str, str] | None:
+    """(label, unit) of the one task metric the rows' leaves are judged by (``("MSE", "")``, ``("PSNR", "dB")``);
+    None when no leaf is judged by a task metric or leaves use different ones."""
+    seen = {(c.get("metric") or "metric", c.get("unit") or "")
+            for r in rows for c in [(r.get("values") or {}).get("int8_metric")] if c}
+    if len(seen) != 1:
+        return None
+    name, unit = seen.pop()
+    return metric_label(name), unit
+
+
+def metric_only(rows) -> bool:
+    """Every leaf is judged by a task metric (a regression or reconstruction run): no accuracy to show."""
+    rows = [r for r in rows if r.get("values")]
+    return bool(rows) and all("int8_metric" in r["values"] for r in rows) and not any(
+        value_of(r["values"].get(k)) is not None for r in rows for k in ACCURACY_COLUMN_KEYS)
+
+
 def value_columns(rows) -> tuple[Column, ...]:
-    return VALUE_COLUMNS + (METRIC_COLUMNS if any("int8_metric" in r.get("values", {}) for r in rows) else ())
+    if not any("int8_metric" in r.get("values", {}) for r in rows):
+        return VALUE_COLUMNS
+    named = task_metric(rows)
+    if named is None:
+        return VALUE_COLUMNS + METRIC_COLUMNS
+    label, unit = named
+    u = f" ({unit})" if unit else ""
+    return VALUE_COLUMNS + (Column("float_metric", f"Float {label}{u}", unit, "named_metric"),
+                            Column("int8_metric", f"Int8 {label}{u}", unit, "named_metric"),
+                            Column("int8_metric_drop", f"{label} drop vs ptq{u}", unit, "named_metric"),
+                            METRIC_COLUMNS[3])
 
 
 def columns_of(doc: Mapping[str, Any]) -> tuple[Column, ...]:
-    """The columns of a report document, in the order they are shown."""
+    """The columns of a report document (every value a row holds), in the order they are shown."""
     return KEY_COLUMNS + value_columns(doc.get("rows", [])) + JUDGMENT_COLUMNS
+
+
+def shown_columns(doc: Mapping[str, Any]) -> tuple[Column, ...]:
+    """The columns a results table shows: without the accuracy columns when every leaf is judged by a task metric."""
+    cols = columns_of(doc)
+    if metric_only(doc.get("rows", [])):
+        cols = tuple(c for c in cols if c.key not in ACCURACY_COLUMN_KEYS)
+    return cols
+
+
+def quality_name(rows) -> str:
+    """What the leaves' int8 quality is called in words: ``accuracy``, or their task metric (``MSE``)."""
+    if not any("int8_metric" in (r.get("values") or {}) for r in rows):
+        return "accuracy"
+    named = task_metric(rows)
+    return named[0] if named else "task metric"
 
 # Vela metrics copied from compile records: row key -> (manifest metric, unit).
 VELA_METRICS = {

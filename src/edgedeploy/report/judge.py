@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..manifest import Manifest
 from .tree import REFERENCE_LEAF, leaf_level
-from .columns import value_of
+from .columns import metric_label, quality_name, value_of
 from .limits import Requirements
 
 
@@ -44,18 +44,21 @@ def _pareto(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
                       "compiled_model_bytes (min)", "total_cycles (min)"]
         pts = {r["leaf"]: (-_quality(r), value_of(r["values"]["compiled_model_bytes"]),
                            value_of(r["values"]["total_cycles"])) for r in with_acc}
-        note = "accuracy against flash against total cycles"
+        quality = "accuracy" if not by_metric else f"int8 {quality_name(with_acc)} drop vs {REFERENCE_LEAF}"
+        note = f"{quality} against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]
         for r in missing:
             r["pareto"] = None
-            r["pareto_note"] = "unavailable: no accuracy for this leaf"
+            r["pareto_note"] = f"unavailable: no {quality} for this leaf"
         if missing:
-            note += f"; {len(missing)} leaf(s) without an accuracy left out"
+            note += f"; {len(missing)} leaf(s) without an {quality} left out"
     else:
         objectives = ["compiled_model_bytes (min)", "total_cycles (min)"]
         pts = {r["leaf"]: (value_of(r["values"]["compiled_model_bytes"]), value_of(r["values"]["total_cycles"]))
                for r in compiled}
-        note = "flash against total cycles only: no leaf has a measured accuracy"
+        judged_by = ("a measured accuracy" if not any("int8_metric" in r["values"] for r in compiled)
+                     else f"an int8 {quality_name(compiled)} drop vs {REFERENCE_LEAF}")
+        note = f"flash against total cycles only: no leaf has {judged_by}"
     front = pareto_front(pts)
     for r in compiled:
         if r["leaf"] in pts:
@@ -85,6 +88,8 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
     for name, limit in req.given().items():
         key, sign, unit, label = REQUIREMENT_VALUES[name]
         cell = row["values"].get(key) or {"value": None, "unavailable": "the leaf is judged by accuracy"}
+        if name == "max_metric_drop" and cell.get("metric"):  # named after the leaf's metric, in its unit
+            unit, label = cell.get("unit") or "", f"int8 {metric_label(cell['metric'])} drop vs {REFERENCE_LEAF}"
         value = None if value_of(cell) is None else sign * value_of(cell)
         check: dict[str, Any] = {"label": f"{label} ≤ {fmt_limit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
@@ -110,6 +115,25 @@ def _check_requirements(row: dict[str, Any], req: Requirements) -> None:
             checks["fits_board"]["unit"] = "B"
     row["requirements"] = checks
     row["meets_requirements"] = all(c["met"] is True for c in checks.values()) if checks else None
+
+
+# Requirements a leaf's convert stage answers without a target: its int8 accuracy or task-metric drop.
+TARGET_FREE = ("max_accuracy_drop", "max_metric_drop")
+NOT_COMPILED = "not compiled for a target"
+
+
+def judge_uncompiled(row: dict[str, Any], req: Requirements) -> None:
+    """A leaf compiled for no target (``report`` after ``optimize`` alone): judge what needs no target (the
+    accuracy or metric drop) and mark the rest not compiled. ``meets_requirements`` is False when a judged
+    requirement is missed, None while one waits for a compile, True when every requirement given is met."""
+    _check_requirements(row, req)
+    checks = row["requirements"]
+    for name in [n for n in checks if n not in TARGET_FREE]:
+        checks[name] = {k: checks[name][k] for k in ("label", "limit", "unit")} | {
+            "value": None, "met": None, "why": NOT_COMPILED}
+    mets = [c["met"] for c in checks.values()]
+    row["meets_requirements"] = (None if not checks or (None in mets and False not in mets)
+                                 else False not in mets)
 
 
 def _shortfall(check: Mapping[str, Any]) -> float:
@@ -175,6 +199,7 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
         from .recommend import choose
 
         choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
+        quality = quality_name(candidates)  # "accuracy", or the task metric the leaves are judged by ("MSE")
         best, level = choice.row, choice.row["level"]
         best["recommended"] = True
         names = ", ".join(sorted(r["leaf"] for r in groups[level]))
@@ -183,11 +208,11 @@ def _recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> di
             why = f"not a leaf of the deployment tree (an imported model); meets: {what}"
         else:
             why = (f"level {level} ({names}) is the least-optimized level with a leaf meeting every "
-                   f"requirement ({what}) that no other such leaf beats on accuracy, flash and latency at once")
+                   f"requirement ({what}) that no other such leaf beats on {quality}, flash and latency at once")
         if len(groups[level]) > 1:
-            why += ("; chosen within the level for the best int8 accuracy, then "
+            why += (f"; chosen within the level for the best int8 {quality}, then "
                     + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
-        why += choice.why()
+        why += choice.why(quality)
         return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
                 "passed_over": choice.beaten,
                 "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}

@@ -69,11 +69,11 @@ class Choice:
     row: dict[str, Any] | None
     beaten: dict[str, str] = field(default_factory=dict)  # leaf -> the leaf that beats it on every axis
 
-    def why(self) -> str:
+    def why(self, quality: str = "accuracy") -> str:
         if not self.beaten:
             return ""
         shown = [f"{leaf} (beaten by {by})" for leaf, by in sorted(self.beaten.items(), key=lambda kv: kv[0])]
-        return ("; passed over as another meeting leaf has at least its accuracy, flash and latency and is "
+        return (f"; passed over as another meeting leaf has at least its {quality}, flash and latency and is "
                 "better on one: " + ", ".join(shown))
 
 

@@ -54,6 +54,8 @@ def _fit_data(data, recipe):
     train, _, _ = sweep_holdout(data, recipe)
     soft = getattr(data, "soft_targets", None)
     extra = {"soft_targets": soft[train]} if soft is not None else {}
+    if getattr(data, "p_fit", None) is not None:
+        extra["p_fit"] = data.p_fit[train]
     return replace(data, x_fit=data.x_fit[train], y_fit=data.y_fit[train], **extra)
 
 

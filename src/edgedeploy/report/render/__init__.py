@@ -30,6 +30,10 @@ def __getattr__(name: str):
 
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
+    if doc.get("schema") == "edgedeploy.sweep_report":  # several models' runs side by side
+        from .sweep import render_sweep
+
+        return render_sweep(doc, fmt, width)
     if fmt not in _BY_FORMAT:
         raise ValueError(fmt)
     renderer = __getattr__(_BY_FORMAT[fmt])

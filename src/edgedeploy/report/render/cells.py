@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..tree import PALETTE_LIMIT
-from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column
+from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column, task_metric
 
 
 def fmt_value(value: Any, kind: str) -> str:
@@ -36,6 +36,12 @@ def judgment_text(row: Mapping[str, Any], key: str) -> str:
         return {True: "yes", False: "no", None: "n/a"}[row.get("pareto")]
     if key == "meets_requirements":
         meets = row.get("meets_requirements")
+        if not row.get("target") and row.get("requirements"):  # compiled for no target: judged without one
+            checks = row["requirements"]
+            if meets is False:
+                return "no: " + ", ".join(n for n, c in checks.items() if c.get("met") is False)
+            met = [n for n, c in checks.items() if c.get("met") is True]
+            return "yes" if meets else "not compiled" + (f"; meets {', '.join(met)}" if met else "")
         if meets is None:
             return "n/a"
         if meets:
@@ -45,6 +51,25 @@ def judgment_text(row: Mapping[str, Any], key: str) -> str:
     if key == "recommended":
         return "yes" if row.get("recommended") else ""
     raise KeyError(key)
+
+
+def uncompiled_requirement_lines(doc: Mapping[str, Any]) -> list[str]:
+    """One line per leaf compiled for no target: the requirements judged without one, the rest not compiled."""
+    from ..judge import fmt_limit
+
+    lines = []
+    for r in doc["rows"]:
+        if r.get("target") or not r.get("requirements"):
+            continue
+        parts = []
+        for name, c in r["requirements"].items():
+            if c.get("met") is None:
+                parts.append(f"{name}: {c.get('why', 'cannot be judged')}")
+            else:  # (+ 0.0: the ptq leaf's own drop is -0.0)
+                parts.append(f"{name} {'met' if c['met'] else 'missed'} "
+                             f"({fmt_limit(c['value'] + 0.0, c.get('unit', ''))}; {c['label']})")
+        lines.append(f"{r['leaf']} ({judgment_text(r, 'meets_requirements')}): " + "; ".join(parts))
+    return lines
 
 
 def key_text(row: Mapping[str, Any], key: str) -> str:
@@ -78,6 +103,8 @@ def cell_text(row: Mapping[str, Any], col: Column, notes: Footnotes | None = Non
     text = fmt_value(cell.get("value"), col.kind)
     if col.kind == "metric" and cell.get("value") is not None:  # a leaf judged by its task's metric (e.g. MSE)
         text = f"{cell['value']:.4g}{(' ' + cell['unit']) if cell.get('unit') else ''} {cell.get('metric', '')}".strip()
+    elif col.kind == "named_metric" and cell.get("value") is not None:  # the header names the metric and its unit
+        text = f"{cell['value']:.4g}"
     if cell.get("value") is None and notes is not None:
         text += f" [{notes.mark(cell.get('unavailable') or 'not recorded')}]"
     return text
@@ -97,9 +124,10 @@ def _req_text(doc: Mapping[str, Any]) -> list[str]:
         elif k == "max_npu_cycles":
             shown.append(f"{k} = {int(v):,} cycles")
         elif k == "max_metric_drop":
-            cells = [(r.get("values") or {}).get("int8_metric") or {} for r in doc.get("rows", [])]
-            metric = next((c["metric"] for c in cells if c.get("metric")), "metric")
-            shown.append(f"{k} = {v:g} (int8 {metric} worse than the ptq leaf's, in its own unit)")
+            named = task_metric(doc.get("rows", []))
+            metric, unit = named if named else ("metric", "")
+            shown.append(f"{k} = {v:g}{' ' + unit if unit else ''} (int8 {metric} worse than the ptq leaf's"
+                         + (")" if named else ", in its own unit)"))
         else:
             shown.append(f"{k} = {v:g} pts (int8 accuracy below the ptq leaf)")
     src = req.get("sources") or []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Callable, Mapping, Sequence
 
-from ..columns import columns_of
+from ..columns import metric_only, quality_name, shown_columns
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 from .text import LAYER_HEADERS, npu_layer_tables
 from .plots import plot_accuracy_vs, plot_flash_vs_cycles, plot_layer_cycles, plot_weight_stages
@@ -75,9 +75,10 @@ def render_html(doc: Mapping[str, Any]) -> str:
         parts.append(f"<li class='{cls}'>{_h(r['message'])}</li>")
     parts.append("</ul>")
     parts.append("<h2>Results</h2>")
-    numeric = [c.kind != "text" for c in columns_of(doc)]
-    parts.append(_html_table([c.header for c in columns_of(doc)],
-                             [[cell_text(r, c, notes) for c in columns_of(doc)] for r in doc["rows"]], numeric,
+    cols = shown_columns(doc)
+    numeric = [c.kind != "text" for c in cols]
+    parts.append(_html_table([c.header for c in cols],
+                             [[cell_text(r, c, notes) for c in cols] for r in doc["rows"]], numeric,
                              ["recommended" if r.get("recommended") else "" for r in doc["rows"]], keys=3))
     parts.append("<h2>Pareto front (per target)</h2><ul>")
     for t, p in doc["pareto"].items():
@@ -101,11 +102,19 @@ def render_html(doc: Mapping[str, Any]) -> str:
         else:
             skipped.append(f"{title}: {reason}")
 
-    no_acc = "no leaf has a measured accuracy (a run compiled from a .tflite has none; `edgedeploy optimize` measures it)"
-    add("Accuracy vs NPU-encoded weights", lambda: plot_accuracy_vs(
-        doc, "encoded_weights_bytes", "NPU-encoded weights (B, Vela)", per_target=False), no_acc)
-    add("Accuracy vs latency, per target", lambda: plot_accuracy_vs(
-        doc, "latency_ms", "latency (ms at the target's NPU clock)", per_target=True), no_acc)
+    if metric_only(doc["rows"]):  # a regression or reconstruction run: its task metric takes accuracy's place
+        label = quality_name(doc["rows"])
+        unit = next((r["values"]["int8_metric"].get("unit") for r in doc["rows"] if r.get("values")), "")
+        y = ("int8_metric", f"int8 {label}" + (f" ({unit})" if unit else ""))
+        what, no_acc = label, f"no leaf has a measured {label}"
+    else:
+        y = ("int8_accuracy_pct", "int8 accuracy (%)")
+        what = "Accuracy"
+        no_acc = "no leaf has a measured accuracy (a run compiled from a .tflite has none; `edgedeploy optimize` measures it)"
+    add(f"{what} vs NPU-encoded weights", lambda: plot_accuracy_vs(
+        doc, "encoded_weights_bytes", "NPU-encoded weights (B, Vela)", per_target=False, y=y), no_acc)
+    add(f"{what} vs latency, per target", lambda: plot_accuracy_vs(
+        doc, "latency_ms", "latency (ms at the target's NPU clock)", per_target=True, y=y), no_acc)
     add("Flash vs total cycles, per target (blue: Pareto front, green: recommended)",
         lambda: plot_flash_vs_cycles(doc), "nothing was compiled")
     for t, rec in doc["recommendations"].items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..columns import JUDGMENT_COLUMNS, columns_of, value_columns
+from ..columns import shown_columns
 from .walk import walk_lines
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 
@@ -32,9 +32,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     if doc.get("walk"):
         lines += ["", "## Walk", ""] + [f"- {line}" for line in walk_lines(doc["walk"])]
     lines += ["", "## Results", ""]
-    right = [False, False, False] + [True] * len(value_columns(doc["rows"])) + [False] * len(JUDGMENT_COLUMNS)
-    lines += _md_table([c.header for c in columns_of(doc)],
-                       [[cell_text(r, c, notes) for c in columns_of(doc)] for r in doc["rows"]], right)
+    cols = shown_columns(doc)
+    lines += _md_table([c.header for c in cols], [[cell_text(r, c, notes) for c in cols] for r in doc["rows"]],
+                       [c.kind != "text" for c in cols])
     lines += ["", "## Pareto front (per target)", ""]
     for t, p in doc["pareto"].items():
         lines.append(f"- {t}: {', '.join(p['front']) or 'none'} ({p['note']})")

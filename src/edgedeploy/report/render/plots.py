@@ -30,8 +30,11 @@ def _pyplot():
 MARKERS = "osD^v<>ph*"
 
 
-def plot_accuracy_vs(doc: Mapping[str, Any], x_key: str, x_label: str, per_target: bool) -> str | None:
-    rows = [r for r in doc["rows"] if r.get("target") and value_of(r["values"]["int8_accuracy_pct"]) is not None
+def plot_accuracy_vs(doc: Mapping[str, Any], x_key: str, x_label: str, per_target: bool,
+                     y: tuple[str, str] = ("int8_accuracy_pct", "int8 accuracy (%)")) -> str | None:
+    """The leaves' int8 quality (``y``: row value and axis label; accuracy unless given) against ``x_key``."""
+    y_key, y_label = y
+    rows = [r for r in doc["rows"] if r.get("target") and value_of(r["values"].get(y_key)) is not None
             and value_of(r["values"][x_key]) is not None]
     if not rows:
         return None
@@ -43,7 +46,7 @@ def plot_accuracy_vs(doc: Mapping[str, Any], x_key: str, x_label: str, per_targe
         nrows = (n + ncols - 1) // ncols
         fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.2 * nrows), squeeze=False)
         for ax, t in zip(axes.flat, targets):
-            _scatter(ax, [r for r in rows if r["target"] == t], x_key, x_label, t)
+            _scatter(ax, [r for r in rows if r["target"] == t], x_key, x_label, t, y)
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
     else:
@@ -52,15 +55,15 @@ def plot_accuracy_vs(doc: Mapping[str, Any], x_key: str, x_label: str, per_targe
         for i, t in enumerate(targets):
             group = [r for r in rows if r["target"] == t]
             ax.scatter([value_of(r["values"][x_key]) for r in group],
-                       [value_of(r["values"]["int8_accuracy_pct"]) for r in group],
+                       [value_of(r["values"][y_key]) for r in group],
                        marker=MARKERS[i % len(MARKERS)], s=60, label=t, alpha=0.7)
             for r in group:  # one label per leaf, at its leftmost point
-                x, y = value_of(r["values"][x_key]), value_of(r["values"]["int8_accuracy_pct"])
-                if r["leaf"] not in labels or x < labels[r["leaf"]][0]:
-                    labels[r["leaf"]] = (x, y)
+                px, py = value_of(r["values"][x_key]), value_of(r["values"][y_key])
+                if r["leaf"] not in labels or px < labels[r["leaf"]][0]:
+                    labels[r["leaf"]] = (px, py)
         _annotate(ax, [(x, y, leaf) for leaf, (x, y) in labels.items()])
         ax.set_xlabel(x_label)
-        ax.set_ylabel("int8 accuracy (%)")
+        ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, title="target", bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
@@ -76,16 +79,17 @@ def _annotate(ax, points: Sequence[tuple[float, float, str]]) -> None:
         ax.annotate(", ".join(dict.fromkeys(labels)), (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
 
 
-def _scatter(ax, rows: list[Mapping[str, Any]], x_key: str, x_label: str, title: str) -> None:
+def _scatter(ax, rows: list[Mapping[str, Any]], x_key: str, x_label: str, title: str,
+             y: tuple[str, str] = ("int8_accuracy_pct", "int8 accuracy (%)")) -> None:
     xs = [value_of(r["values"][x_key]) for r in rows]
-    ys = [value_of(r["values"]["int8_accuracy_pct"]) for r in rows]
+    ys = [value_of(r["values"][y[0]]) for r in rows]
     colors = ["tab:green" if r.get("recommended") else "tab:blue" if r.get("pareto") else "tab:gray" for r in rows]
     ax.scatter(xs, ys, c=colors, s=60)
     _annotate(ax, [(x, y, r["leaf"] + (" (recommended)" if r.get("recommended") else ""))
                    for r, x, y in zip(rows, xs, ys)])
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(x_label)
-    ax.set_ylabel("int8 accuracy (%)")
+    ax.set_ylabel(y[1])
     ax.grid(alpha=0.3)
 
 

@@ -81,17 +81,42 @@ COMPILE_COLUMNS = (
 )
 
 
+def _int8_quality(parent: StageRecord | None) -> tuple[str, str]:
+    """(column header, cell) of a leaf's int8 quality: its accuracy, or the task metric its convert stage
+    recorded for a regression or reconstruction model (``Int8 MSE``, ``Int8 PSNR (dB)``)."""
+    spec = (parent.details or {}).get("metric") if parent else None
+    if not isinstance(spec, dict) or not spec.get("key"):
+        return "Int8 acc (%)", fmt_num(parent.metric("int8_accuracy") if parent else None, 2)
+    from ..columns import metric_label
+
+    unit = spec.get("unit") or ""
+    value = parent.metric(f"int8_{spec['key']}")
+    return (f"Int8 {metric_label(str(spec.get('name') or spec['key']))}" + (f" ({unit})" if unit else ""),
+            "n/a" if value is None else f"{float(value):.4g}")
+
+
+def compile_columns(rows: Sequence[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The compile table's columns: the int8 quality column only when a row has one, headed by what it is."""
+    headers = {r["quality"] for r in rows if r["accuracy"] != "n/a"}
+    if not headers:
+        return tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy")
+    header = headers.pop() if len(headers) == 1 else "Int8 quality"
+    return tuple((k, header if k == "accuracy" else h) for k, h in COMPILE_COLUMNS)
+
+
 def compile_rows(manifest: Manifest, records: Iterable[StageRecord], cached_ids: set[str]) -> list[dict[str, str]]:
-    """Table rows; the int8 accuracy comes from the variant's convert stage when there is one."""
+    """Table rows; the int8 accuracy (or task metric) comes from the variant's convert stage when there is one."""
     rows = []
     for r in records:
         m = r.metric
         parent = manifest.records.get(r.parent) if r.parent else None
+        quality, shown = _int8_quality(parent)
         rows.append(
             {
                 "variant": (r.variant or "") + (" (cached)" if r.id in cached_ids else ""),
                 "target": r.target or "",
-                "accuracy": fmt_num(parent.metric("int8_accuracy") if parent else None, 2),
+                "accuracy": shown,
+                "quality": quality,
                 "sram": fmt_bytes(m("sram_bytes")),
                 "flash": fmt_bytes(m("flash_bytes")),
                 "dram": fmt_bytes(m("dram_bytes")),

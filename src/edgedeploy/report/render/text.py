@@ -6,9 +6,9 @@ import io
 from typing import Any, Mapping, Sequence
 
 from ..tree import PALETTE_LIMIT
-from ..columns import Column, columns_of
+from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
-from .cells import _comparison_lines, _req_text, cell_text, Footnotes
+from .cells import _comparison_lines, _req_text, cell_text, Footnotes, uncompiled_requirement_lines
 
 
 ACCURACY_KEYS = ("float_accuracy_pct", "int8_accuracy_pct", "int8_accuracy_delta_pts", "tflite_bytes",
@@ -60,7 +60,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
         acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
                                                                       "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
-    console.print(_rich_table("Accuracy and file size of each leaf", acc_cols,
+    quality = quality_name(doc["rows"])  # "accuracy", or the task metric the leaves are judged by ("MSE")
+    console.print(_rich_table(f"{quality[:1].upper()}{quality[1:]} and file size of each leaf", acc_cols,
                               [[cell_text(r, c, notes) for c in acc_cols] for r in by_leaf.values()]))
     for target, t in doc["targets"].items():
         mem = t.get("memory")
@@ -78,6 +79,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
     uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
     if uncompiled:
         console.print(f"Not compiled for any target: {', '.join(uncompiled)}", markup=False)
+    for line in uncompiled_requirement_lines(doc):
+        console.print(f"Requirements of {line}", markup=False)
     console.print("Requirements: " + "; ".join(_req_text(doc)))
     for r in doc["recommendations"].values():
         console.print(("Recommendation " if r.get("leaf") else "No recommendation ") + r["message"])
