@@ -268,18 +268,20 @@ def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None
 def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
     """Parse and record a finished compile (raises its error, recorded, when Vela failed)."""
     spec, target, model, log_path = item.spec, item.target, item.model, item.log_path
+    shown = _source_of(ctx, spec.parent) or model  # the model the user gave, not its copy in the run folder
     try:
         try:
             job = item.job.result()
             misbiased = item.misbiased.result()
         except BrokenProcessPool:
             raise ToolFailedError(
-                f"Vela's worker process died compiling {model} for target {target.name} (killed by a signal, a "
-                "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file") from None
+                f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
+                "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
+                "compiles went on") from None
         if job.returncode != 0:
             tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
             raise ToolFailedError(
-                f"Vela failed on {model} for target {target.name} (exit {job.returncode}): {tail}",
+                f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
                 f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
                 f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
         result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
@@ -310,111 +312,63 @@ def compile_variants(
     options: CompileOptions,
     pool: VelaPool | None = None,
 ) -> CompileOutcome:
-    """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers."""
+    """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers
+    (:func:`start_compile` and :func:`finish_compile` for each pair)."""
     options.check()
     if pool is not None:
         vela_backend.vela_version(pool)  # read in a worker, which has the reader loaded already
     outcome = CompileOutcome(ctx.run_dir)
-    for t in targets:
-        ctx.manifest.targets[t.name] = t.to_dict()
-    pending = []
-    for variant, model, parent in variants:
-        for target in targets:
-            spec = compile_spec(variant, target, options, parent)
-            key = spec.cache_key({"model": model})
-            rec = cached_record(ctx, spec, key)
-            if rec is not None:
-                outcome.records.append(rec)
-                outcome.cached_ids.add(rec.id)
+    own: list[VelaPool] = []
+
+    def get_pool() -> VelaPool:
+        if pool is not None:
+            return pool
+        if not own:
+            own.append(make_executor(options, len(variants) * len(targets)))
+        return own[0]
+
+    try:
+        items: list[PendingCompile] = []
+        for variant, model, parent in variants:
+            for target in targets:
+                got = start_compile(ctx, variant, model, parent, target, options, get_pool)
+                if isinstance(got, PendingCompile):
+                    items.append(got)
+                else:
+                    outcome.records.append(got)
+                    outcome.cached_ids.add(got.id)
+        first_error: EdgeDeployError | None = None
+        lost = []  # compiles whose worker process died (every job of a broken pool fails with it)
+        for item in items:
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in (item.job, item.misbiased)):
+                lost.append(item)
+                continue
+            try:
+                outcome.records.append(finish_compile(ctx, item))
+            except EdgeDeployError as exc:
+                first_error = first_error or exc
+        # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a time on
+        # a fresh worker, so the model that kills a worker is the one named and the others finish.
+        for item in lost:
+            shutil.rmtree(item.staged, ignore_errors=True)
+            item.staged.mkdir(mode=0o777 & ~current_umask())
+            workers = get_pool()
+            workers.restart()
+            item.job = workers.submit(item.args, item.log_path)
+            if isinstance(item.job.exception(), BrokenProcessPool):  # run alone: this model kills the worker
+                item.misbiased = item.job
             else:
-                pending.append((spec, key, model, target))
-    if pending:
-        own_pool = pool is None
-        pool = pool or make_executor(options, len(pending))
-        try:
-            submitted = []
-            for spec, key, model, target in pending:
-                staged = new_staging_dir(ctx.stage_dir(spec.id))
-                args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
-                log_path = staged / "vela.log"
-                submitted.append((spec, key, model, target, staged, args, log_path, now_iso(), time.perf_counter(),
-                                  pool.submit(args, log_path)))
-            # Read in a worker too (after the compiles), so this process never loads the flatbuffer reader.
-            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in dict.fromkeys(p[2] for p in pending)}
-            first_error: EdgeDeployError | None = None
-            lost = []  # jobs whose worker process died (every job of a broken pool fails with it)
-
-            def misbiased_of(model: Path) -> list[str]:
-                try:
-                    return misbiased[model].result()
-                except BrokenProcessPool:  # lost with a worker that died on a compile: read it again
-                    pool.restart()
-                    misbiased[model] = pool.call(misbiased_descriptions, str(model))
-                    try:
-                        return misbiased[model].result()
-                    except BrokenProcessPool:
-                        raise ToolFailedError(f"a Vela worker process died reading {model}",
-                                              "check that the model is an intact full-int8 TFLite file") from None
-
-            def finish(item, job) -> None:
-                nonlocal first_error
-                spec, key, model, target, staged, args, log_path, started, t0, _ = item
-                try:
-                    if isinstance(job, BaseException):
-                        raise ToolFailedError(
-                            f"Vela's worker process died compiling {_source_of(ctx, spec.parent) or model} for target "
-                            f"{target.name} (killed by a signal, a crash or lack of memory)",
-                            "check that the model is an intact full-int8 TFLite file; the other compiles went on")
-                    if job.returncode != 0:
-                        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
-                        shown = _source_of(ctx, spec.parent) or model
-                        raise ToolFailedError(
-                            f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
-                            f"check the target's Vela settings ({target.vela_ini_path()}: "
-                            f"{target.vela.system_config}/{target.vela.memory_mode}) and that the model is a "
-                            "full-int8 TFLite model",
-                        )
-                    result = _parse_compile(staged, model, target, args, log_path, misbiased_of(model))
-                    final = ctx.stage_dir(spec.id)
-                    # record the command as it reproduces the result: with the folder the outputs now live in
-                    result.tool.argv = [a.replace(str(staged), str(final.resolve())) for a in result.tool.argv]
-                    promote(staged, final)
-                    rec = commit_stage(ctx, spec, key, {"model": model}, result, staged, started, job.seconds)
-                    outcome.records.append(rec)
-                except EdgeDeployError as exc:
-                    shutil.rmtree(staged, ignore_errors=True)
-                    _remove_empty_parents(staged.parent, ctx.run_dir)
-                    record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
-                    first_error = first_error or exc
-
-            for item in submitted:
-                try:
-                    job = item[-1].result()
-                except BrokenProcessPool:
-                    lost.append(item)
-                    continue
-                finish(item, job)
-            # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a
-            # time on a fresh worker, so the model that kills a worker is the one named and the others finish.
-            for item in lost:
-                staged, args, log_path = item[4], item[5], item[6]
-                shutil.rmtree(staged, ignore_errors=True)
-                staged.mkdir(mode=0o777 & ~current_umask())
-                pool.restart()
-                try:
-                    job = pool.submit(args, log_path).result()
-                except BrokenProcessPool as exc:
-                    job = exc
-                finish(item, job)
-            if first_error is not None:
-                raise first_error
-        finally:
-            if own_pool:
-                pool.close()
-    ctx.manifest.tools["ethos-u-vela"] = vela_backend.vela_version()
-    ctx.manifest.save()
-    if not options.allow_cpu_ops:
-        _check_cpu_fallback(ctx, outcome.records)
+                item.misbiased = workers.call(misbiased_descriptions, str(item.model))
+            try:
+                outcome.records.append(finish_compile(ctx, item))
+            except EdgeDeployError as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+    finally:
+        for workers in own:
+            workers.close()
+    end_compiles(ctx, outcome.records, options)
     return outcome
 
 

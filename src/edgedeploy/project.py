@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .compile import CompileOptions, CompileOutcome, compile_variants, resolve_targets
+from .compile import CompileOptions, CompileOutcome, resolve_targets
 from .errors import UsageError
 from .names import check_name
 from .recipe import RECIPE_KEYS, Recipe, load_recipe

@@ -133,6 +133,22 @@ def run_sweep(
     }
     outcome = SweepOutcome(out, record)
     write_record(out, record)
+    from .optimize.walk import make_runner
+
+    # one runner for every model: Ray (or the stage workers) start once per sweep
+    runner = make_runner(opts.executor, opts.ray_address, max(m.recipe.jobs for m in project.models))
+    try:
+        _run_members(project, record, outcome, targets, opts, req, walk, runner)
+    finally:
+        runner.close()
+    record["finished"] = now_iso()
+    write_record(out, record)
+    return outcome
+
+
+def _run_members(project: Project, record: dict[str, Any], outcome: SweepOutcome, targets, opts: CompileOptions,
+                 req: Requirements, walk: bool, runner) -> None:
+    out = outcome.out
     for entry, rec in zip(project.models, record["models"]):
         member = MemberOutcome(entry.name, out / entry.name)
         outcome.members.append(member)
@@ -144,11 +160,11 @@ def run_sweep(
                 from .walk import walk as walk_model
 
                 walked = walk_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, req, opts,
-                                    trust_lambda=entry.trust_lambda)
+                                    trust_lambda=entry.trust_lambda, runner=runner)
                 member.outcome, member.walk = CompileOutcome(walked.run_dir, walked.compiled), walked.record
             else:
                 member.outcome = run_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, opts,
-                                           trust_lambda=entry.trust_lambda)
+                                           trust_lambda=entry.trust_lambda, runner=runner)
             rec["status"] = "ok"
         except EdgeDeployError as exc:
             member.error = exc
@@ -165,6 +181,3 @@ def run_sweep(
         finally:
             rec["seconds"] = round(time.perf_counter() - t0, 2)
             write_record(out, record)
-    record["finished"] = now_iso()
-    write_record(out, record)
-    return outcome
