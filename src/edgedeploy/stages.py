@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import EdgeDeployError, InvalidInputError, UsageError
-from .fsutil import lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json, staging_dir
+from .fsutil import lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
 from .names import check_name, is_valid
 from .manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
@@ -217,20 +217,8 @@ def run_stage(
     reuse: bool = True,
 ) -> StageRecord:
     """Run ``fn(out_dir)`` unless an identical earlier run is recorded; record the result."""
-    key = spec.cache_key(inputs)
-    if reuse:
-        rec = cached_record(ctx, spec, key)
-        if rec is not None:
-            log.info("stage %s: unchanged, reusing the previous result", spec.id)
-            return rec
-    started, t0 = now_iso(), time.perf_counter()
-    log.info("stage %s: running", spec.id)
-    final = ctx.stage_dir(spec.id)
-    try:
-        with staging_dir(final) as staged:
-            result = fn(staged)
-            staged_path = staged
-        return commit_stage(ctx, spec, key, inputs, result, staged_path, started, time.perf_counter() - t0)
-    except EdgeDeployError as exc:
-        record_failure(ctx, spec, key, exc, started, time.perf_counter() - t0)
-        raise
+    begun = begin_stage(ctx, spec, inputs, reuse=reuse)
+    if not isinstance(begun, PendingStage):
+        return begun
+    return end_stage(ctx, begun, lambda: (fn(begun.staged), None, None))
+

@@ -15,7 +15,7 @@ It works in three steps, one module (or package) each:
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_exports
 
 # Name -> the module that defines it. Imported when first used, so a command that needs one table
 # (the compile table, say) does not load every part of the reporter.
@@ -52,10 +52,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

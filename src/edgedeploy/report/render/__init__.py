@@ -6,8 +6,9 @@ compile table of :mod:`.tables`) does not load the HTML or Markdown renderers.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Mapping
+
+from ...lazy import lazy_exports
 
 FORMATS = ("table", "json", "csv", "markdown", "html")
 
@@ -20,13 +21,7 @@ _BY_FORMAT = {"json": "render_json", "csv": "render_csv", "markdown": "render_ma
 __all__ = ["FORMATS", "render", *sorted(_RENDERERS)]
 
 
-def __getattr__(name: str):
-    module = _RENDERERS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _RENDERERS)
 
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
