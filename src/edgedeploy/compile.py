@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from .fsutil import current_umask, new_staging_dir, promote, sha256_file
+from .fsutil import current_umask, new_staging_dir, prepare_lock, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
@@ -245,7 +245,8 @@ class PendingCompile:
 
 
 def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None, target: Target,
-                  options: CompileOptions, get_pool: Callable[[], VelaPool]) -> StageRecord | PendingCompile:
+                  options: CompileOptions, get_pool: Callable[[], VelaPool], *,
+                  misbiased: Future | None = None) -> StageRecord | PendingCompile:
     """One (variant, target) compile of a task graph: the earlier record when unchanged, else Vela started in
     ``get_pool()`` (a :class:`VelaPool` or a Ray executor, asked for only when something compiles);
     :func:`finish_compile` records it."""
@@ -260,9 +261,12 @@ def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None
     log_path = staged / "vela.log"
     started, t0 = now_iso(), time.perf_counter()
     pool = get_pool()
+    # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by the
+    # time Vela is, whichever worker takes it.
+    if misbiased is None:
+        misbiased = pool.call(misbiased_descriptions, str(model))
     job = pool.submit(args, log_path)
-    return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job,
-                          pool.call(misbiased_descriptions, str(model)))
+    return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job, misbiased)
 
 
 def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
@@ -311,9 +315,11 @@ def compile_variants(
     targets: Sequence[Target],
     options: CompileOptions,
     pool: VelaPool | None = None,
+    read: Mapping[Path, Future] | None = None,
 ) -> CompileOutcome:
     """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers
-    (:func:`start_compile` and :func:`finish_compile` for each pair)."""
+    (:func:`start_compile` and :func:`finish_compile` for each pair). ``read``: the models' misbiased operators
+    (:func:`~edgedeploy.tflite_model.misbiased_descriptions`) already asked of ``pool``'s workers."""
     options.check()
     if pool is not None:
         vela_backend.vela_version(pool)  # read in a worker, which has the reader loaded already
@@ -331,7 +337,8 @@ def compile_variants(
         items: list[PendingCompile] = []
         for variant, model, parent in variants:
             for target in targets:
-                got = start_compile(ctx, variant, model, parent, target, options, get_pool)
+                got = start_compile(ctx, variant, model, parent, target, options, get_pool,
+                                    misbiased=(read or {}).get(model))
                 if isinstance(got, PendingCompile):
                     items.append(got)
                 else:
@@ -422,16 +429,21 @@ def compile_tflite(
     own_pool = pool is None
     pool = pool or make_executor(options, len(models) * len(targets))
     try:
-        for m in models:
-            # A model this run folder imported before was checked then. Otherwise it is checked in a
-            # worker, which has the flatbuffer reader's dependencies loaded already.
-            if not (m.is_file() and sha256_file(m) in imported):
-                try:
-                    pool.call(check_int8_model, str(m)).result()
-                except BrokenProcessPool as exc:
-                    pool.restart()
-                    raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
-                                          "or lack of memory)", "check that it is an intact .tflite file") from exc
+        # A model this run folder imported before was checked then. The others are checked in workers, which
+        # have the flatbuffer reader's dependencies loaded already; all at once, in model order.
+        checks = {m: pool.call(check_int8_model, str(m)) for m in models
+                  if not (m.is_file() and sha256_file(m) in imported)}
+        vela_backend.ask_vela_version(pool)
+        # what Vela's report needs from each model, read while this process imports it
+        misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in models}
+        prepare_lock()  # while the workers read the models (they may still be importing Vela)
+        for m, check in checks.items():
+            try:
+                check.result()
+            except BrokenProcessPool as exc:
+                pool.restart()
+                raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
+                                      "or lack of memory)", "check that it is an intact .tflite file") from exc
         ctx = RunContext.open(out)
         variants = []
         earlier = {v: None for v in ctx.manifest.variants()}
@@ -443,7 +455,8 @@ def compile_tflite(
                             model, clash, out, shown, name)
             rec = import_tflite(ctx, name, model)
             variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
-        return compile_variants(ctx, variants, targets, options, pool)
+            misbiased[variants[-1][1]] = misbiased[model]
+        return compile_variants(ctx, variants, targets, options, pool, read=misbiased)
     finally:
         if own_pool:
             pool.close(now=True)

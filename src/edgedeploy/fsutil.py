@@ -124,6 +124,12 @@ _STALE = re.compile(r"\..+\.(?:[A-Za-z0-9_]{8}\.part|old\d+)")
 _STAGE_DEPTH = 3  # stage/variant/target
 
 
+def prepare_lock() -> None:
+    """Load the locking library now (a few milliseconds), while something else runs, rather than when
+    :func:`lock_run_dir` is first called."""
+    import filelock  # noqa: F401
+
+
 def lock_run_dir(run_dir: Path, log: logging.Logger | None = None) -> None:
     """Hold the run folder's lock until this process ends; a second command waits for it and says so.
 

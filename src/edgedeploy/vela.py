@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import vela_worker
 from .errors import ToolFailedError, ToolMissingError
 from .manifest import Metric
 from .targets import Target
@@ -24,25 +25,31 @@ KIB = 1024
 
 
 _VERSION: list[str] = []  # the installed Vela's version, once known
+_ASKED: list = []  # a worker's answer on its way (ask_vela_version)
+
+
+def ask_vela_version(pool: Any) -> None:
+    """Have a worker of ``pool`` read Vela's version now; :func:`vela_version` takes its answer later."""
+    if not _VERSION and not _ASKED:
+        _ASKED.append(pool.call(vela_worker.installed_vela_version))
 
 
 def vela_version(pool: Any = None) -> str:
-    """The installed Vela's version (``importlib.metadata``), read once.
+    """The installed Vela's version, read once.
 
-    Given a worker pool (:mod:`edgedeploy.vela_pool`), a worker reads it: the workers have imported Vela,
-    which imports ``importlib.metadata`` for its own version, so this process need not load it."""
+    Read by a worker when one was asked (:func:`ask_vela_version`) or ``pool`` is given: the workers have
+    imported Vela, which read its own version, so this process need not load ``importlib.metadata``."""
     if not _VERSION:
-        _VERSION.append(pool.call(installed_vela_version).result() if pool is not None else installed_vela_version())
+        if not _ASKED and pool is not None:
+            ask_vela_version(pool)
+        answer = None
+        if _ASKED:
+            try:
+                answer = _ASKED.pop().result()
+            except Exception:  # noqa: BLE001 - a worker that died: read it here
+                answer = None
+        _VERSION.append(answer or vela_worker.installed_vela_version())
     return _VERSION[0]
-
-
-def installed_vela_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ethos-u-vela")
-    except PackageNotFoundError as exc:
-        raise ToolMissingError("Vela (ethos-u-vela) is not installed", "pip install ethos-u-vela==5.2.0") from exc
 
 
 # --------------------------------------------------------------------------- arguments

@@ -13,13 +13,27 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, NamedTuple
+
+# Nothing but os and sys is imported before the warm worker is forked (typing alone costs milliseconds).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
-class VelaJobResult(NamedTuple):
-    returncode: int
-    seconds: float
-    error: str | None = None
+class VelaJobResult:
+    """How one Vela run ended: its exit code, seconds, and the exception Vela raised (if it raised)."""
+
+    __slots__ = ("returncode", "seconds", "error")
+
+    def __init__(self, returncode: int, seconds: float, error: str | None = None) -> None:
+        self.returncode, self.seconds, self.error = returncode, seconds, error
+
+    def __repr__(self) -> str:
+        return f"VelaJobResult(returncode={self.returncode}, seconds={self.seconds:.3f}, error={self.error!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VelaJobResult) and (self.returncode, self.seconds, self.error) == (
+            other.returncode, other.seconds, other.error)
 
 
 def worker_init() -> None:
@@ -28,6 +42,22 @@ def worker_init() -> None:
     import ethosu.vela.vela  # noqa: F401
 
     from . import tflite_model  # noqa: F401
+
+
+def installed_vela_version() -> str:
+    """The installed Vela's version: in a worker, the one Vela read as it was imported; else from the package's
+    metadata."""
+    loaded = sys.modules.get("ethosu.vela._version")
+    if isinstance(getattr(loaded, "__version__", None), str):
+        return loaded.__version__
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .errors import ToolMissingError
+
+    try:
+        return version("ethos-u-vela")
+    except PackageNotFoundError as exc:
+        raise ToolMissingError("Vela (ethos-u-vela) is not installed", "pip install ethos-u-vela==5.2.0") from exc
 
 
 def vela_job(args: list[str], log_path: str) -> VelaJobResult:
@@ -121,7 +151,7 @@ class WarmWorker:
         self.pid = pid
         self._requests = os.fdopen(req_w, "wb")
         self._replies = os.fdopen(rep_r, "rb")
-        self._pending: list[Any] = []
+        self._pending: list = []
         self._reader = None
         self._lock = None
         self._broken = False
