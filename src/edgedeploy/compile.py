@@ -321,8 +321,9 @@ def compile_variants(
     (:func:`start_compile` and :func:`finish_compile` for each pair). ``read``: the models' misbiased operators
     (:func:`~edgedeploy.tflite_model.misbiased_descriptions`) already asked of ``pool``'s workers."""
     options.check()
-    if pool is not None:
-        vela_backend.vela_version(pool)  # read in a worker, which has the reader loaded already
+    # Vela's version (part of every cache key): read by a worker already started, which has it at hand; else
+    # here, so that a re-run that reuses every result starts no worker
+    vela_backend.vela_version(pool if getattr(pool, "workers", 0) else None)
     outcome = CompileOutcome(ctx.run_dir)
     own: list[VelaPool] = []
 
@@ -433,9 +434,12 @@ def compile_tflite(
         # have the flatbuffer reader's dependencies loaded already; all at once, in model order.
         checks = {m: pool.call(check_int8_model, str(m)) for m in models
                   if not (m.is_file() and sha256_file(m) in imported)}
-        vela_backend.ask_vela_version(pool)
-        # what Vela's report needs from each model, read while this process imports it
-        misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in models}
+        misbiased = {}
+        if not own_pool or checks:  # workers are starting anyway: they also read Vela's version and what
+            # Vela's report needs from each model, while this process imports the models (a re-run that
+            # reuses every result starts none)
+            vela_backend.ask_vela_version(pool)
+            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in models}
         prepare_lock()  # while the workers read the models (they may still be importing Vela)
         for m, check in checks.items():
             try:
@@ -455,7 +459,8 @@ def compile_tflite(
                             model, clash, out, shown, name)
             rec = import_tflite(ctx, name, model)
             variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
-            misbiased[variants[-1][1]] = misbiased[model]
+            if model in misbiased:
+                misbiased[variants[-1][1]] = misbiased[model]
         return compile_variants(ctx, variants, targets, options, pool, read=misbiased)
     finally:
         if own_pool:

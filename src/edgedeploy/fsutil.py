@@ -134,7 +134,9 @@ def lock_run_dir(run_dir: Path, log: logging.Logger | None = None) -> None:
     """Hold the run folder's lock until this process ends; a second command waits for it and says so.
 
     While the lock is held no other edgedeploy process writes the folder, so the staging folders left by a
-    killed run (``.NAME.XXXX.part``, ``.NAME.oldPID``) are removed here: a re-run then completes the folder.
+    killed run (``.NAME.XXXX.part``, ``.NAME.oldPID``) are removed here from a folder an edgedeploy command
+    wrote before (it holds the lock file, or a manifest): a re-run then completes the folder, even one killed
+    before its first stage was recorded.
     """
     from filelock import FileLock, Timeout
 
@@ -143,6 +145,8 @@ def lock_run_dir(run_dir: Path, log: logging.Logger | None = None) -> None:
     key = os.path.realpath(run_dir)
     if key in _held:
         return
+    # a folder an earlier edgedeploy command wrote: it left its lock file (and a manifest once a stage ended)
+    ours = os.path.exists(os.path.join(key, LOCK_NAME)) or os.path.isfile(os.path.join(key, "manifest.json"))
     lock = FileLock(os.path.join(key, LOCK_NAME), mode=0o666 & ~current_umask())
     try:
         lock.acquire(timeout=0)
@@ -151,7 +155,8 @@ def lock_run_dir(run_dir: Path, log: logging.Logger | None = None) -> None:
             "%s is being written by another edgedeploy command; waiting for it to finish", run_dir)
         lock.acquire()
     _held[key] = lock
-    _remove_stale_staging(Path(key))
+    if ours:
+        _remove_stale_staging(Path(key))
 
 
 def release_run_dirs() -> None:
@@ -162,10 +167,8 @@ def release_run_dirs() -> None:
 
 
 def _remove_stale_staging(run_dir: Path) -> None:
-    """Remove what a killed edgedeploy left in its own run folder (one with a manifest): temporary files and
-    staging folders beside the manifest and the stage folders, nothing deeper and nothing else."""
-    if not (run_dir / "manifest.json").is_file():
-        return
+    """Remove what a killed edgedeploy left in its own run folder: temporary files and staging folders beside
+    the manifest and the stage folders, nothing deeper and nothing else."""
     for folder, dirs, files in os.walk(run_dir):
         depth = len(Path(folder).relative_to(run_dir).parts)
         for name in [d for d in dirs if _STALE.fullmatch(d)]:
