@@ -1,5 +1,10 @@
-"""The tree as a task graph: two stage workers (``jobs = 2``) give the leaves, int8 accuracies, compiles and
-manifest records of the one-at-a-time run, and a leaf's compile starts while the tree is still training."""
+"""The tree as a task graph: two stage workers (``jobs = 2``) give the leaves, int8 accuracies, preservation rows
+and compiles of the one-at-a-time run, and a leaf's compile starts while the tree is still training.
+
+Stages that do not train (the ptq chain) must give the same bytes. A node trained in another process may end
+with float weights a few bits apart (TensorFlow's thread pools schedule its updates differently; seen once in
+CI on the qat node, its int8 accuracy and preservation unchanged): for the trained chains the records must
+agree on everything but the files' bytes and the cache keys made from them."""
 
 from __future__ import annotations
 
@@ -16,6 +21,17 @@ VOLATILE = ("started", "seconds")  # when and how long; everything else of a rec
 
 def _epoch(iso: str) -> float:
     return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _trained(rec) -> dict:
+    d = _comparable(rec)
+    d.pop("cache_key", None)
+    for files in ("inputs", "outputs"):
+        d[files] = [{k: v for k, v in a.items() if k not in ("sha256", "bytes")} for a in d.get(files, [])]
+    keep = ("int8_accuracy", "float_accuracy")
+    d["metrics"] = {k: v for k, v in d.get("metrics", {}).items() if k in keep}
+    d.pop("details", None)  # sizes and per-layer facts of the files themselves; preservation is checked above
+    return d
 
 
 def _comparable(rec) -> dict:
@@ -50,7 +66,10 @@ def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
     assert sorted(a) == sorted(b)
     assert len([i for i in a if i.startswith("compile/")]) == 3
     for stage_id in a:
-        assert _comparable(b[stage_id]) == _comparable(a[stage_id]), stage_id
+        if any(part in ("pruned", "qat") for part in stage_id.split("/")):  # trained, or made from what was
+            assert _trained(b[stage_id]) == _trained(a[stage_id]), stage_id
+        else:
+            assert _comparable(b[stage_id]) == _comparable(a[stage_id]), stage_id
     # two trainings ran at once, and the ptq leaf compiled while a node was still training
     nodes = [b[f"optimize/{n}"] for n in ("pruned", "qat")]
     last_end = max(_epoch(r.started) + r.seconds for r in nodes)
