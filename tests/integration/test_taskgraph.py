@@ -78,3 +78,28 @@ def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
     # an unchanged re-run with two jobs reuses every stage
     again = optimize(model, data, tmp_path / "two", replace(recipe, jobs=2), targets=targets, compile_options=opts)
     assert {r.id for r in again.compiled.records} == again.compiled.cached_ids
+
+
+def _die(env, sig):  # a stage whose work kills the process it runs in
+    import os
+
+    os.kill(os.getpid(), sig)
+
+
+def test_a_stage_worker_that_dies_ends_as_one_line_with_exit_6():
+    import signal
+
+    import pytest
+
+    from edgedeploy.errors import ToolFailedError
+    from edgedeploy.stage_workers import LocalStages
+
+    runner = LocalStages(2)
+    try:
+        future = runner.submit(_die, signal.SIGKILL)
+        with pytest.raises(ToolFailedError) as err:
+            runner.collect(future, None)
+    finally:
+        runner.close()
+    assert err.value.exit_code == 6
+    assert "a stage worker process died" in err.value.one_line() and "jobs, now 2" in err.value.one_line()
