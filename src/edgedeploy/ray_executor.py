@@ -77,6 +77,20 @@ def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
             os.environ.pop(key, None)
 
 
+def join_ray(ray, address: str | None, num_cpus: int | None = None) -> bool:
+    """Join the Ray cluster at ``address`` (else start a local Ray, with ``num_cpus`` when given), quietly,
+    unless Ray is running in this process already; whether this call started it (its caller then shuts it down)."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    if address:
+        kwargs["address"] = address
+    elif num_cpus:
+        kwargs["num_cpus"] = num_cpus
+    init_ray(ray, kwargs, address)
+    return True
+
+
 def shutdown_ray(ray) -> None:
     """``ray.shutdown``, and forget the authentication mode a local head of ours set in this process."""
     global _auth_mode_unset
@@ -109,14 +123,7 @@ class RayExecutor:
         """Join or start Ray on the first compile, so a run whose results are all reused never starts it."""
         ray = self._ray
         if self._task is None:
-            if not ray.is_initialized():
-                kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
-                if self._address:
-                    kwargs["address"] = self._address
-                elif self._jobs:
-                    kwargs["num_cpus"] = self._jobs
-                init_ray(ray, kwargs, self._address)
-                self._started_here = True
+            self._started_here = join_ray(ray, self._address, self._jobs) or self._started_here
             self._task = ray.remote(num_cpus=1)(_remote_compile)
         return self._task
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ToolFailedError
-from .ray_executor import RayExecutor, import_ray, init_ray
+from .ray_executor import RayExecutor, import_ray, join_ray
 
 SHIPPED_ROLES_SKIP = ("data",)  # the data set travels as the loaded object, not as its file
 
@@ -86,12 +86,7 @@ class RayStages:
     def _start(self):
         ray = self._ray
         if self._task is None:
-            if not ray.is_initialized():
-                kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
-                if self._address:
-                    kwargs["address"] = self._address
-                init_ray(ray, kwargs, self._address)
-                self._started_here = True
+            self._started_here = join_ray(ray, self._address) or self._started_here
             self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_stage)
         return self._task
 

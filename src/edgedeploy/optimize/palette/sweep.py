@@ -103,13 +103,10 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
             import ray
         except ImportError as exc:
             raise UsageError("palette executor 'ray' needs Ray", "pip install -e .[ray]") from exc
-        started = not ray.is_initialized()
-        if started:
-            from ...ray_executor import init_ray
+        from ...ray_executor import join_ray
 
-            address = os.environ.get("RAY_ADDRESS")  # a cluster sets its own CPUs
-            init_ray(ray, {"include_dashboard": False, "log_to_driver": False,
-                           **({} if address else {"num_cpus": max(1, workers)})}, address)
+        # a cluster (RAY_ADDRESS) sets its own CPUs
+        started = join_ray(ray, os.environ.get("RAY_ADDRESS"), max(1, workers))
         try:
             task = ray.remote(_ray_item)
             xr, yr, hr = ray.put(x), ray.put(y), ray.put(None if hessians is None else dict(hessians))
