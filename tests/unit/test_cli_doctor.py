@@ -7,23 +7,11 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-import pytest
 from typer.testing import CliRunner
 
 from edgedeploy import doctor
 from edgedeploy.cli.app import app
 from edgedeploy.fvp import discovery
-
-
-@pytest.fixture
-def no_fvps(monkeypatch, tmp_path):
-    """Hide any FVP or runner the machine has."""
-    empty = tmp_path / "empty-path"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", f"{empty}")
-    monkeypatch.setattr(discovery, "usual_install_dirs", lambda: [])
-    monkeypatch.delenv(discovery.ENV_RUNNER, raising=False)
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
 
 
 def test_doctor_json_lists_everything(no_fvps):

@@ -17,17 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 EDGEDEPLOY = REPO / ".venv" / "bin" / "edgedeploy"
 
 
-@pytest.fixture
-def no_fvps(monkeypatch, tmp_path):
-    """Hide any FVP or runner the machine has."""
-    empty = tmp_path / "empty-path"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", f"{empty}")
-    monkeypatch.setattr(discovery, "usual_install_dirs", lambda: [])
-    monkeypatch.delenv(discovery.ENV_RUNNER, raising=False)
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
-
-
 def compiled_run(tmp_path: Path) -> Path:
     """A run folder whose manifest records one compile (the file is not read before the FVP is found)."""
     run = tmp_path / "run"
