@@ -75,11 +75,6 @@ class VelaPool:
         """Whether ``worker`` (a warm worker given to the constructor) is one of this pool's."""
         return any(pool is worker for pool in self._pools)
 
-    def grow(self, jobs: int) -> "VelaPool":
-        """At least ``jobs`` workers in all (those running stay)."""
-        self.jobs = max(self.jobs, jobs)
-        return self.start()
-
     def submit(self, args: list[str], log_path: Path) -> "Future[VelaJobResult]":
         """Compile with Vela in a worker."""
         return self.call(vela_job, args, str(log_path))
