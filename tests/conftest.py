@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("EDGEDEPLOY_SHARED_DATA", REPO.parent / "shared" / "data"))
 TEST_DATA = Path(__file__).resolve().parent / "data"
 SEED = int(os.environ.get("EDGEDEPLOY_TEST_SEED", "1234"))
 
@@ -25,9 +24,26 @@ BUNDLED = {
 }
 
 
+def shared_data_dir(value: str | None, default: Path = REPO.parent / "shared" / "data") -> Path:
+    """Where the real data is: ``value`` (EDGEDEPLOY_SHARED_DATA) when set and not blank, else ``default``. A blank
+    value is "not set", never the current folder."""
+    value = (value or "").strip()
+    return Path(value).expanduser() if value else default
+
+
+def has_shared_data(folder: Path) -> bool:
+    """``folder`` holds the real data: a folder with at least the files the repository bundles. Anything else (a
+    missing path, a file, an unrelated folder) means the bundled examples/ are used instead."""
+    return folder.is_dir() and all((folder / rel).is_file() for rel in BUNDLED)
+
+
+SHARED_DATA = shared_data_dir(os.environ.get("EDGEDEPLOY_SHARED_DATA"))
+HAVE_SHARED_DATA = has_shared_data(SHARED_DATA)
+
+
 def missing_data(item) -> str | None:
     """Why ``item`` cannot run on the data found here, or None when it can."""
-    if SHARED_DATA.is_dir():
+    if HAVE_SHARED_DATA:
         return None
     needed = [rel for marker in item.iter_markers("requires_data") for rel in marker.args]
     missing = [rel for rel in needed if rel not in BUNDLED]
@@ -60,12 +76,12 @@ def stratified():
 
 
 def pytest_report_header(config):
-    where = f"{SHARED_DATA} (found)" if SHARED_DATA.is_dir() else f"{SHARED_DATA} absent: the bundled examples/ instead"
+    where = f"{SHARED_DATA} (found)" if HAVE_SHARED_DATA else f"{SHARED_DATA} absent: the bundled examples/ instead"
     return [f"edgedeploy test seed: {SEED}", f"real data: {where}"]
 
 
 def pytest_report_collectionfinish(config, start_path, items):
-    if SHARED_DATA.is_dir():
+    if HAVE_SHARED_DATA:
         return []
     skipping = sum(1 for item in items if missing_data(item))
     return [f"{skipping} of {len(items)} tests need real data beyond the bundled examples/ and will skip"]
@@ -101,7 +117,7 @@ def _isolate(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory) -> Path:
     """The real models and data: ../shared/data, or a folder of the same layout linking the bundled examples."""
-    if SHARED_DATA.is_dir():
+    if HAVE_SHARED_DATA:
         return SHARED_DATA
     root = tmp_path_factory.mktemp("bundled-data")
     for rel, src in BUNDLED.items():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from .fsutil import current_umask, new_staging_dir, prepare_lock, promote, sha256_file
+from .fsutil import clear_staging_dir, new_staging_dir, prepare_lock, promote, sha256_file
 from .manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
 from .stages import RunContext, StageResult, StageSpec, cached_record, commit_stage, record_failure, run_stage
 from .targets import Target, get_target
@@ -294,7 +294,6 @@ def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
         promote(item.staged, final)
     except EdgeDeployError as exc:
         shutil.rmtree(item.staged, ignore_errors=True)
-        _remove_empty_parents(item.staged.parent, ctx.run_dir)
         record_failure(ctx, spec, item.key, exc, item.started, time.perf_counter() - item.t0)
         raise
     return commit_stage(ctx, spec, item.key, {"model": model}, result, item.staged, item.started, job.seconds)
@@ -358,8 +357,7 @@ def compile_variants(
         # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a time on
         # a fresh worker, so the model that kills a worker is the one named and the others finish.
         for item in lost:
-            shutil.rmtree(item.staged, ignore_errors=True)
-            item.staged.mkdir(mode=0o777 & ~current_umask())
+            clear_staging_dir(item.staged)
             workers = get_pool()
             workers.restart()
             item.job = workers.submit(item.args, item.log_path)
@@ -383,14 +381,6 @@ def compile_variants(
 def _source_of(ctx: RunContext, parent: str | None) -> str | None:
     rec = ctx.manifest.records.get(parent) if parent else None
     return rec.params.get("source") if rec is not None else None
-
-
-def _remove_empty_parents(folder: Path, stop: Path) -> None:
-    """Remove folders left empty by a failed stage, up to (not including) the run folder."""
-    folder, stop = folder.resolve(), stop.resolve()
-    while folder != stop and stop in folder.parents and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
 
 
 def _check_cpu_fallback(ctx: RunContext, records: Iterable[StageRecord]) -> None:

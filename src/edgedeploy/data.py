@@ -18,7 +18,6 @@ they calibrate int8 conversion like any other sample. Every evaluation sample ne
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import numpy as np
 
 from .errors import InvalidInputError
 from .fsutil import sha256_file
+from .npz_input import check_finite, npz_members, read_npz
 
 FIT, EVAL = 0, 1
 UNLABELLED = -1
@@ -52,6 +52,9 @@ class Dataset:
     # probability targets of the fine-tune samples (rows summing to 1, not all one-hot): fine-tuning learns
     # these; y_fit holds their arg max (hold-out strata, accuracy)
     p_fit: np.ndarray | None = None
+    # calibration samples given apart from the fine-tune split (the file's ``x_calibration``, see
+    # edgedeploy.data_sources.memory); None: calibrate on fine-tune samples
+    x_calibration: np.ndarray | None = None
 
     @property
     def labelled(self) -> bool:
@@ -64,6 +67,11 @@ class Dataset:
         A seeded random choice, not the first ``n``: data sets are often stored sorted by class, and ranges
         calibrated on a few classes clip the others. All of the split when it has ``n`` or fewer samples.
         """
+        if self.x_calibration is not None:
+            if n >= len(self.x_calibration):
+                return self.x_calibration, f"all {len(self.x_calibration)} given calibration samples (x_calibration)"
+            idx = np.sort(np.random.default_rng(seed).choice(len(self.x_calibration), n, replace=False))
+            return self.x_calibration[idx], f"{n} random samples of the given calibration samples (seed {seed})"
         if n >= len(self.x_fit):
             return self.x_fit, f"all {len(self.x_fit)} samples of the fine-tune split ({self.describe()['fit_split']})"
         idx = np.sort(np.random.default_rng(seed).choice(len(self.x_fit), n, replace=False))
@@ -98,19 +106,20 @@ def read_targets(path: Path | str) -> tuple[np.ndarray | None, bool]:
     """The fine-tune targets of ``path`` as stored (None when the file has none), to decide the task, and whether
     the file has anomaly labels."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            anomaly = any(k in npz.files for k in ANOMALY_KEYS)
-            if "y" in npz.files and "split" in npz.files:
-                y, split = npz["y"], npz["split"]
-                return (y[split == FIT] if split.shape == (len(y),) else y), anomaly
-            if "y_train" in npz.files:
-                return npz["y_train"], anomaly
-            return None, anomaly
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
+    arrays = read_npz(path, "data file", "data", keys=("y", "split", "y_train", "y_test"))
+    for key, a in arrays.items():  # the targets decide the task: NaN there must not pass for regression
+        check_finite(path, key, a)
+    anomaly = any(k in npz_members(path) for k in ANOMALY_KEYS)
+    if "y" in arrays and "split" in arrays:
+        y, split = arrays["y"], arrays["split"]
+        if y.ndim == 0 or split.ndim == 0:
+            raise _fail(path, "'y' or 'split' is a single value, not an array of samples", "store one entry per sample")
+        return (y[split == FIT] if split.shape == (len(y),) else y), anomaly
+    if "y_train" in arrays:
+        return arrays["y_train"], anomaly
+    return None, anomaly
 
 
 def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification"
@@ -118,18 +127,10 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
     """Load and check ``path`` against a model's input shape (without batch) and class count (``kind``:
     classification; regression and reconstruction take target values, see :mod:`edgedeploy.task`)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not hasattr(npz, "files"):
-                raise ValueError("a single .npy array, not an .npz archive")
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise _fail(path, f"is not a readable .npz file ({exc})", "save the data with numpy.savez") from exc
-    except Exception as exc:  # a damaged archive fails in zipfile, zlib or numpy's header reader in many ways
-        raise _fail(path, f"is not a readable .npz file ({type(exc).__name__}: {exc})",
-                    "save the data with numpy.savez") from exc
+    # a regular file within the size limit, of .npy arrays only (edgedeploy.npz_input)
+    arrays = read_npz(path, "data file", "data")
     for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
         if key in arrays and arrays[key].ndim == 0:
             raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
@@ -138,8 +139,9 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
                               or np.issubdtype(a.dtype, np.complexfloating)):
             raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
-        if a is not None and np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-            raise _fail(path, f"'{key}' holds NaN or infinite values", "replace or drop those samples")
+    for key in ("x", "y", "x_train", "y_train", "x_test", "y_test", *ANOMALY_KEYS):  # samples, targets, labels
+        if key in arrays:
+            check_finite(path, key, arrays[key])
     keys = set(arrays)
     hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
     if {"x", "split"} <= keys and "y" not in keys:
@@ -192,6 +194,17 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
                 f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
                 "give data shaped like the model input (without the batch axis)",
             )
+    x_calibration = arrays.get("x_calibration")
+    if x_calibration is not None:
+        if x_calibration.ndim < 1 or len(x_calibration) == 0 or not np.issubdtype(x_calibration.dtype, np.number) \
+                or not np.isfinite(x_calibration).all():
+            raise _fail(path, "'x_calibration' is not an array of finite samples", "store float32 samples")
+        if tuple(x_calibration.shape[1:]) != tuple(input_shape):
+            if x_calibration.shape[1:] != sample_shape:
+                raise _fail(path, f"'x_calibration' samples have shape {list(x_calibration.shape[1:])}, the other "
+                            f"samples {list(sample_shape)}", "give calibration samples shaped like the others")
+            x_calibration = x_calibration.reshape((len(x_calibration), *input_shape))
+        x_calibration = np.ascontiguousarray(x_calibration, dtype=np.float32)
     anomaly = _anomaly(path, arrays, len(x_eval), layout)
     p_fit = None
     if kind == "classification":
@@ -226,6 +239,7 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         anomaly=anomaly,
         eval_set=_eval_set(eval_files, y_eval, names) if kind == "classification" else None,
         p_fit=p_fit,
+        x_calibration=x_calibration,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import InvalidInputError
+from .fsutil import LIMITS, check_input_file
 from .keras3 import unique_name  # noqa: F401  (layer names are made unique the same way in both)
 from .preserve import WeightStats, stats
 
@@ -40,6 +41,7 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
     path = Path(path)
     if not path.exists():
         raise InvalidInputError(f"model {path} does not exist", "check the path to the .h5 or .keras model")
+    check_input_file(path, "model", "model")  # a regular file of bounded size, before h5py or zipfile open it
     if path.suffix == ".h5":
         import h5py
 
@@ -64,8 +66,14 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
     elif path.suffix == ".keras":
         try:
             with zipfile.ZipFile(path) as z:
+                unpacked = sum(i.file_size for i in z.infolist())
+                if unpacked > LIMITS["model"] or z.getinfo("config.json").file_size > LIMITS["manifest"]:
+                    raise InvalidInputError(f"{path} unpacks to {unpacked:,} bytes, over the limit of "
+                                            f"{LIMITS['model']:,}", "see 'Size limits' in docs/files.md")
                 config = json.loads(z.read("config.json"))
                 meta = json.loads(z.read("metadata.json")) if "metadata.json" in z.namelist() else {}
+        except InvalidInputError:
+            raise
         except Exception as exc:  # a bad zip, a missing member, bad JSON, a damaged deflate stream ...
             raise InvalidInputError(f"{path} is not a readable .keras model ({type(exc).__name__}: {exc})".splitlines()[0],
                                     "re-save the model") from exc

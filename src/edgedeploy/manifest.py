@@ -10,15 +10,16 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 from . import __version__
 from .errors import InvalidInputError
-from .fsutil import atomic_write_text, sha256_file
+from .fsutil import atomic_write_text, read_input_text, sha256_file
 
 SCHEMA = "edgedeploy.manifest"
 SCHEMA_VERSION = 1
@@ -123,8 +124,10 @@ class StageRecord:
         for name, kind in (("id", str), ("stage", str), ("params", dict), ("details", dict), ("warnings", list)):
             if name in data and not isinstance(data[name], kind):
                 raise TypeError(f"{name!r} of stage {data.get('id')!r} is {type(data[name]).__name__}")
+        _check_names(data)
         if data.get("status") not in ("ok", "failed", "cached"):
             raise ValueError(f"stage {data.get('id')!r} has status {data.get('status')!r}")
+        _check_details(data.get("id"), data.get("details") or {})
         return cls(
             tool=ToolInfo(**tool) if tool else None, inputs=inputs, outputs=outputs, metrics=metrics, **data
         )
@@ -135,6 +138,44 @@ class StageRecord:
 
     def output(self, role: str) -> Artifact | None:
         return next((a for a in self.outputs if a.role == role), None)
+
+
+# The detail sections that report, export and fvp compute with, and the kind each must be (a hand-edited
+# manifest is read like user input: a wrong kind is one "damaged" error, never an internal one).
+DETAIL_KINDS: dict[str, type] = {"data": dict, "metric": dict, "npu_compute": dict, "npu_weights": dict,
+                                 "sweep": dict}
+DATA_DETAIL_KINDS: dict[str, tuple[type, ...]] = {
+    "path": (str,), "sha256": (str,), "layout": (str,), "task": (str,), "labels": (list,), "input_shape": (list,),
+}
+
+
+def _check_names(data: Mapping[str, Any]) -> None:
+    """A record's id, variant, target and parent become folder names, C text and report cells: read back, each part
+    must be a checked name (as when it was written), never ``..``, a ``/``-path out of the run or markup."""
+    from .names import is_valid
+
+    rid = data.get("id")
+    if not isinstance(rid, str) or not all(is_valid("target", part) for part in rid.split("/")):
+        raise ValueError(f"stage id {str(rid)[:80]!r} is not made of checked names")
+    for key in ("variant", "target", "parent"):
+        value = data.get(key)
+        parts = value.split("/") if isinstance(value, str) and key == "parent" else [value]
+        if value is not None and not all(isinstance(p, str) and is_valid("target", p) for p in parts):
+            raise ValueError(f"{key} of stage {rid[:80]!r} is {str(value)[:80]!r}, not a checked name")
+
+
+def _check_details(record_id: Any, details: dict[str, Any]) -> None:
+    for name, kind in DETAIL_KINDS.items():
+        if details.get(name) is not None and not isinstance(details[name], kind):
+            raise TypeError(f"details.{name} of stage {str(record_id)[:80]!r} is {type(details[name]).__name__}, "
+                            f"not a {'table' if kind is dict else kind.__name__}")
+    for key, kinds in DATA_DETAIL_KINDS.items():
+        value = (details.get("data") or {}).get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise TypeError(f"details.data.{key} of stage {str(record_id)[:80]!r} is {type(value).__name__}")
+    labels = (details.get("data") or {}).get("labels")
+    if labels is not None and not all(isinstance(v, str) for v in labels):
+        raise TypeError(f"details.data.labels of stage {str(record_id)[:80]!r} holds values that are not text")
 
 
 def now_iso() -> str:
@@ -180,7 +221,10 @@ class Manifest:
     def load(cls, run_dir: Path) -> "Manifest":
         path = Path(run_dir) / MANIFEST_NAME
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            if not os.path.lexists(path):
+                raise FileNotFoundError(path)
+            # a regular file of bounded size: a FIFO or /dev/zero in its place never blocks or fills memory
+            data = json.loads(read_input_text(path, "run manifest", "manifest"))
         except FileNotFoundError as exc:
             raise InvalidInputError(
                 f"{run_dir} has no {MANIFEST_NAME}", "point at a folder written by `edgedeploy compile` or `optimize`"
@@ -236,8 +280,23 @@ class Manifest:
         return list(seen)
 
     def resolve(self, artifact: Artifact) -> Path:
-        path = Path(artifact.path)
-        return path if path.is_absolute() else self.run_dir / path
+        """Where a stage's output lies: read back from the manifest, it is checked as input and must resolve
+        inside the run folder (a hand-edited absolute path, a ``..`` or a link out of the folder is refused)."""
+        return self.inside(artifact.path, f"artifact '{artifact.role}'")
+
+    def inside(self, recorded: object, what: str) -> Path:
+        """The path ``recorded`` in this manifest, which must lie inside the run folder (links resolved)."""
+        from .fsutil import short
+
+        path = Path(recorded) if isinstance(recorded, str) and recorded and "\x00" not in recorded else None
+        if path is not None and not path.is_absolute():
+            root = os.path.realpath(self.run_dir)
+            real = os.path.realpath(self.run_dir / path)
+            if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+                return self.run_dir / path
+        raise InvalidInputError(
+            f"{short(str(self.path))} records {what} at {short(repr(recorded), 120)}, outside the run folder",
+            "edgedeploy reads only files inside a run folder; re-run the command that wrote it")
 
     def to_dict(self, stages: bool = True) -> dict[str, Any]:
         out = {

@@ -44,6 +44,7 @@ from .compile import CompileOptions, CompileOutcome, resolve_targets
 from .errors import UsageError
 from .names import check_name
 from .recipe import RECIPE_KEYS, Recipe, load_recipe
+from .requirements import BOUNDS, check_requirements
 from .settings import Key, lookup, read_toml, validate
 from .vela import OPTIMISE_CHOICES
 
@@ -51,7 +52,7 @@ _P = "fix the project file"
 PROJECT_KEYS: tuple[Key, ...] = (
     Key("model", str, None, "the float Keras model (.h5 or .keras), relative to the project file",
         required_when="a project without [[models]]"),
-    Key("data", str, None, "the data (.npz), relative to the project file",
+    Key("data", str, None, "the data (.npz, or a folder with a subfolder per class), relative to the project file",
         required_when="a project without [[models]], or a [[models]] table without data"),
     Key("out", str, "edgedeploy-out", "the run folder, relative to the project file"),
     Key("targets", list, [], "target names or target files (.toml, relative to the project file)", items=str),
@@ -61,13 +62,18 @@ PROJECT_KEYS: tuple[Key, ...] = (
     Key("compile.allow_cpu_ops", bool, False, "accept operators that fall back to the CPU"),
     Key("compile.jobs", int, None, "Vela worker processes (default: one per core)", minimum=1, maximum=256),
     Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
-    Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf", minimum=0),
+    # the bounds are edgedeploy.requirements.BOUNDS, the same for the report and walk flags
+    Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf",
+        minimum=BOUNDS["max_accuracy_drop"].low, maximum=BOUNDS["max_accuracy_drop"].high),
     Key("requirements.max_metric_drop", float, None, "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, "
-        "in its unit", minimum=0),
-    Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB", numbers_ok=True),
-    Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB", numbers_ok=True),
-    Key("requirements.max_latency_ms", float, None, "milliseconds per inference", minimum=0),
-    Key("requirements.max_npu_cycles", int, None, "NPU cycles per inference (Vela's estimate)", minimum=0),
+        "in its unit", minimum=BOUNDS["max_metric_drop"].low, maximum=BOUNDS["max_metric_drop"].high),
+    Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB (1 B to 1 TiB)",
+        numbers_ok=True),
+    Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB (1 B to 1 TiB)",
+        numbers_ok=True),
+    Key("requirements.max_latency_ms", float, None, "milliseconds per inference",
+        minimum=0, exclusive_minimum=True, maximum=BOUNDS["max_latency_ms"].high),
+    Key("requirements.max_npu_cycles", int, None, "NPU cycles per inference (Vela's estimate)", minimum=1),
     # [[models]]: one table per model of a sweep (checked one table at a time by load_project)
     Key("models.name", str, None, "[[models]]: the model's name, its run folder OUT/NAME (letters, digits, "
         "'-', '_')", required_when="each [[models]] table"),
@@ -161,6 +167,8 @@ def load_project(path: Path) -> Project:
     path = Path(path)
     doc = read_toml(path, "project file", UsageError)
     values = validate({k: v for k, v in doc.items() if k != "models"}, PROJECT_KEYS, str(path), UsageError, _P)
+    check_requirements({k.removeprefix("requirements."): v for k, v in values.items() if k.startswith("requirements.")},
+                       f"{path}: `requirements.{{name}}`", UsageError, _P)  # the bounds flags are checked against
     models = _model_entries(path, doc, values)
     if not models and "model" not in values:
         raise UsageError(f"{path}: `model` is missing; it must be a string", _P + " (or list [[models]] tables)")

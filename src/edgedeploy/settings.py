@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -218,14 +219,19 @@ def validate(data: Mapping[str, Any], keys: Sequence[Key] | _Table, source: str,
 
 def read_toml(path: Path, what: str, error: type[EdgeDeployError] = UsageError) -> dict[str, Any]:
     """A TOML file as a table; a missing, unreadable or malformed file is one ``error`` naming it."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError as exc:
-        raise error(f"{what} {path} does not exist", "check the path") from exc
-    except IsADirectoryError as exc:
-        raise error(f"{what} {path} is a folder, not a file", "give the path of a .toml file") from exc
+    from .errors import InvalidInputError
+    from .fsutil import read_input_bytes, short
+
+    try:  # a regular file of bounded size (a FIFO or /dev/zero never blocks or fills memory)
+        raw = read_input_bytes(path, what, "settings")
+    except InvalidInputError as exc:  # missing or a folder: the file kind's own error; else unsuitable input (3)
+        gone = not os.path.lexists(path) or os.path.isdir(path)
+        raise (error if gone or issubclass(error, InvalidInputError) else InvalidInputError)(
+            exc.message, "give the path of a .toml file" if os.path.isdir(path) else exc.hint) from None
     except OSError as exc:
-        raise error(f"{what} {path} cannot be read ({exc.strerror})", "check the path and permissions") from exc
+        raise error(f"{what} {short(str(path))} cannot be read ({exc.strerror})", "check the path and permissions"
+                    ) from exc
+    path = short(str(path))
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -33,7 +33,9 @@ def threads_per_job(jobs: int) -> int:
 
 def _init_worker(threads: int) -> None:
     from . import tfenv
+    from .fsutil import join_private_tmp
 
+    join_private_tmp()  # TensorFlow's generated files go where the command removes them, even if we are killed
     env = tfenv.load()
     # Only the inter-op pool (independent ops side by side) is cut to the worker's share. The intra-op pool
     # splits one op's arithmetic, so its size changes the order of float sums in training: with 1 thread instead

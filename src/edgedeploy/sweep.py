@@ -77,11 +77,17 @@ def write_record(out: Path, record: dict[str, Any]) -> None:
 
 def check_files(project: Project) -> None:
     """Every model and data file a sweep will read exists (before anything is written)."""
+    from .fsutil import check_input_file
+
     for m in project.models:
         for what, p in (("model", m.model), ("data", m.data)):
-            if not p.is_file():
+            if not p.exists():
                 raise InvalidInputError(f"{project.path}: [[models]] '{m.name}': {what} file {p} does not exist",
                                         f"fix `{what}` of that table (paths are relative to the project file)")
+            try:  # a regular file of bounded size
+                check_input_file(p, f"[[models]] '{m.name}': {what} file", what)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{project.path}: {exc.message}", exc.hint) from None
 
 
 def _entry(m: ModelEntry) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import TargetError
+from .errors import InvalidInputError, TargetError
 from .names import check_name, is_valid
 from .settings import Key, read_toml, validate
-from .fsutil import sha256_file, sha256_json
+from .fsutil import check_input_file, read_input_bytes, sha256_file, sha256_json
 
 SCHEMA_VERSION = 1
 
@@ -141,6 +141,7 @@ def builtin_target_names() -> list[str]:
 
 
 def list_targets() -> list[Target]:
+    """Every built-in target (the TOML files in ``targets/``), loaded and validated, in file-name order."""
     return [load_target_file(p) for p in sorted(builtin_targets_dir().glob("*.toml"))]
 
 
@@ -150,8 +151,6 @@ def get_target(name_or_path: str) -> Target:
         raise TargetError(f"target {name_or_path!r} is not a name or a path", "give a target name or a .toml file")
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
-        if not candidate.is_file():
-            raise TargetError(f"target file {candidate} does not exist", "check the path")
         return load_target_file(candidate)
     path = builtin_targets_dir() / f"{name_or_path}.toml"
     if not is_valid("target", name_or_path) or not path.is_file():
@@ -171,12 +170,12 @@ def _load_cached(path: Path, mtime_ns: int) -> Target:
 
 
 def load_target_file(path: Path) -> Target:
-    path = Path(path).resolve()
     try:
-        mtime = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise TargetError(f"target file {path} does not exist", "check the path") from exc
-    return _load_cached(path, mtime)
+        check_input_file(path, "target file", "settings")  # a regular file of bounded size, named as given
+    except InvalidInputError as exc:
+        raise TargetError(exc.message, exc.hint) from None
+    path = Path(path).resolve()
+    return _load_cached(path, path.stat().st_mtime_ns)
 
 
 _T = "fix the target file"
@@ -288,7 +287,9 @@ def resolve_vela_config(config: str, target_file: Path) -> Path:
 def _ini_sections(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     parser = configparser.ConfigParser()
     try:
-        parser.read(path, encoding="utf-8")
+        parser.read_string(read_input_bytes(path, "Vela configuration file", "settings").decode("utf-8"), str(path))
+    except InvalidInputError as exc:
+        raise TargetError(exc.message, "point vela.config at a vela.ini such as 'Arm/vela.ini'") from None
     except (configparser.Error, UnicodeDecodeError, OSError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TargetError(f"{path} is not a readable Vela configuration file ({detail[:120]})",

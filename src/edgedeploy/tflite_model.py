@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import InvalidInputError
+from .fsutil import read_input_bytes
 
 # TensorType enum of schema.fbs.
 DTYPES = (
@@ -182,11 +183,8 @@ class _Table:
 def read_tflite(path: Path | str) -> TfliteModel:
     """Parse ``path`` or raise :class:`InvalidInputError` saying what is wrong with it."""
     path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"{path} does not exist", "check the path to the .tflite model")
-    if not path.is_file():
-        raise InvalidInputError(f"{path} is not a file", "pass a .tflite model file")
-    data = bytearray(path.read_bytes())
+    # a regular file of at most 2 GiB (a flatbuffer cannot be larger), checked before a byte is read
+    data = bytearray(read_input_bytes(path, "model", "model"))
     if len(data) < 16 or data[4:8] != b"TFL3":
         what = "empty" if not data else "not a TFLite flatbuffer (no TFL3 identifier)"
         raise InvalidInputError(f"{path} is {what}", "pass a .tflite file written by the TFLite converter")
@@ -353,7 +351,7 @@ def read_weight_tensors(path: Path | str) -> list[WeightTensor]:
 
     path = Path(path)
     read_tflite(path)  # the same checks and one-line errors as for any model
-    data = bytearray(path.read_bytes())
+    data = bytearray(read_input_bytes(path, "model", "model"))
     model = _Table(data, encode.Get(packer.uoffset, data, 0))
     buffers = model.tables(4)
     codes = [(max(oc.scalar(0, N.Int8Flags), oc.scalar(3, N.Int32Flags)), oc.string(1)) for oc in model.tables(1)]

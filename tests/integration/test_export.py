@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -436,7 +437,8 @@ def test_a_second_export_into_one_folder_waits_for_the_first_and_says_so(run_dir
         assert not (fw / "second.c").exists()
         # the first export finishes its bundle while the second waits
         (fw / "first.c").write_text("/* first */\n")
-        (fw / "manifest.json").write_text(json.dumps({"schema": BUNDLE_SCHEMA, "files": {"first.c": {}}}))
+        first = hashlib.sha256((fw / "first.c").read_bytes()).hexdigest()  # what that export wrote, recorded
+        (fw / "manifest.json").write_text(json.dumps({"schema": BUNDLE_SCHEMA, "files": {"first.c": {"sha256": first}}}))
     finally:
         release_run_dirs()
     p.wait(timeout=300)

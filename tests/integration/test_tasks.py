@@ -133,7 +133,8 @@ def test_a_reconstruction_leaf_exports_golden_vectors_without_class_labels(ad_tr
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     fw = tmp_path / "fw"
     proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(ad_tree.run_dir), "--leaf", "ptq", "-t",
-                           "ethos-u55-128", "-o", str(fw), "--golden", "3"], capture_output=True, text=True)
+                           "ethos-u55-128", "-o", str(fw), "--golden", "3", "--data", str(anomaly_data)],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     g = np.load(fw / "golden.npz")
     d = np.load(anomaly_data)
@@ -212,7 +213,9 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     from edgedeploy.compile import compile_run
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
+    # (the data file lies outside the run folder, so it is named: export never follows a recorded path out)
     proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(outcome.run_dir), "--leaf", "ptq", "-t",
-                           "ethos-u55-128", "-o", str(tmp_path / "fw"), "--golden", "2"], capture_output=True, text=True)
+                           "ethos-u55-128", "-o", str(tmp_path / "fw"), "--golden", "2", "--data", str(data)],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert np.load(tmp_path / "fw" / "golden.npz")["output_0"].shape == (2, 49, 10, 1)

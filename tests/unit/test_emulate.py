@@ -199,7 +199,11 @@ def test_cli_on_a_folder_that_is_not_a_bundle(tmp_path):
 
 
 def test_cli_on_a_bundle_without_cpu_path(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"schema": "edgedeploy.firmware", "name": "kws", "cpu_model": None}))
+    sha = {"sha256": "ab" * 32, "bytes": 1}
+    tensor = [{"name": "t", "shape": [1, 4], "dtype": "int8"}]
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "schema": "edgedeploy.firmware", "name": "kws", "cpu_model": None, "files": {"kws.c": sha, "kws.h": sha},
+        "model": {"c_source": "kws.c", "c_header": "kws.h", "section": ".rodata"}, "inputs": tensor, "outputs": tensor}))
     result = CliRunner().invoke(app, ["emulate", str(tmp_path)])
     assert result.exit_code == 3 and "no CPU path" in result.stderr and "--golden N" in result.stderr
 

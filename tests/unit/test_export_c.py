@@ -271,8 +271,11 @@ def test_compare_outputs_counts_differences():
 # --------------------------------------------------------------------------- the output folder
 
 
-def bundle_manifest(files):
-    return json.dumps({"schema": ex.BUNDLE_SCHEMA, "files": {f: {} for f in files}})
+def bundle_manifest(files: dict[str, bytes]) -> str:
+    import hashlib
+
+    return json.dumps({"schema": ex.BUNDLE_SCHEMA,
+                       "files": {f: {"sha256": hashlib.sha256(b).hexdigest()} for f, b in files.items()}})
 
 
 def test_out_dir_new_empty_and_own(tmp_path):
@@ -282,9 +285,11 @@ def test_out_dir_new_empty_and_own(tmp_path):
     own = tmp_path / "own"
     own.mkdir()
     (own / "m.c").write_text("x")
-    (own / "manifest.json").write_text(bundle_manifest(["m.c"]))
+    (own / "manifest.json").write_text(bundle_manifest({"m.c": b"x"}))
     state = ex.inspect_out_dir(own)
     assert state.foreign == [] and state.owned == {"m.c", "manifest.json"}
+    (own / "m.c").write_text("changed since")  # no longer what the export wrote: not ours to replace
+    assert ex.inspect_out_dir(own).foreign == ["m.c"]
 
 
 def test_out_dir_foreign_files_refused_unless_force_and_never_deleted(tmp_path):
@@ -292,7 +297,7 @@ def test_out_dir_foreign_files_refused_unless_force_and_never_deleted(tmp_path):
     out.mkdir()
     (out / "main.c").write_text("int main(void) { return 0; }\n")
     (out / "old.c").write_text("x")
-    (out / "manifest.json").write_text(bundle_manifest(["old.c"]))
+    (out / "manifest.json").write_text(bundle_manifest({"old.c": b"x"}))
     state = ex.inspect_out_dir(out)
     assert state.foreign == ["main.c"]
     with pytest.raises(UsageError, match="main.c"):
@@ -322,8 +327,8 @@ def test_out_dir_that_is_a_file(tmp_path):
 
 def test_replacing_an_earlier_bundle(tmp_path):
     out = tmp_path / "fw"
-    ex._write_bundle(out, {"a.c": b"1", "manifest.json": bundle_manifest(["a.c"]).encode()}, ex.inspect_out_dir(out), False)
-    ex._write_bundle(out, {"b.c": b"2", "manifest.json": bundle_manifest(["b.c"]).encode()}, ex.inspect_out_dir(out), False)
+    ex._write_bundle(out, {"a.c": b"1", "manifest.json": bundle_manifest({"a.c": b"1"}).encode()}, ex.inspect_out_dir(out), False)
+    ex._write_bundle(out, {"b.c": b"2", "manifest.json": bundle_manifest({"b.c": b"2"}).encode()}, ex.inspect_out_dir(out), False)
     assert sorted(p.name for p in out.iterdir()) == ["b.c", "manifest.json"]
 
 

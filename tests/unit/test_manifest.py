@@ -130,19 +130,25 @@ def test_atomic_writes_and_staging_folders_respect_the_umask(tmp_path):
 
 
 def test_stale_staging_of_a_killed_run_is_removed_and_nothing_else(tmp_path):
-    from edgedeploy.fsutil import release_run_dirs
+    from edgedeploy.fsutil import new_staging_dir, release_run_dirs
     from edgedeploy.stages import RunContext
 
     run = tmp_path / "run"
+    ctx = RunContext.open(run)
+    staged = new_staging_dir(ctx.stage_dir("compile/v/ethos-u55-128"))  # then the command is killed
+    (staged / "v_vela.tflite").write_bytes(b"half")
+    release_run_dirs()
+    # names shaped like edgedeploy's temporary files, made by the user: never removed
     (run / "compile" / "v" / ".ethos-u55-128.ab_cd123.part").mkdir(parents=True)
     (run / "compile" / "v" / ".ethos-u55-128.old4242").mkdir()
     (run / ".manifest.json.zz9_aa12.part").write_text("{")
     (run / "compile" / "v" / "mine.part").write_text("user file")
-    (run / "manifest.json").write_text('{"schema": "edgedeploy.manifest", "schema_version": 1}')
     RunContext.open(run)
     release_run_dirs()
     left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
-    assert left == [".edgedeploy.lock", "compile", "compile/v", "compile/v/mine.part", "manifest.json"]
+    assert left == [".edgedeploy.lock", ".manifest.json.zz9_aa12.part", "compile", "compile/v",
+                    "compile/v/.ethos-u55-128.ab_cd123.part", "compile/v/.ethos-u55-128.old4242",
+                    "compile/v/mine.part"]
 
 
 def test_a_metric_that_is_not_a_number_is_a_damaged_manifest(tmp_path):

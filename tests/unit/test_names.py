@@ -73,6 +73,7 @@ def test_a_link_inside_the_run_folder_is_refused(tmp_path):
 
 
 def test_promote_never_leaves_its_folder(tmp_path):
+    from edgedeploy.errors import UsageError
     from edgedeploy.fsutil import new_staging_dir, promote
 
     victim = tmp_path / "victim"
@@ -85,8 +86,9 @@ def test_promote_never_leaves_its_folder(tmp_path):
     assert (victim / "f").read_text() == "keep"
     link = run / "x"
     link.symlink_to(victim, target_is_directory=True)
-    promote(staged, link)  # the link is replaced; what it pointed at is untouched
-    assert (victim / "f").read_text() == "keep" and link.is_dir() and not link.is_symlink()
+    with pytest.raises(UsageError, match="edgedeploy did not write it"):
+        promote(staged, link)  # a link edgedeploy did not make is left as it is, and what it names too
+    assert (victim / "f").read_text() == "keep" and link.is_symlink()
 
 
 def test_variant_names_from_hostile_file_names(tmp_path):

@@ -19,10 +19,19 @@ def main() -> None:
     # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
     warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else fork_warm_worker()
 
+    import signal
+
     import typer
     from typer.exceptions import TyperException
 
+    from ..fsutil import use_private_tmp
     from .app import app
+    from .common import on_terminate
+
+    use_private_tmp()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_terminate)
+    os.register_at_fork(after_in_child=_default_signals)
 
     try:
         code = app(standalone_mode=False, obj=warm)
@@ -43,6 +52,14 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def _default_signals() -> None:
+    """A forked worker (Vela's) ends on SIGTERM as a process does, not through the command's handler."""
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def run() -> None:
     """The ``edgedeploy`` console script (and ``python -m edgedeploy``): :func:`main`, then the process ends
     without tearing the interpreter down (see :func:`_exit`). :func:`main` itself exits as Python does, for
@@ -50,8 +67,10 @@ def run() -> None:
     import sys
 
     try:
-        main()
-        code = 0
+        code = _closed_streams()
+        if code is None:
+            main()
+            code = 0
     except SystemExit as exc:
         code = exc.code
     if not isinstance(code, int):
@@ -59,6 +78,36 @@ def run() -> None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
     _exit(code)
+
+
+def _closed_streams() -> int | None:
+    """A standard stream the caller closed (``edgedeploy ... >&-``): its descriptor is pointed at the null device,
+    so no file the command opens can take its number and receive what is printed. A closed stdin or stderr is
+    then no matter; a closed stdout is one line on stderr and exit 2 (what the command prints would be lost)."""
+    import os
+    import sys
+
+    closed = []
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+        closed.append(name)
+    if "stdout" not in closed:
+        return None
+    from .common import _error_line
+
+    _error_line("standard output is closed. run the command with stdout open; redirect it to /dev/null "
+                "(>/dev/null) to discard what it prints")
+    return 2
 
 
 def _exit(code: int) -> None:

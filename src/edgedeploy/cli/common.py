@@ -52,14 +52,40 @@ def guard() -> Iterator[None]:
                     "report it")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
+        from ..fsutil import discard_scratch
+
+        discard_scratch()  # the staging folders of the stages in progress
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + TERMINATED[0] if TERMINATED else 130) from None
+
+
+TERMINATED: list[int] = []  # the signal that stopped the command, when it was not Ctrl-C
+
+
+def on_terminate(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP: stop the command as Ctrl-C does, so what it was writing is cleaned up and its exit handlers
+    run (TensorFlow removes its generated files there)."""
+    TERMINATED.append(signum)
+    raise KeyboardInterrupt
 
 
 def _error_line(text: str) -> None:
     """One line on stderr, whatever the message holds (a path with a newline, a multi-line tool message)."""
-    line = " ".join(str(text).split("\n")).replace("\r", " ")
+    line = bounded_line(" ".join(str(text).split("\n")).replace("\r", " "))
     err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
+ERROR_LINE_LIMIT = 1000  # characters of one error line; a word (a path, a value) keeps at most fsutil.SHORT_LIMIT
+
+
+def bounded_line(line: str) -> str:
+    """``line`` with each over-long word (a path, a value) shortened in the middle, and the whole line kept under
+    :data:`ERROR_LINE_LIMIT` characters: a 10 MB path gives a short line that still shows its start and end."""
+    from ..fsutil import SHORT_LIMIT, short
+
+    if len(line) > SHORT_LIMIT:
+        line = " ".join(short(word) if len(word) > SHORT_LIMIT else word for word in line.split(" "))
+    return short(line, ERROR_LINE_LIMIT)
 
 
 def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:

@@ -73,13 +73,13 @@ def report_cmd(
         build_report,
         compare_reports,
         load_report_json,
-        parse_size,
         parse_tolerances,
         raise_on_regression,
         requirements_from_project,
         unmet_targets,
     )
     from ..report.render import FORMATS, render
+    from ..requirements import check_requirements
     from ..report.sweep import (
         build_sweep_report, compare_sweeps, is_sweep_dir, load_sweep_report_json, sweep_unmet,
     )
@@ -95,18 +95,10 @@ def report_cmd(
             raise UsageError("--fail-on-regression and --tolerance need a reference report",
                              "pass --compare OLD.json (written with --format json)")
         tolerances = parse_tolerances(tolerance)
-        cli_values = {
-            "max_accuracy_drop": max_accuracy_drop,
-            "max_metric_drop": max_metric_drop,
-            "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
-            "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
-            "max_latency_ms": max_latency_ms,
-            "max_npu_cycles": max_npu_cycles,
-        }
-        for name in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms", "max_npu_cycles"):
-            if cli_values[name] is not None and cli_values[name] < 0:
-                raise UsageError(f"--{name.replace('_', '-')} is {cli_values[name]}", "give a number >= 0")
-        given = {k: v for k, v in cli_values.items() if v is not None}
+        given = check_requirements({  # the one check of limits, as for a project file
+            "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_flash": max_flash,
+            "max_sram": max_sram, "max_latency_ms": max_latency_ms, "max_npu_cycles": max_npu_cycles,
+        }, "--{flag}", UsageError)
         requirements = Requirements(**given, sources=("command line",) if given else ())
         project_file = project if project is not None else (Path(PROJECT_FILE) if Path(PROJECT_FILE).is_file() else None)
         if project_file is not None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInputError, UsageError
-from ..fsutil import sha256_file
+from ..errors import EdgeDeployError, InvalidInputError, UsageError
+from ..export.bundle import read_bundle_manifest
+from ..fsutil import sha256_file, system_tmp
 from ..tflite_model import read_tflite
 from . import firmware as fw
 from .qemu import DEFAULT_TIMEOUT, FirmwareReport, run_firmware
@@ -22,24 +22,17 @@ _REEXPORT = "export it again with golden vectors: `edgedeploy export RUN_DIR --g
 
 
 def read_bundle(bundle: Path) -> dict[str, Any]:
-    """The bundle's manifest, checked for a CPU path whose files are as the export wrote them."""
-    path = Path(bundle) / BUNDLE_MANIFEST
-    if not path.is_file():
-        raise InvalidInputError(f"{bundle} is not a firmware bundle (no {BUNDLE_MANIFEST})", "pass a folder written by `edgedeploy export`")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"{path} is not readable JSON ({exc})", "export the bundle again") from exc
-    if not isinstance(manifest, dict) or manifest.get("schema") != "edgedeploy.firmware":
-        raise InvalidInputError(f"{path} is not an edgedeploy firmware manifest", "pass a folder written by `edgedeploy export`")
+    """The bundle's manifest (checked as input: :func:`edgedeploy.export.bundle.read_bundle_manifest`), with a CPU
+    path whose files are as the export wrote them."""
+    manifest = read_bundle_manifest(bundle)
     cpu = manifest.get("cpu_model")
     if not cpu:
         raise InvalidInputError(f"{bundle} has no CPU path (the int8 model before Vela as C)", _REEXPORT)
-    files = manifest.get("files") or {}
-    for name in (cpu["c_source"], cpu["model"], f"{manifest['name']}.h"):
-        info = files.get(name)
-        if info is None or not (Path(bundle) / name).is_file() or sha256_file(Path(bundle) / name) != info.get("sha256"):
-            raise InvalidInputError(f"{Path(bundle) / name} is missing or differs from what `edgedeploy export` wrote", "export the bundle again")
+    files = manifest["files"]
+    for name in (cpu["c_source"], cpu["model"], manifest["model"]["c_header"]):
+        path = Path(bundle) / name
+        if path.is_symlink() or not path.is_file() or sha256_file(path) != files[name]["sha256"]:
+            raise InvalidInputError(f"{path} is missing or differs from what `edgedeploy export` wrote", "export the bundle again")
     return manifest
 
 
@@ -53,7 +46,7 @@ class EmulatedBoard:
 
     def __init__(
         self, bundle: Path, tflm_dir: Path | str | None = None, build_dir: Path | None = None, timeout: float = DEFAULT_TIMEOUT,
-        stack_bytes: int = fw.DEFAULT_STACK,
+        stack_bytes: int = fw.DEFAULT_STACK, serve: bool = False,
     ) -> None:
         if stack_bytes < 256 or stack_bytes % 8:
             raise UsageError(f"stack size {stack_bytes} bytes", "pass a multiple of 8 bytes, at least 256")
@@ -65,15 +58,15 @@ class EmulatedBoard:
         self.tree = find_tflm(tflm_dir)
         self.timeout = timeout
         self._own_dir = build_dir is None
-        self.build_dir = Path(tempfile.mkdtemp(prefix="edgedeploy-emulate-")) if build_dir is None else Path(build_dir)
+        self.build_dir = Path(tempfile.mkdtemp(prefix="edgedeploy-emulate-", dir=system_tmp())) if build_dir is None else Path(build_dir).resolve()
         self._runs = 0
         try:
             ops = read_tflite(self.bundle / self.manifest["cpu_model"]["model"]).op_counts
             self.kernels: list[OpKernel] = op_kernels(self.tree, ops)
             start = time.perf_counter()
             self.library: TflmLibrary = build_library(self.tree, self.kernels, self.toolchain)
-            project = self.build_dir / "firmware"
-            fw.write_project(project, self.bundle, self.manifest, self.tree, self.kernels, self.library, stack_bytes)
+            project = self.build_dir / ("serve" if serve else "firmware")  # serve: the device runner on UART0
+            fw.write_project(project, self.bundle, self.manifest, self.tree, self.kernels, self.library, stack_bytes, serve)
             self.firmware = fw.build(project, self.toolchain)
             self.build_seconds = time.perf_counter() - start
         except BaseException:
@@ -111,4 +104,5 @@ class EmulatedBoard:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        self.close(keep=exc_type is not None)
+        # an error names the build logs to read: they stay; an interrupt (Ctrl-C, SIGTERM) leaves nothing
+        self.close(keep=exc_type is not None and issubclass(exc_type, EdgeDeployError))

@@ -17,6 +17,8 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..errors import InvalidInputError, ToolFailedError
+from ..export.bundle import cmake_path
+from ..export.common import check_c_name
 from ..fsutil import atomic_write_text
 from ..proc import run_command
 from .render import fill, template
@@ -52,24 +54,28 @@ def linker_script(template_text: str, section: str, stack_bytes: int = DEFAULT_S
 
 def write_project(
     project: Path, bundle: Path, manifest: Mapping[str, Any], tree: Path, kernels: list[OpKernel], library: TflmLibrary,
-    stack_bytes: int = DEFAULT_STACK,
+    stack_bytes: int = DEFAULT_STACK, serve: bool = False,
 ) -> None:
-    name = str(manifest["name"])
+    """The firmware project; ``serve``: the device runner on UART0 instead of the golden vectors over semihosting."""
+    name = check_c_name(manifest["name"])  # read back from a bundle: checked again before it reaches CMake and C
     values = {
         "VERSION": __version__,
         "NAME": name,
         "P": name.upper(),
-        "TFLM_DIR": str(tree),
-        "BUNDLE_DIR": str(bundle.resolve()),
-        "TFLM_LIBRARY": str(library.path),
+        "TFLM_DIR": cmake_path(tree, "the TFLM folder"),
+        "BUNDLE_DIR": cmake_path(bundle, "the bundle folder"),
+        "TFLM_LIBRARY": cmake_path(library.path, "the TFLM library"),
         "NUM_OPS": str(max(len(kernels), 1)),
         "ADD_OPS": "\n".join(f"  resolver.{k.method}();  // {k.op}" for k in kernels),
+        "RUNNER_LIBS": " edgedeploy::runner_an547" if serve else "",
+        "IN_BYTES": " + ".join(f"{name.upper()}_INPUT_{i}_BYTES" for i in range(len(manifest["inputs"]))),
+        "OUT_BYTES": " + ".join(f"{name.upper()}_OUTPUT_{i}_BYTES" for i in range(len(manifest["outputs"]))),
     }
     project.mkdir(parents=True, exist_ok=True)
     section = str((manifest.get("model") or {}).get("section") or ".rodata")
     files = {
         "CMakeLists.txt": fill(template("firmware_CMakeLists.txt.in"), values),
-        "main.cc": fill(template("main.cc.in"), values),
+        "main.cc": fill(template("main_serve.cc.in" if serve else "main.cc.in"), values),
         "tflm.cmake": template("tflm.cmake"),
         "toolchain.cmake": template("arm-none-eabi.cmake"),
         "an547.ld": linker_script((tree / LINKER_TEMPLATE).read_text(encoding="utf-8"), section, stack_bytes),

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import InvalidInputError, ToolFailedError
-from ..fsutil import atomic_write_text, sha256_file
+from ..fsutil import atomic_write_text, read_input_text, sha256_file
+from ..npz_input import read_npz
 from .board import BUNDLE_MANIFEST, EmulatedBoard
 from .firmware import DEFAULT_STACK
 from .qemu import DEFAULT_TIMEOUT
@@ -164,16 +165,19 @@ def emulate_bundle(
     with EmulatedBoard(bundle, tflm_dir, build_dir, timeout, stack_bytes) as board:
         m = board.manifest
         golden = m.get("golden") or {}
-        npz = bundle / str(golden.get("npz") or "golden.npz")
-        if not golden.get("count") or not npz.is_file():
+        if not golden.get("count"):
             raise InvalidInputError(f"{bundle} holds no golden vectors", "export it with --golden N --data DATA.npz")
-        if sha256_file(npz) != (m.get("files") or {}).get(npz.name, {}).get("sha256"):
+        npz = bundle / golden["npz"]  # a plain file name the manifest lists (checked when it was read)
+        if npz.is_symlink() or not npz.is_file() or sha256_file(npz) != m["files"][golden["npz"]]["sha256"]:
             raise InvalidInputError(f"{npz} differs from what `edgedeploy export` wrote", "export the bundle again")
-        with np.load(npz, allow_pickle=False) as g:
-            inputs = np.ascontiguousarray(g["input_0"])
-            expected = [g[f"output_{j}"] for j in range(len(m["outputs"]))]
-            rows = g["row"] if "row" in g else None
-            labels = g["label"] if "label" in g else None
+        g = read_npz(npz, "golden vectors")
+        missing = [k for k in ["input_0", *(f"output_{j}" for j in range(len(m["outputs"])))] if k not in g]
+        if missing:
+            raise InvalidInputError(f"{npz} has no {', '.join(missing)}", "export the bundle again")
+        inputs = np.ascontiguousarray(g["input_0"])
+        expected = [g[f"output_{j}"] for j in range(len(m["outputs"]))]
+        rows = g.get("row")
+        labels = g.get("label")
         cases = int(inputs.shape[0])
         report, data, seconds = board.run(inputs.tobytes())
         if report.cases != cases:
@@ -198,7 +202,7 @@ def emulate_bundle(
 def record_measurement(bundle: Path, result: EmulationResult) -> None:
     """Write the measured CPU-path figures into the bundle's manifest.json (temp file + rename)."""
     path = Path(bundle) / BUNDLE_MANIFEST
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest = json.loads(read_input_text(path, "bundle manifest", "manifest"))  # checked when the board read it
     manifest["cpu_model"]["measured"] = {
         "arena_used_bytes": result.arena_used_bytes,
         "stack_used_bytes": result.stack_used_bytes,

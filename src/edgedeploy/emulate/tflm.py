@@ -20,6 +20,7 @@ from typing import Iterable
 
 from .. import __version__
 from ..errors import UsageError
+from ..export.bundle import cmake_path
 from ..fsutil import atomic_write_text
 from ..proc import check, run_command, which
 from .render import fill, template
@@ -175,7 +176,7 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
         atomic_write_text(src / "tflm.cmake", template("tflm.cmake"))
         atomic_write_text(src / "toolchain.cmake", template("arm-none-eabi.cmake"))
         atomic_write_text(
-            src / "CMakeLists.txt", fill(template("tflm_CMakeLists.txt.in"), {"VERSION": __version__, "TFLM_DIR": str(tree)})
+            src / "CMakeLists.txt", fill(template("tflm_CMakeLists.txt.in"), {"VERSION": __version__, "TFLM_DIR": cmake_path(tree, "the TFLM folder")})
         )
         body = "\n".join(f'  "${{TFLM_DIR}}/{s}"' for s in sources)
         atomic_write_text(src / "sources.cmake", f"set(TFLM_SOURCES\n{body})\n")

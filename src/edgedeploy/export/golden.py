@@ -39,12 +39,13 @@ def load_eval_data(path: Path, input_shape: Sequence[int], num_classes: int, kin
     import numpy as np
 
     from ..data import EVAL, load_dataset
+    from ..npz_input import read_npz
 
     ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes), kind)
     info = ds.describe()
     if ds.layout == "x/y/split":
-        with np.load(ds.path, allow_pickle=False) as npz:
-            rows = np.flatnonzero(npz["split"] == EVAL).astype(np.int64)
+        rows = np.flatnonzero(read_npz(ds.path, "data file", "data", keys=("split",))["split"] == EVAL
+                              ).astype(np.int64)
     else:
         rows = np.arange(len(ds.x_eval), dtype=np.int64)
     y = ds.y_eval if kind == "classification" else None

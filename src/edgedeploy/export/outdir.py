@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import UsageError
-from ..fsutil import LOCK_NAME, lock_run_dir, new_staging_dir
+from ..errors import EdgeDeployError
+from ..fsutil import (LOCK_NAME, SCRATCH, lock_run_dir, new_staging_dir, read_input_text, remove_empty_scratch,
+                      sha256_file)
 from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -42,18 +44,36 @@ def inspect_out_dir(out: Path) -> OutDirState:
         return OutDirState(out, False)
     if not out.is_dir():
         raise UsageError(f"--out {out} is a file", "pass a folder path for the firmware bundle")
-    owned: set[str] = set()
+    owned = _owned_files(out)
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_NAME, SCRATCH) and p.name not in owned)
+    return OutDirState(out, True, owned, foreign)
+
+
+def _owned_files(out: Path) -> set[str]:
+    """The files of ``out`` an earlier export wrote: named in its bundle manifest and still holding the bytes the
+    manifest records (a regular file, not a link). A manifest that merely names a file does not make it ours."""
     manifest_path = out / BUNDLE_MANIFEST
-    if manifest_path.is_file():
+    if manifest_path.is_symlink() or not manifest_path.is_file():
+        return set()
+    try:
+        data = json.loads(read_input_text(manifest_path, "bundle manifest", "manifest"))
+    except (EdgeDeployError, ValueError):
+        return set()
+    files = data.get("files") if isinstance(data, dict) and data.get("schema") == BUNDLE_SCHEMA else None
+    if not isinstance(files, dict):
+        return set()
+    owned = {BUNDLE_MANIFEST}
+    for name, meta in files.items():
+        path = out / str(name)
+        if (not isinstance(name, str) or "/" in name or name in ("", ".", "..", BUNDLE_MANIFEST)
+                or not isinstance(meta, dict) or path.is_symlink() or not path.is_file()):
+            continue
         try:
-            data = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        if isinstance(data, dict) and data.get("schema") == BUNDLE_SCHEMA:
-            owned = {BUNDLE_MANIFEST} | {str(f) for f in (data.get("files") or {})}
-    foreign = sorted(p.name for p in out.iterdir()
-                     if p.name != LOCK_NAME and (p.name not in owned or not p.is_file()))
-    return OutDirState(out, True, owned & {p.name for p in out.iterdir()}, foreign)
+            if sha256_file(path) == meta.get("sha256"):
+                owned.add(name)
+        except OSError:
+            continue
+    return owned
 
 
 def _refuse_foreign(out: Path, state: OutDirState, force: bool) -> None:
@@ -77,7 +97,8 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
             f"--out {out} holds {', '.join(clash)}, which edgedeploy did not write and would overwrite",
             "move those files away, or choose another --out or --name",
         )
-    staged = new_staging_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
     try:
         for name, data in files.items():
             (staged / name).write_bytes(data)
@@ -89,3 +110,4 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
                 (out / stale).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+        remove_empty_scratch(out)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from ..fsutil import sha256_bytes, sha256_file
+from ..fsutil import read_input_text, sha256_bytes, sha256_file, system_tmp
 from ..manifest import Manifest, Metric, StageRecord, ToolInfo, artifacts_intact
 from ..proc import run_command
 from ..stages import RunContext, StageResult, StageSpec, cached_record, run_stage
@@ -143,9 +143,9 @@ def golden_from_bundle(
 
     bundle = Path(bundle)
     path = bundle / "manifest.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    try:  # a regular file of bounded size: a FIFO there never blocks
+        info = json.loads(read_input_text(path, "bundle manifest", "manifest"))
+    except (OSError, ValueError, RecursionError) as exc:
         raise InvalidInputError(f"{path} cannot be read ({exc})", _BUNDLE_HINT) from exc
     if not isinstance(info, dict) or info.get("schema") != BUNDLE_SCHEMA:
         raise InvalidInputError(f"{path} is not an edgedeploy firmware bundle", _BUNDLE_HINT)
@@ -164,14 +164,18 @@ def golden_from_bundle(
     npz = bundle / str(golden.get("npz") or "golden.npz")
     if not golden.get("count") or not npz.is_file():
         raise InvalidInputError(f"{bundle} has no golden vectors", "export with --data DATA.npz --golden N")
-    with np.load(npz, allow_pickle=False) as arrays:
-        missing = [k for k in ["input_0", *(f"output_{i}" for i in range(len(outputs)))] if k not in arrays.files]
-        if missing or len(inputs) != 1:
-            what = ", ".join(missing) or "a single input"
-            raise InvalidInputError(f"{npz} lacks {what}", "re-run `edgedeploy export`")
-        data = np.ascontiguousarray(arrays["input_0"][0]).tobytes()
-        expected = b"".join(np.ascontiguousarray(arrays[f"output_{i}"][0]).tobytes() for i in range(len(outputs)))
-        row = f" (data row {int(arrays['row'][0])})" if "row" in arrays.files else ""
+    from ..npz_input import read_npz
+
+    arrays = read_npz(npz, "golden vectors", "data")  # regular, bounded, arrays only
+    missing = [k for k in ["input_0", *(f"output_{i}" for i in range(len(outputs)))] if k not in arrays]
+    if missing or len(inputs) != 1:
+        what = ", ".join(missing) or "a single input"
+        raise InvalidInputError(f"{npz} lacks {what}", "re-run `edgedeploy export`")
+    if any(a.ndim == 0 or len(a) == 0 for a in arrays.values()):
+        raise InvalidInputError(f"{npz} holds an array without cases", "re-run `edgedeploy export`")
+    data = np.ascontiguousarray(arrays["input_0"][0]).tobytes()
+    expected = b"".join(np.ascontiguousarray(arrays[f"output_{i}"][0]).tobytes() for i in range(len(outputs)))
+    row = f" (data row {int(arrays['row'][0])})" if "row" in arrays else ""
     want = tensor_bytes(inputs[0])
     if want is not None and len(data) != want:
         raise InvalidInputError(f"{npz}: input_0 has {len(data)} bytes per case, the model takes {want}",
@@ -193,17 +197,19 @@ def _eval_sample(manifest: Manifest, leaf: str, tensors: tuple[TensorInfo, ...])
 
     from ..data import EVAL
 
-    with np.load(path, allow_pickle=False) as npz:
-        keys = set(npz.files)
-        if {"x", "split"} <= keys:
-            rows = np.flatnonzero(npz["split"] == EVAL)
-            if rows.size == 0:
-                return None
-            sample, where = npz["x"][int(rows[0])], f"x[{int(rows[0])}] (the first row with split == {EVAL})"
-        elif "x_test" in keys:
-            sample, where = npz["x_test"][0], "x_test[0]"
-        else:
+    from ..npz_input import read_npz
+
+    npz = read_npz(path, "data file", "data", keys=("x", "split", "x_test"))  # regular, bounded, arrays only
+    keys = set(npz)
+    if {"x", "split"} <= keys and npz["split"].ndim == 1 and npz["x"].ndim >= 1:
+        rows = np.flatnonzero(npz["split"] == EVAL)
+        if rows.size == 0 or int(rows[0]) >= len(npz["x"]):
             return None
+        sample, where = npz["x"][int(rows[0])], f"x[{int(rows[0])}] (the first row with split == {EVAL})"
+    elif "x_test" in keys and npz["x_test"].ndim >= 1 and len(npz["x_test"]):
+        sample, where = npz["x_test"][0], "x_test[0]"
+    else:
+        return None
     return InputChoice(
         quantize_sample(sample, tensors[0]),
         "eval_sample",
@@ -345,7 +351,7 @@ def _keep_failed_log(log_path: Path, leaf: str, target: str) -> Path | None:
     if not log_path.is_file():
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{leaf}-{target}").replace("..", "_")[:80]  # a file name, not a path
-    fd, kept = tempfile.mkstemp(prefix=f"edgedeploy-fvp-{safe}-", suffix=".log")
+    fd, kept = tempfile.mkstemp(prefix=f"edgedeploy-fvp-{safe}-", suffix=".log", dir=system_tmp())
     os.close(fd)
     shutil.copyfile(log_path, kept)
     return Path(kept)

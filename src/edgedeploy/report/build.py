@@ -10,6 +10,7 @@ from ..errors import InvalidInputError
 from ..fsutil import sha256_file
 from ..manifest import Manifest, now_iso
 from ..npu_compute import bound_layers_note, npu_compute_values
+from ..requirements import check_requirements
 from .tree import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
@@ -22,10 +23,16 @@ from .compression import _compression, npu_weight_layers
 def _walk_requirements(manifest: Manifest, requirements: Requirements) -> Requirements:
     """With none given, the requirements a ``--walk`` judged this run by (recorded in its manifest), so the
     report's recommendations agree with the walk's."""
-    recorded = (manifest.info.get("walk") or {}).get("requirements") or {}
+    walk = manifest.info.get("walk") or {}
+    recorded = (walk.get("requirements") if isinstance(walk, dict) else None) or {}
+    if not isinstance(recorded, dict):
+        raise InvalidInputError(f"{manifest.path}: info.walk.requirements is not a table",
+                                "re-run the walk that wrote it into a new folder")
     values = {k: recorded.get(k) for k in Requirements.KEYS if recorded.get(k) is not None}
     if requirements.given() or requirements.sources or not values:
         return requirements
+    values = check_requirements(values, f"{manifest.path}: info.walk.requirements.{{name}}", InvalidInputError,
+                                "re-run the walk that wrote it into a new folder")
     return Requirements(**values, sources=(f"the walk recorded in {manifest.path}",))
 
 

@@ -3,39 +3,13 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..requirements import SIZE_UNITS, check_requirements, parse_size  # noqa: F401  (the one size reader)
 from ..settings import read_toml
-
-
-_SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
-SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-}  # fmt: skip
-
-
-def parse_size(text: str | int | float, what: str = "size") -> int:
-    """Bytes from ``123``, ``512KiB``, ``2MiB``, ``1.5MB`` (KiB/MiB/GiB are powers of 1024, kB/MB/GB of 1000)."""
-    if isinstance(text, bool):
-        raise UsageError(f"{what} is {text!r}", "give a number of bytes or a size like 512KiB or 2MiB")
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise UsageError(f"{what} is {text}", "give a non-negative size")
-        return int(round(text))
-    m = _SIZE_RE.match(str(text))
-    unit = m.group("unit").lower() if m else None
-    if not m or unit not in SIZE_UNITS:
-        raise UsageError(
-            f"{what} is '{text}'",
-            "give a number of bytes or a size like 512KiB, 2MiB (powers of 1024) or 64kB, 1MB (powers of 1000)",
-        )
-    return int(round(float(m.group("num")) * SIZE_UNITS[unit]))
 
 
 @dataclass(frozen=True)
@@ -96,8 +70,9 @@ def parse_tolerances(text: str | None) -> dict[str, Tolerance]:
                 amount, relative = float(value), False
         except ValueError:
             raise UsageError(f"--tolerance {name}={value} is not a number", "e.g. cycles=2% or accuracy=0.5") from None
-        if amount < 0 or math.isnan(amount):
-            raise UsageError(f"--tolerance {name}={value} is negative", "use a tolerance >= 0")
+        if amount < 0 or not math.isfinite(amount):
+            raise UsageError(f"--tolerance {name}={value} is {'negative' if amount < 0 else 'not a finite number'}",
+                             "use a finite tolerance >= 0")
         out[name] = Tolerance(amount, relative)
     return out
 
@@ -146,24 +121,6 @@ def requirements_from_project(path: Path) -> Requirements:
             f"{path}: key `requirements.{unknown[0]}` is not known",
             f"allowed keys: {', '.join(Requirements.KEYS)}",
         )
-    values: dict[str, Any] = {}
-    for key in ("max_accuracy_drop", "max_metric_drop", "max_latency_ms"):
-        if key in table:
-            v = table[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise UsageError(f"{path}: key `requirements.{key}` is {v!r}; it must be a number >= 0",
-                                 "fix the project file")
-            values[key] = float(v)
-    if "max_npu_cycles" in table:
-        v = table["max_npu_cycles"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise UsageError(f"{path}: key `requirements.max_npu_cycles` is {v!r}; it must be an integer >= 0",
-                             "fix the project file")
-        values["max_npu_cycles"] = v
-    for key in ("max_flash", "max_sram"):
-        if key in table:
-            try:
-                values[key] = parse_size(table[key], f"{path}: key `requirements.{key}`")
-            except UsageError as exc:
-                raise UsageError(exc.message, "use bytes or a string like \"512KiB\" in the project file") from None
+    values = check_requirements(table, f"{path}: key `requirements.{{name}}`", UsageError,
+                                "fix the project file (sizes: bytes or a string like \"512KiB\")")
     return Requirements(**values, sources=(f"{path} [requirements]",))

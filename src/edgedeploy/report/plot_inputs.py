@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..fsutil import LIMITS, check_input_file
 from .collect import int8_model_path
 
 
@@ -35,6 +36,7 @@ def keras_kernels(path: Path) -> dict[str, Any]:
     import h5py
     import numpy as np
 
+    check_input_file(path, "model", "model")  # a file named by a run's manifest: regular and bounded
     found: dict[str, Any] = {}
 
     def visit(root) -> None:
@@ -48,6 +50,8 @@ def keras_kernels(path: Path) -> dict[str, Any]:
 
     if Path(path).suffix == ".keras":
         with zipfile.ZipFile(path) as zf, zf.open("model.weights.h5") as fh:
+            if zf.getinfo("model.weights.h5").file_size > LIMITS["model"]:
+                return found
             with h5py.File(io.BytesIO(fh.read()), "r") as f:
                 visit(f)
     else:

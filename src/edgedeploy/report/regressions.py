@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InvalidInputError, RegressionError
+from ..fsutil import read_input_text, short
 from .columns import SCHEMA, SCHEMA_VERSION, value_of
 from .judge import _leaf_order
 from .limits import GATED, Tolerance
@@ -15,12 +17,13 @@ def load_report_json(path: Path) -> dict[str, Any]:
     import json
 
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInputError(f"{path} does not exist", "pass a report written by `edgedeploy report --format json`") from None
+    try:  # a regular file of bounded size: a FIFO or /dev/zero never blocks or fills memory
+        data = json.loads(read_input_text(path, "reference report", "manifest"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{path} is not valid JSON ({exc})", "pass a report written with --format json") from exc
+    except RecursionError:
+        raise InvalidInputError(f"{path} is nested too deeply to be a report", "pass a report written with "
+                                "--format json") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InvalidInputError(f"{path} is not an edgedeploy report (schema {SCHEMA})",
                                 "write one with `edgedeploy report RUN_DIR --format json --out FILE`")
@@ -32,7 +35,44 @@ def load_report_json(path: Path) -> dict[str, Any]:
         )
     if not isinstance(data.get("rows"), list):
         raise InvalidInputError(f"{path} has no rows", "write the reference report again")
+    check_report_rows(data["rows"], str(path))
     return data
+
+
+def check_report_rows(rows: Any, where: str) -> None:
+    """The rows of a reference report as the gate reads them, checked like any input: each a table with a
+    ``leaf`` name, a ``target`` name or null, and ``values`` whose gated cells are tables holding a finite number,
+    null or nothing. A hand-made row that breaks this is one :class:`InvalidInputError` naming it."""
+    hint = "write the reference report again with `edgedeploy report RUN --format json --out FILE`"
+
+    def bad(i: int, what: str) -> InvalidInputError:
+        return InvalidInputError(f"{where}: row {i} {what}", hint)
+
+    if not isinstance(rows, list):
+        raise InvalidInputError(f"{where}: `rows` is not a list", hint)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise bad(i, f"is {type(row).__name__}, not a table")
+        if not isinstance(row.get("leaf"), str) or not row["leaf"]:
+            raise bad(i, "has no leaf name")
+        if row.get("target") is not None and not isinstance(row["target"], str):
+            raise bad(i, f"has target {short(repr(row['target']), 40)}, not a name")
+        values = row.get("values", {})
+        if not isinstance(values, dict):
+            raise bad(i, "has `values` that are not a table")
+        for vkey, *_ in GATED.values():
+            cell = values.get(vkey)
+            if cell is None:
+                continue
+            if not isinstance(cell, dict):
+                raise bad(i, f"value {vkey} is {short(repr(cell), 40)}, not a table with a `value`")
+            v = cell.get("value")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > 2**63
+                                  or not math.isfinite(v)):
+                raise bad(i, f"value {vkey} is {short(repr(v), 40)}, not a finite number")
+            for k, kind in (("higher_is_better", bool), ("metric", str), ("unavailable", str)):
+                if cell.get(k) is not None and not isinstance(cell[k], kind):
+                    raise bad(i, f"value {vkey} has `{k}` {short(repr(cell[k]), 40)}")
 
 
 def _fmt_gated(v: float, unit: str) -> str:

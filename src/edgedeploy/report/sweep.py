@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import __version__
 from ..errors import InvalidInputError, UsageError
-from ..fsutil import sha256_file
+from ..fsutil import read_input_text, sha256_file, short
 from ..manifest import Manifest, now_iso
 from ..names import is_valid
 from .limits import Requirements, Tolerance
@@ -51,7 +51,9 @@ def load_sweep_record(out: Path) -> dict[str, Any]:
     """``OUT/sweep.json``, checked: its schema, and each model's name a valid folder name."""
     path = Path(out) / SWEEP_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        if not path.exists():
+            raise FileNotFoundError(path)
+        record = json.loads(read_input_text(path, "sweep record", "manifest"))  # regular, bounded
     except FileNotFoundError:
         raise InvalidInputError(f"{path} does not exist", "run `edgedeploy compile PROJECT.toml` with [[models]] "
                                 "into this folder first") from None
@@ -288,13 +290,25 @@ def load_sweep_report_json(path: Path) -> dict[str, Any]:
     """A sweep report written earlier with ``--format json``; a one-run report is refused with the way out."""
     from .regressions import load_report_json
 
+    from .regressions import check_report_rows
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(read_input_text(path, "reference report", "manifest"))  # regular, bounded
+    except (InvalidInputError, OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return load_report_json(path)  # its one-line errors for a missing or broken file
     if isinstance(data, dict) and data.get("schema") == REPORT_SCHEMA:
-        if not isinstance(data.get("models"), list):
+        models = data.get("models")
+        if not isinstance(models, list):
             raise InvalidInputError(f"{path} has no models", "write the reference report again")
+        for i, m in enumerate(models):
+            if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+                raise InvalidInputError(f"{path}: model {i} has no name", "write the reference report again")
+            report = m.get("report")
+            if report is not None and not (isinstance(report, dict) and isinstance(report.get("rows"), list)):
+                raise InvalidInputError(f"{path}: the report of model {short(m['name'], 60)} has no rows",
+                                        "write the reference report again")
+            if report is not None:
+                check_report_rows(report["rows"], f"{path} model {short(m['name'], 60)}")
         return data
     return load_report_json(path)
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...errors import InvalidInputError, PreservationError
+from ...fsutil import read_input_text
 from ...recipe import PALETTE_PLAN_VERSION
 from ...tree import LEAVES, NODE_TABLE, QAT_NODES
 from ..fit import fine_tune
@@ -31,8 +32,12 @@ def read_plan(folder: Path) -> dict[str, Any]:
     path = Path(folder) / PLAN_FILE
     if not path.is_file():
         raise InvalidInputError(f"{path} is missing", "re-run `edgedeploy optimize` (the palette node writes it)")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    if doc.get("version") != PALETTE_PLAN_VERSION:
+    try:
+        doc = json.loads(read_input_text(path, "palette plan", "manifest"))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{path} is not valid JSON ({type(exc).__name__})",
+                                "re-run `edgedeploy optimize` (the palette node writes it)") from None
+    if not isinstance(doc, dict) or doc.get("version") != PALETTE_PLAN_VERSION:
         raise InvalidInputError(f"{path} was written by an older edgedeploy",
                                 "re-run `edgedeploy optimize` to redo the palette nodes")
     return doc

@@ -108,19 +108,19 @@ def render_sweep_table(doc: Mapping[str, Any], width: int = 200) -> str:
 
 
 def render_sweep_markdown(doc: Mapping[str, Any]) -> str:
-    from .markdown import _md_table
+    from .markdown import _md_table, md_code, md_text
 
-    lines = [f"# edgedeploy sweep report: {doc['run_dir']}", "",
-             f"Sweep record `{doc['sweep'].get('path')}`, edgedeploy {doc['edgedeploy_version']}, written "
-             f"{doc['created']}.", "", "## Requirements", ""]
-    lines += [f"- {t}" for t in _req_text(doc)]
-    lines += ["", "## Overall recommendation", ""] + [f"- {t}" for t in _overall_lines(doc)]
-    lines += ["", "## Models", ""] + [f"- {t}" for t in model_lines(doc)]
+    lines = [f"# edgedeploy sweep report: {md_text(doc['run_dir'])}", "",
+             f"Sweep record `{md_code(doc['sweep'].get('path'))}`, edgedeploy {md_text(doc['edgedeploy_version'])}, "
+             f"written {md_text(doc['created'])}.", "", "## Requirements", ""]
+    lines += [f"- {md_text(t)}" for t in _req_text(doc)]
+    lines += ["", "## Overall recommendation", ""] + [f"- {md_text(t)}" for t in _overall_lines(doc)]
+    lines += ["", "## Models", ""] + [f"- {md_text(t)}" for t in model_lines(doc)]
     lines += ["", "## Models x leaves x targets", ""] + _md_table(HEADERS, table_rows(doc), RIGHT)
     cmp_lines = comparison_lines(doc)
     if cmp_lines:
-        lines += ["", "## Comparison", ""] + [f"- {t}" for t in cmp_lines]
-    lines += ["", "## Notes", ""] + ([f"- {n}" for n in doc["notes"]] or ["- none"])
+        lines += ["", "## Comparison", ""] + [f"- {md_text(t)}" for t in cmp_lines]
+    lines += ["", "## Notes", ""] + ([f"- {md_text(n)}" for n in doc["notes"]] or ["- none"])
     return "\n".join(lines) + "\n"
 
 
