@@ -10,8 +10,16 @@ Here the device is the one `--edgedeploy-device` names (the `edgedeploy_device` 
       pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device qemu \\
           --edgedeploy-tflm-dir TFLM_DIR   # or set EDGEDEPLOY_TFLM_DIR
 
-On hardware, return your own transport instead, e.g. over a serial port whose firmware
-reads one input and answers with the outputs:
+- `serial:PORT[@BAUD]`: firmware with the bundle's device runner (edgedeploy_runner.c, see
+  docs/porting.md) on a serial port or any pyserial URL; the model hash is checked first, and
+  each case's inference time is listed at the end of the run:
+
+      pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device serial:/dev/ttyACM0@115200
+      edgedeploy emulate FWDIR --serve tcp:4000 &   # the same firmware on QEMU's UART
+      pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device serial:socket://127.0.0.1:4000
+
+For firmware of your own, return your own transport instead, e.g. over a serial port whose
+firmware reads one input and answers with the outputs:
 
     import serial
     from edgedeploy.testing import stream_transport

@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .errors import ToolFailedError, ToolMissingError
 
@@ -92,6 +92,58 @@ def run_command(
     return result
 
 
+def run_until_stopped(
+    argv: Sequence[str | os.PathLike],
+    *,
+    cwd: str | os.PathLike | None = None,
+    log_file: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[ProcResult, bool]:
+    """Run ``argv`` until it exits or this process is interrupted (Ctrl-C; the CLI turns SIGTERM into the same).
+
+    Its output (stdout and stderr together) goes line by line to ``on_line`` as it comes. An interrupt
+    stops the program (terminate, then kill after 5 s) and returns ``(result, True)``; an exit of its
+    own returns ``(result, False)``. A missing executable raises :class:`ToolMissingError`.
+    """
+    args = tuple(str(a) for a in argv)
+    start = time.perf_counter()
+    lines: list[str] = []
+    try:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", bufsize=1)  # fmt: skip
+    except FileNotFoundError as exc:
+        raise ToolMissingError(f"{args[0]} was not found", "install it or put it on PATH") from exc
+    stopped = False
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        proc.wait()
+    except KeyboardInterrupt:
+        stopped = True
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    result = ProcResult(args, proc.returncode, "".join(lines), "", time.perf_counter() - start)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text(
+            f"$ {' '.join(args)}\n# exit {proc.returncode}{' (stopped)' if stopped else ''} after {result.seconds:.2f} s\n"
+            f"--- output\n{result.stdout}\n",
+            encoding="utf-8",
+        )
+    return result, stopped
+
+
 def check(result: ProcResult, what: str, hint: str | None = None) -> ProcResult:
     """Raise :class:`ToolFailedError` unless ``result`` succeeded."""
     if result.timed_out:
@@ -107,3 +159,50 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode("utf-8", errors="replace")
     return data
+
+
+def call_in_child(fn, *args, timeout: float = 120.0):
+    """``fn(*args)`` in a forked child process, its (picklable) result returned here.
+
+    For native code that ends the process on bad input instead of raising (a decoder that calls ``exit``): the
+    child's end without a result raises :class:`ToolFailedError`, and this process lives on. Without ``fork``
+    the call runs here."""
+    import pickle
+    import select
+
+    if not hasattr(os, "fork"):
+        return fn(*args)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(r)
+        try:
+            try:
+                data = pickle.dumps((True, fn(*args)))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the parent
+                data = pickle.dumps((False, f"{type(exc).__name__}: {exc}"))
+            with os.fdopen(w, "wb") as out:
+                out.write(data)
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    with os.fdopen(r, "rb", buffering=0) as inbox:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([inbox], [], [], left)[0]:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise ToolFailedError(f"{getattr(fn, '__name__', 'a call')} did not finish in {timeout:.0f} s")
+            chunk = inbox.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        raise ToolFailedError(f"{getattr(fn, '__name__', 'a call')} ended its process (status {status}) without a result")
+    ok, value = pickle.loads(b"".join(chunks))
+    if not ok:
+        raise ToolFailedError(f"{getattr(fn, '__name__', 'a call')} failed: {value}")
+    return value

@@ -34,7 +34,9 @@ def make_bundle(path, outputs=None, labels=("no", "yes", "up")):
         "outputs": [{"name": "out", "shape": [1, 3], "dtype": "int8", "scale": [SCALE], "zero_point": [ZP]}],
         "labels": list(labels) if labels else None,
         "golden": {"count": 2, "npz": "golden.npz", "reference": {"description": "hand-made"}},
-        "files": {"golden.npz": {"sha256": sha256_bytes(npz), "bytes": len(npz)}},
+        "model": {"c_source": "tiny.c", "c_header": "tiny.h", "section": ".rodata.nn_model"},
+        "files": {"golden.npz": {"sha256": sha256_bytes(npz), "bytes": len(npz)},
+                  **{f: {"sha256": sha256_bytes(b""), "bytes": 0} for f in ("tiny.c", "tiny.h")}},
     }
     (path / "manifest.json").write_text(json.dumps(manifest))
     return path

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-EXAMPLE = "Example: edgedeploy emulate fw --tflm-dir tflite-micro"
+EXAMPLE = "Example: edgedeploy emulate fw --tflm-dir tflite-micro  (or --serve tcp:4000 for HIL tests over a serial link)"
 
 
 def register(app: typer.Typer) -> None:
@@ -23,12 +23,20 @@ def register(app: typer.Typer) -> None:
         stack_size: int = typer.Option(32768, "--stack-size", help="Firmware stack in bytes (TFLM needs more than 1 KiB)."),
         timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds QEMU may run before it counts as a hang."),
         json_out: bool = typer.Option(False, "--json", help="Print only the result as JSON on stdout."),
+        serve: Optional[str] = typer.Option(
+            None, "--serve", metavar="tcp:[HOST:]PORT",
+            help="Instead: serve the bundle's device runner on the board's UART at this TCP address until stopped "
+            "(pytest --edgedeploy-device serial:socket://127.0.0.1:PORT).",
+        ),
     ) -> None:
         """Build the bundle's CPU path into firmware, run every golden vector on QEMU (mps3-an547), compare bit-exactly."""
         from ..api import emulate_bundle
         from ..report.render.tables import dumps
         from .common import err_console, escape, guard, out_console
 
+        if serve is not None:
+            _serve(bundle, serve, tflm_dir, build_dir, stack_size, json_out)
+            return
         with guard():
             result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout, stack_bytes=stack_size)
             if json_out:
@@ -66,3 +74,29 @@ def register(app: typer.Typer) -> None:
                 for w in result.warnings:
                     err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
             result.check()
+
+
+def _serve(bundle: Path, address: str, tflm_dir: Optional[Path], build_dir: Optional[Path], stack_size: int, json_out: bool) -> None:
+    from ..api import serve_bundle
+    from ..errors import UsageError
+    from .common import err_console, escape, guard, out_console
+
+    with guard():
+        if json_out:
+            raise UsageError("--json does not go with --serve, which runs until stopped", "leave out --json")
+
+        def ready(line: str) -> None:
+            out_console.print(
+                f"serving on {escape(address)} (QEMU mps3-an547 UART0): {escape(line)}\n"
+                f"  test it: pytest examples/hil --edgedeploy-bundle {escape(str(bundle))} "
+                f"--edgedeploy-device serial:socket://{escape(_client_host(address))}; stop with Ctrl-C",
+                highlight=False, soft_wrap=True,
+            )
+
+        result = serve_bundle(bundle, address, tflm_dir=tflm_dir, build_dir=build_dir, stack_bytes=stack_size, on_ready=ready)
+        err_console.print(f"stopped serving '{escape(result.name)}' on {result.address} after {result.seconds:.0f} s", highlight=False)
+
+
+def _client_host(address: str) -> str:
+    parts = address.split(":")
+    return f"{parts[1]}:{parts[2]}" if len(parts) == 3 else f"127.0.0.1:{parts[-1]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
-from ..fsutil import sha256_bytes, sha256_file
+from ..fsutil import sha256_bytes, sha256_file, short
 from ..tflite_model import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
@@ -43,6 +44,7 @@ from .golden import (
 )
 from .locate import ExportOptions, ExportSource, _compile_hint, locate
 from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir, lock_out_dir
+from .runner import check_bundle_name, runner_files, runner_manifest
 
 
 @dataclass
@@ -131,6 +133,19 @@ def _labels_for(src: ExportSource, data: EvalData | None, n_classes: int | None)
     return labels, origin, []
 
 
+def _recorded_data(src: ExportSource) -> Path | None:
+    """The data file the run recorded, when it lies inside the run folder: a path read back from a manifest is
+    never followed out of its folder (pass ``--data`` for a file elsewhere)."""
+    recorded = src.data_info.get("path")
+    if not recorded:
+        return None
+    try:
+        return src.manifest.inside(os.path.relpath(recorded, src.run_dir) if os.path.isabs(str(recorded))
+                                   else recorded, "its data file")
+    except (EdgeDeployError, TypeError, ValueError):
+        return None
+
+
 def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     """``edgedeploy export``: write the firmware bundle of one (leaf, target) pair of a run."""
     import numpy as np
@@ -140,6 +155,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     out = Path(options.out)
     name = options.name or default_name(src.leaf)
     check_c_name(name)
+    check_bundle_name(name)
     section, section_source = resolve_section(options.section, src.target_info)
     _refuse_foreign(out, inspect_out_dir(out), options.force)  # a refused folder is left as it was, lock file too
     lock_out_dir(out)  # another export into ``out`` is waited for, then seen as an earlier bundle
@@ -158,11 +174,14 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     for t in io_model.inputs + io_model.outputs:
         c_type_of(t.dtype)
 
-    data_path = options.data or (Path(src.data_info["path"]) if src.data_info.get("path") else None)
+    data_path = options.data or _recorded_data(src)
     n_golden = options.golden if options.golden is not None else (DEFAULT_GOLDEN if data_path else 0)
     if n_golden > 0 and data_path is None:
+        recorded = src.data_info.get("path")
         raise UsageError(
-            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records none",
+            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records "
+            + (f"its data file {short(str(recorded), 120)} outside the run folder, which export does not follow"
+               if recorded else "none"),
             "pass --data DATA.npz (or --golden 0)",
         )
     n_classes = elements(io_model.outputs[0].shape[1:]) if io_model.outputs else None
@@ -256,6 +275,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
             "tflite_comparison": comparison,
         }
 
+    files.update(runner_files())  # the device runner for HIL tests over a byte stream
     files["CMakeLists.txt"] = render_cmakelists(spec, golden_info["count"] > 0).encode()
     files["edgedeploy.cmake"] = render_cmake_module(str(Path(sys.executable).parent)).encode()
 
@@ -311,6 +331,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
         "labels_source": labels_origin,
         "golden": golden_info,
         "cmake": {"library": f"edgedeploy::{name}", "module": "edgedeploy.cmake", "function": "edgedeploy_add_model"},
+        "runner": runner_manifest(),
         "tools": tools,
         "warnings": warnings,
         "files": {f: {"sha256": sha256_bytes(b), "bytes": len(b)} for f, b in sorted(files.items())},
