@@ -77,3 +77,15 @@ class RegressionError(EdgeDeployError):
     """A result got worse than a saved reference beyond the tolerance."""
 
     exit_code = 10
+
+
+class NpuModelError(EdgeDeployError):
+    """The functional NPU model met a command, register setting or stream it does not implement or cannot read."""
+
+    exit_code = 11
+
+
+class MismatchError(EdgeDeployError):
+    """The functional NPU model's outputs differ from TFLite's reference kernels."""
+
+    exit_code = 12

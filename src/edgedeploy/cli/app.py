@@ -12,7 +12,7 @@ from .prestart import PRESTART, PrestartGroup
 
 # Each module of this package named here has ``register(app)``; a missing one is left out. A module may
 # also have ``prestart(values)``: see :class:`.prestart.PrestartGroup`.
-COMMANDS = ("compile", "targets", "optimize", "report", "export", "emulate", "fvp", "doctor")
+COMMANDS = ("compile", "targets", "optimize", "report", "export", "emulate", "fvp", "doctor", "verify")
 
 app = typer.Typer(
     cls=PrestartGroup,

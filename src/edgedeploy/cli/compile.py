@@ -40,13 +40,15 @@ def compile_cmd(
     walk: bool = typer.Option(False, "--walk", help="With a project file: train, convert and compile the tree level "
                               "by level and stop at the first level with a leaf meeting the project's requirements "
                               "on every target (exit 8 when none does)."),
+    verify: bool = typer.Option(False, "--verify", help="Then run each compiled Ethos-U55/U65 leaf on the functional "
+                                "NPU model and compare it with TFLite's reference kernels (as `edgedeploy verify`)."),
 ) -> None:
     """Compile int8 TFLite models with Vela for one or more Ethos-U targets."""
     from .prestart import PRESTARTED
 
     pool = ctx.find_root().meta.get(PRESTARTED) if executor == "local" else None
     _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db, pool,
-             walk)
+             walk, verify)
 
 
 def prestart(values: dict[str, Any], warm=None):
@@ -74,7 +76,7 @@ def prestart(values: dict[str, Any], warm=None):
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
-             pool, walk=False) -> None:
+             pool, walk=False, verify=False) -> None:
     from .. import api
     from ..errors import UsageError
     from ..report.render.tables import compile_columns, compile_json, compile_rows, dumps
@@ -121,6 +123,10 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
             doc = compile_json(manifest, outcome.records, cached_ids)
             if walk_record is not None:
                 doc["walk"] = walk_record
+            if verify:
+                from .verify import verify_compiled
+
+                doc["verify"] = verify_compiled(outcome.run_dir, outcome.records, json_out)
             typer.echo(dumps(doc))
         else:
             rows = compile_rows(manifest, outcome.records, cached_ids)
@@ -136,4 +142,8 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
                     out_console.print(f"walk {line}", markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)
+        if verify and not json_out:
+            from .verify import verify_compiled
+
+            verify_compiled(outcome.run_dir, outcome.records, json_out)
 

@@ -1,0 +1,72 @@
+"""The functional NPU model against TFLite's reference kernels: models x targets x --optimise, N evaluation inputs.
+
+Compiles each model for each target with `edgedeploy compile`, then times `edgedeploy verify --count N --data D
+--json` per leaf and target, and prints one row per (model, target, optimise): status, bit-exact cases, cases
+within the documented FULLY_CONNECTED rounding difference, the largest output difference, operations, seconds.
+
+Run: python bench/bench_npu_verify.py [--count 100] [--data ../shared/data] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MODELS = {
+    "dscnn_mlperf": ("kws/dscnn_mlperf_int8.tflite", "kws/speech_commands_v2_test_mfcc_mlperf.npz"),
+    "resnet8_mlperf": ("ic/resnet8_mlperf_int8.tflite", "ic/cifar10_jpeg_subset.npz"),
+}
+TARGETS = ["ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256", "ethos-u65-512"]
+OPTIMISE = ["Performance", "Size"]
+
+
+def edgedeploy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "edgedeploy"), *args], capture_output=True, text=True, check=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for optimise in OPTIMISE:
+            run = Path(tmp) / optimise
+            compile_args = [str(args.data / m) for m, _ in MODELS.values()]
+            for t in TARGETS:
+                compile_args += ["-t", t]
+            done = edgedeploy("-q", "compile", *compile_args, "-o", str(run), "--optimise", optimise)
+            if done.returncode:
+                sys.exit(f"compile failed: {done.stderr}")
+            for leaf, (_, data) in MODELS.items():
+                for t in TARGETS:
+                    t0 = time.perf_counter()
+                    res = edgedeploy("verify", str(run), "--leaf", leaf, "-t", t, "--data", str(args.data / data),
+                                     "--count", str(args.count), "--json")
+                    seconds = time.perf_counter() - t0
+                    if res.returncode not in (0, 12):
+                        sys.exit(f"verify failed ({res.returncode}): {res.stderr}")
+                    doc = json.loads(res.stdout) if res.returncode == 0 else {"status": "mismatch"}
+                    rows.append((leaf, t, optimise, doc, seconds, res.stderr.strip()))
+    if args.markdown:
+        print("| model | target | --optimise | status | bit-exact | documented difference | largest output "
+              "difference | NPU operations | seconds |")
+        print("|---|---|---|---|---:|---:|---:|---|---:|")
+    for leaf, t, optimise, doc, seconds, err in rows:
+        ops = ", ".join(f"{v} {k}" for k, v in sorted(doc.get("operations", {}).items()))
+        cells = [leaf, t, optimise, doc["status"], str(doc.get("exact_cases", "-")),
+                 str(doc.get("documented_cases", "-")), str(doc.get("max_abs_diff", "-")), ops, f"{seconds:.1f}"]
+        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells) + (f"  {err}" if err else ""))
+
+
+if __name__ == "__main__":
+    main()

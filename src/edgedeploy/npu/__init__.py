@@ -1,0 +1,13 @@
+"""A functional model of the Ethos-U55 and Ethos-U65 command stream.
+
+It reads a compiled leaf (the ``ethos-u`` custom operator of a ``*_vela.tflite``, or Vela's raw ``.npz``), sets
+up the memory regions as the driver does, decodes the register command stream and executes it in NumPy:
+DMA, convolution, depthwise convolution, pooling and elementwise operations, with weights decoded by Vela's own
+codec. It computes results only; it does not model time. A command or register setting it does not implement
+stops with :class:`~edgedeploy.errors.NpuModelError` naming it.
+
+``leaf`` reads the compiled model, ``commands`` decodes the stream, ``featuremap`` reads and writes feature
+maps, ``weights`` decodes weight and scale streams, ``arith`` holds the rounding rules, ``ops`` executes
+convolutions and pooling and holds the output stage, ``elementwise`` the elementwise operations, ``machine``
+runs a stream over a batch of inputs, ``reference`` runs TFLite's reference kernels and ``verify`` compares.
+"""

@@ -1,0 +1,54 @@
+"""TFLite's reference kernels on the int8 model: outputs and every intermediate integer tensor, per case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Reference:
+    outputs: list[np.ndarray]  # per model output: (cases, *shape)
+    tensors: dict[str, np.ndarray]  # name -> (cases, *shape), integer tensors only
+    producers: dict[str, str]  # tensor name -> the TFLite operator that writes it
+
+
+def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
+    """Run each case through ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF), keeping every
+    tensor (``experimental_preserve_all_tensors``)."""
+    import warnings
+
+    from .. import tfenv
+    from ..fsutil import read_input_bytes
+    from ..tflite_model import read_tflite
+
+    tf = tfenv.load().tf
+    model = read_input_bytes(int8_model, "int8 model", "model")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        interp = tf.lite.Interpreter(model_content=model,
+                                     experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF,
+                                     experimental_preserve_all_tensors=True)
+    tfenv.allocate(interp)
+    ins, outs = interp.get_input_details(), interp.get_output_details()
+    details = [d for d in interp.get_tensor_details() if np.dtype(d["dtype"]).kind in "iu" and d["name"]]
+    n = inputs[0].shape[0]
+    kept: dict[str, list[Any]] = {d["name"]: [] for d in details}
+    results: list[list[Any]] = [[] for _ in outs]
+    for c in range(n):
+        for i, arr in enumerate(inputs):
+            interp.set_tensor(ins[i]["index"], arr[c : c + 1].reshape(ins[i]["shape"]))
+        interp.invoke()
+        for j, d in enumerate(outs):
+            results[j].append(interp.get_tensor(d["index"])[0].copy())
+        for d in details:
+            try:
+                kept[d["name"]].append(interp.get_tensor(d["index"]).copy())
+            except ValueError:  # a tensor without data (never written)
+                kept[d["name"]] = []
+    producers = {o.output_name: o.op for o in read_tflite(int8_model).operators}
+    tensors = {k: np.stack(v) for k, v in kept.items() if len(v) == n}
+    return Reference([np.stack(r) for r in results], tensors, producers)

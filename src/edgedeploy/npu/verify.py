@@ -1,0 +1,259 @@
+"""Verification: run a compiled leaf on the NPU model and compare with TFLite's reference kernels.
+
+For each case the NPU model's outputs must equal the reference's bit for bit. Where they differ, the first
+NPU operation whose output differs from the TFLite tensor it stands for is named, with the TFLite operator
+that wrote that tensor and the largest difference. Which tensor an operation stands for is found from the
+data: the integer tensor of the same size that its output equals in most cases.
+
+One difference is documented rather than a failure: TFLite 2.21's reference FULLY_CONNECTED rounds its
+output scaling once, while Vela compiles it as a 1x1 convolution, which the NPU's TFL rounding mode (and TFLite's
+reference CONV_2D) rounds twice; the two results differ by at most 1 at that layer, for some inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import MismatchError, NpuModelError, UsageError
+from .commands import Operation, counts, decode
+from .featuremap import feature_map, read
+from .leaf import Leaf, read_leaf
+from .machine import run
+from .ops import ofm_shape
+from .reference import Reference, run_reference
+
+DEFAULT_COUNT = 8
+MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+DOCUMENTED = {"FULLY_CONNECTED": (1, "TFLite's reference FULLY_CONNECTED rounds its output scaling once; the NPU "
+                                      "(TFL rounding, as TFLite's CONV_2D) rounds twice")}
+SCHEMA = "edgedeploy.verify"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    leaf: str | None = None
+    target: str | None = None
+    data: Path | None = None
+    count: int = DEFAULT_COUNT
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.count < 1:
+            raise UsageError(f"--count is {self.count}", "pass a number of cases >= 1")
+
+
+@dataclass
+class VerifyResult:
+    leaf: str
+    target: str
+    npu: str
+    cases: int
+    inputs: str  # where the inputs came from
+    status: str  # bit-exact, documented-difference, mismatch
+    exact_cases: int
+    documented_cases: int
+    max_abs_diff: int
+    operations: dict[str, int]
+    first_difference: dict[str, Any] | None = None
+    documented: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("bit-exact", "documented-difference")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **{k: v for k, v in vars(self).items()}}
+
+
+def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
+    """Verify one compiled leaf of a run folder; raise :class:`MismatchError` when an output differs."""
+    from ..export.locate import locate
+
+    options.check()
+    src = locate(Path(run_dir), options.leaf, options.target)
+    family = str(src.target_info.get("npu_family") or "")
+    if family not in MODELLED_FAMILIES:
+        raise NpuModelError(f"target {src.target} is an {family or 'unknown'} NPU; the functional model covers "
+                            "the Ethos-U55 and Ethos-U65",
+                            "verify a leaf compiled for an ethos-u55-* or ethos-u65-* target")
+    # a data path recorded in the manifest is not followed (it may point anywhere): --data names the file
+    result = verify_leaf(src.vela_model, src.int8_model, options.data, options.count, options.seed,
+                         kind=str(src.data_info.get("task") or "classification"))
+    result.leaf, result.target = src.leaf, src.target
+    if not result.ok:
+        first = result.first_difference or {}
+        raise MismatchError(
+            f"'{src.leaf}' on {src.target}: {result.cases - result.exact_cases - result.documented_cases} of "
+            f"{result.cases} cases differ from TFLite's reference kernels (largest difference {result.max_abs_diff}); "
+            f"first at NPU {first.get('operation', 'output')}"
+            + (f", TFLite {first['tflite_operator']} '{first['tflite_tensor']}' (largest difference "
+               f"{first['max_abs_diff']})" if first.get("tflite_tensor") else ""),
+            "compile the model again; if it persists, report the Vela version and this model",
+        )
+    return result
+
+
+def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: int, seed: int = 0,
+                kind: str = "classification") -> VerifyResult:
+    """Run the int8 model on TFLite's reference kernels and the NPU subgraph of ``vela_model`` on the model, and
+    compare. Operators Vela left on the CPU are TFLite's own: the NPU subgraph takes its inputs from the
+    reference run's tensors of the same names, and its outputs are compared with the tensors of theirs."""
+    t0 = time.perf_counter()
+    leaf = read_leaf(vela_model)
+    ops = decode(leaf.commands, str(vela_model))
+    inputs, described = load_cases(int8_model, data, count, seed, kind)
+    t1 = time.perf_counter()
+    ref = run_reference(int8_model, inputs)
+    t2 = time.perf_counter()
+    npu_inputs, expected = _npu_boundary(vela_model, leaf, inputs, ref)
+    snaps: list[tuple[Operation, np.ndarray]] = []
+
+    def keep(op: Operation, memory) -> None:
+        if op.kind != "DMA":
+            fm = feature_map(op, "OFM")
+            snaps.append((op, read(memory(fm.region), fm, ofm_shape(op), op.title)))
+
+    outs, _ = run(leaf, npu_inputs, on_op=keep, ops=ops)
+    t3 = time.perf_counter()
+    result = compare(leaf, ops, outs, expected, ref, snaps)
+    result.inputs = described
+    result.seconds = {"read": round(t1 - t0, 3), "tflite_reference": round(t2 - t1, 3), "npu_model": round(t3 - t2, 3)}
+    return result
+
+
+def _npu_boundary(path: Path, leaf: Leaf, inputs: list[np.ndarray], ref: Reference):
+    """The NPU subgraph's inputs and the outputs expected of it: the model's own when Vela mapped every operator
+    to the NPU, else the reference run's tensors named as the subgraph's inputs and outputs."""
+    from ..tflite_model import read_tflite
+
+    n = inputs[0].shape[0]
+    if all(o.op == "CUSTOM:ethos-u" for o in read_tflite(path).operators):
+        if len(inputs) != len(leaf.inputs):
+            raise NpuModelError(f"{path} takes {len(leaf.inputs)} inputs; the model {len(inputs)}",
+                                "compile the model again with Vela")
+        return [x.reshape((n,) + tuple(t.shape)) for x, t in zip(inputs, leaf.inputs)], ref.outputs
+    missing = [t.name for t in leaf.inputs + leaf.outputs if t.name not in ref.tensors]
+    if missing:
+        raise NpuModelError(f"{path}: the NPU subgraph's tensors {', '.join(missing)} are not in the int8 model",
+                            "verify a leaf whose CPU operators keep their tensor names (as Vela does)")
+    return ([ref.tensors[t.name].reshape((n,) + tuple(t.shape)) for t in leaf.inputs],
+            [ref.tensors[t.name] for t in leaf.outputs])
+
+
+def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
+               kind: str = "classification") -> tuple[list[np.ndarray], str]:
+    """``count`` input cases typed as the int8 model takes them: rows of the evaluation data, else seeded random
+    integers (a model with float inputs needs data)."""
+    from ..export.golden import load_eval_data, prepare_inputs
+    from ..tflite_model import read_tflite
+
+    model = read_tflite(int8_model)
+    if len(model.inputs) != 1:
+        raise NpuModelError(f"{int8_model} has {len(model.inputs)} inputs; verification covers one-input models",
+                            "verify a single-input model")
+    tin = model.inputs[0]
+    shape = tuple(int(d) for d in tin.shape[1:])
+    if data is not None:
+        n_classes = int(np.prod(model.outputs[0].shape[1:])) if model.outputs else 1
+        ev = load_eval_data(Path(data), shape, n_classes, kind)
+        rows = min(count, int(ev.x.shape[0]))
+        typed, _ = prepare_inputs(ev.x[:rows], tin)
+        return [np.asarray(typed).reshape((rows,) + shape)], f"{rows} evaluation rows of {Path(data).name}"
+    kinds = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
+    if tin.dtype not in kinds:
+        raise UsageError(f"{int8_model} takes {tin.dtype} input; random cases are integers",
+                         "pass --data DATA.npz with evaluation rows")
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(kinds[tin.dtype])
+    x = rng.integers(info.min, int(info.max) + 1, size=(count,) + shape).astype(info.dtype)
+    return [x], f"{count} random {tin.dtype} cases (seed {seed}; --data gives evaluation rows instead)"
+
+
+def compare(leaf: Leaf, ops: list[Operation], outs: list[np.ndarray], expected: list[np.ndarray], ref: Reference,
+            snaps: list[tuple[Operation, np.ndarray]]) -> VerifyResult:
+    n = outs[0].shape[0]
+    differs = np.zeros(n, dtype=bool)
+    max_diff = 0
+    for o, r in zip(outs, expected):
+        a, b = o.reshape(n, -1).astype(np.int64), r.reshape(n, -1).astype(np.int64)
+        differs |= (a != b).any(axis=1)
+        max_diff = max(max_diff, int(np.abs(a - b).max()) if a.size else 0)
+    mapping = _map_tensors(snaps, ref, n)
+    first: dict[str, Any] | None = None
+    documented_cases = 0
+    notes: list[str] = []
+    for case in np.flatnonzero(differs):
+        found = _first_difference(case, snaps, mapping, ref)
+        limit = DOCUMENTED.get(found.get("tflite_operator", ""), (None, ""))
+        if limit[0] is not None and found["max_abs_diff"] <= limit[0]:
+            documented_cases += 1
+            if limit[1] not in notes:
+                notes.append(limit[1])
+        elif first is None:
+            first = {**found, "case": int(case)}
+    exact = int(n - differs.sum())
+    status = ("bit-exact" if exact == n else "documented-difference" if exact + documented_cases == n else "mismatch")
+    return VerifyResult("", "", leaf.npu, n, "", status, exact, documented_cases, max_diff, counts(ops), first, notes)
+
+
+def _map_tensors(snaps, ref: Reference, n: int) -> dict[int, str]:
+    """Operation index -> the TFLite tensor its output stands for.
+
+    First the tensors an output equals in at least half the cases; then, for outputs left over (an operation
+    that went wrong in most cases), the tensor of the same size and element type written by a TFLite operator
+    between those of the neighbouring matched outputs, the nearest in mean absolute difference."""
+    order = {name: i for i, name in enumerate(ref.producers)}  # TFLite operators in execution order
+    produced = [name for name in ref.tensors if name in order]
+    found: dict[int, str] = {}
+    for op, val in snaps:
+        flat = val.reshape(n, -1)
+        best, best_agree = None, 0
+        for name in produced:
+            arr = ref.tensors[name]
+            if int(np.prod(arr.shape[1:])) != flat.shape[1]:
+                continue
+            agree = int((arr.reshape(n, -1) == flat).all(axis=1).sum())
+            if agree > best_agree:
+                best, best_agree = name, agree
+        if best is not None and 2 * best_agree >= n:
+            found[op.index] = best
+    positions = [op.index for op, _ in snaps]
+    for k, (op, val) in enumerate(snaps):
+        if op.index in found:
+            continue
+        before = [order[found[i]] for i in positions[:k] if i in found]
+        after = [order[found[i]] for i in positions[k + 1 :] if i in found]
+        lo, hi = max(before, default=-1), min(after, default=len(order))
+        size = feature_map(op, "OFM").size
+        flat = val.reshape(n, -1)
+        best, best_dist = None, None
+        for name in produced:
+            arr = ref.tensors[name]
+            if not lo < order[name] <= hi or arr.dtype.itemsize != size or int(np.prod(arr.shape[1:])) != flat.shape[1]:
+                continue
+            dist = float(np.abs(arr.reshape(n, -1).astype(np.int64) - flat).mean())
+            if best_dist is None or dist < best_dist:
+                best, best_dist = name, dist
+        if best is not None and best not in found.values():
+            found[op.index] = best
+    return found
+
+
+def _first_difference(case: int, snaps, mapping: dict[int, str], ref: Reference) -> dict[str, Any]:
+    for op, val in snaps:
+        name = mapping.get(op.index)
+        if name is None:
+            continue
+        a = val[case].reshape(-1)
+        b = ref.tensors[name][case].reshape(-1).astype(np.int64)
+        if not np.array_equal(a, b):
+            return {"operation": op.title, "tflite_tensor": name, "tflite_operator": ref.producers.get(name, "?"),
+                    "max_abs_diff": int(np.abs(a - b).max())}
+    return {"operation": "output (no intermediate tensor differs)", "max_abs_diff": 0}

@@ -1,0 +1,75 @@
+"""Record the NPU model's test data: Vela's raw output and TFLite reference outputs for a few real inputs.
+
+Run from the repository root: ``.venv/bin/python tests/data/npu/record.py`` (needs ../shared/data for ResNet-8).
+Vela runs in a subprocess with the built-in targets' settings; the reference outputs come from
+``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+SHARED = REPO.parent / "shared" / "data"
+CASES = 8
+MODELS = {
+    "dscnn_u55_128": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u55-128",
+                      REPO / "examples/kws_tree/speech_commands_subset.npz"),
+    "resnet8_u65_256": (SHARED / "ic/resnet8_mlperf_int8.tflite", "ethos-u65-256", SHARED / "ic/cifar10_jpeg_subset.npz"),
+}
+
+
+def vela_raw(model: Path, target_name: str, out: Path) -> Path:
+    from edgedeploy.proc import check, run_command
+    from edgedeploy.targets import get_target
+    from edgedeploy.vela import build_vela_args
+
+    args = build_vela_args(model, get_target(target_name), out, "Performance", ("--output-format", "raw"))
+    check(run_command([sys.executable, "-m", "ethosu.vela", *args], timeout=300), "vela")
+    return next(out.glob("*_vela.npz"))
+
+
+def rows(data: Path, n: int) -> np.ndarray:
+    with np.load(data) as npz:
+        if "x_test" in npz:
+            return npz["x_test"][:n].astype(np.float32)
+        eval_rows = np.flatnonzero(npz["split"] == 1)[:n]
+        return npz["x"][eval_rows].astype(np.float32)
+
+
+def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from edgedeploy import tfenv
+    from edgedeploy.export.golden import prepare_inputs
+    from edgedeploy.tflite_model import read_tflite
+
+    tf = tfenv.load().tf
+    typed, _ = prepare_inputs(x, read_tflite(model).inputs[0])
+    interp = tf.lite.Interpreter(model_path=str(model),
+                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
+    interp.allocate_tensors()
+    i, o = interp.get_input_details()[0], interp.get_output_details()[0]
+    outs = []
+    for c in range(typed.shape[0]):
+        interp.set_tensor(i["index"], typed[c : c + 1])
+        interp.invoke()
+        outs.append(interp.get_tensor(o["index"])[0].copy())
+    return typed, np.stack(outs)
+
+
+def main() -> None:
+    for name, (model, target, data) in MODELS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
+        x, y = reference(model, rows(data, CASES))
+        np.savez(HERE / f"{name}_cases.npz", x=x, y=y)
+        print(f"{name}: {target}, {CASES} cases")
+
+
+if __name__ == "__main__":
+    main()
