@@ -2,7 +2,7 @@
 
     from edgedeploy import api
     run = api.compile_tflite([Path("model_int8.tflite")], ["ethos-u55-128"], Path("out"))
-    tree = api.optimize(Path("model.h5"), Path("data.npz"), Path("out"), api.load_recipe(overrides={"epochs": 2}))
+    run = api.optimize("model.h5", "data.npz", "out", leaves=["ptq", "pcqat"], epochs=2)  # or a model object, arrays
     report = api.build_report(Path("out"))
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .compile import CompileOptions, CompileOutcome, compile_tflite, compile_variants
+from .interactive.run import OptimizeRun, optimize
+from .interactive.report_view import Report
 from .manifest import Manifest, Metric, StageRecord
 from .recipe import Recipe, load_recipe
 from .targets import Target, get_target, list_targets
@@ -21,7 +23,9 @@ __all__ = [
     "CompileOutcome",
     "Manifest",
     "Metric",
+    "OptimizeRun",
     "Recipe",
+    "Report",
     "StageRecord",
     "Target",
     "build_report",
@@ -40,13 +44,6 @@ __all__ = [
     "walk",
     "walk_project",
 ]
-
-
-def optimize(*args: Any, **kwargs: Any):
-    """The deployment tree (imports TensorFlow when called). See :func:`edgedeploy.optimize.optimize`."""
-    from .optimize import optimize as run
-
-    return run(*args, **kwargs)
 
 
 def run_project(*args: Any, **kwargs: Any):
@@ -111,3 +108,26 @@ def emulate_bundle(*args: Any, **kwargs: Any):
     from .emulate.run import emulate_bundle as emulate
 
     return emulate(*args, **kwargs)
+
+
+def serve_bundle(*args: Any, **kwargs: Any):
+    """A bundle's device runner on the emulated board's UART, served on a TCP port until stopped.
+    See :func:`edgedeploy.emulate.serve.serve_bundle`."""
+    from .emulate.serve import serve_bundle as serve
+
+    return serve(*args, **kwargs)
+
+
+def verify_run(*args: Any, **kwargs: Any):
+    """A compiled leaf on the functional NPU model against TFLite's reference kernels. See
+    :func:`edgedeploy.npu.verify.verify_run`."""
+    from .npu.verify import verify_run as verify
+
+    return verify(*args, **kwargs)
+
+
+def verify_options(**kwargs: Any):
+    """:class:`edgedeploy.npu.verify.VerifyOptions` (imported when asked)."""
+    from .npu.verify import VerifyOptions
+
+    return VerifyOptions(**kwargs)

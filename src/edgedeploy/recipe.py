@@ -20,7 +20,7 @@ from .tree import (  # noqa: F401
 # quantizations that are not NPU formats: asking for them as a leaf gets the reason
 NOT_NPU_LEAVES = {"float16": "float16", "ptq_float16": "float16", "fp16": "float16",
                   "dynamic_range": "dynamic_range", "ptq_dynamic_range": "dynamic_range", "dynamic": "dynamic_range"}
-STAGE_KINDS = ("prune", "cluster", "qat")
+STAGE_KINDS = ("prune", "cluster", "qat", "thin")
 SCHEDULES = ("constant", "polynomial")
 CENTROID_INITS = ("kmeans++", "linear", "density", "random")
 LR_SCHEDULES = ("cosine", "constant")
@@ -100,6 +100,18 @@ class Recipe:
     # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
     layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     palette: Mapping[str, Any] = field(default_factory=dict)
+    # how a data folder or a preprocessing function becomes samples (edgedeploy.data_sources)
+    preprocess: str = ""
+    eval_fraction: float = 0.2
+    sample_rate: int = 16000
+    clip_seconds: float = 1.0
+    interpolation: str = "bilinear"
+    crop_to_aspect_ratio: bool = False
+    # thinned leaves (edgedeploy.optimize.thin): the NPU cycle budget their widths are chosen for, and where
+    thin_speedup: float = 0.75
+    thin_targets: tuple[str, ...] = ("ethos-u55-128",)
+    thin_max_npu_cycles: int = 0
+    thin_max_latency_ms: float = 0.0
 
     def stage(self, kind: str) -> StageSettings:
         return StageSettings(
@@ -111,6 +123,7 @@ class Recipe:
         d = asdict(self)
         d["leaves"] = list(self.leaves)
         d["skip_layers"] = list(self.skip_layers)
+        d["thin_targets"] = list(self.thin_targets)
         d["stage_epochs"] = dict(self.stage_epochs)
         d["stage_learning_rates"] = dict(self.stage_learning_rates)
         return d
@@ -141,6 +154,10 @@ class Recipe:
                 out.update(sparsity_pattern=self.sparsity_pattern)
             if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
                 out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
+        if technique == "thin":
+            out.update(thin_speedup=self.thin_speedup, thin_targets=list(self.thin_targets),
+                       thin_max_npu_cycles=self.thin_max_npu_cycles, thin_max_latency_ms=self.thin_max_latency_ms,
+                       calibration_samples=self.calibration_samples)
         if technique in ("cluster", "sparsity_preserving_cluster"):
             out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
                        centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
@@ -325,6 +342,20 @@ RECIPE_KEYS: tuple[Key, ...] = (
         field="qat_ranges"),
     Key("training.min_steps", int, 300, "optimizer steps each trained stage takes at least; epochs are added on "
         "little data (0: epochs as given)", minimum=0, maximum=10**7, field="min_steps"),
+    Key("data.preprocess", str, "", "module:function (or file.py:function) run on every sample before fine-tuning, "
+        "calibration, evaluation and golden vectors (runs that code; empty: none)", field="preprocess"),
+    Key("data.eval_fraction", float, 0.2, "share of each class held out (seeded) for evaluation when the data has no "
+        "split of its own (a class folder without train/ and test/, arrays in Python)", minimum=0, maximum=1, exclusive_minimum=True,
+        exclusive_maximum=True, field="eval_fraction"),
+    Key("data.sample_rate", int, 16000, "WAV files are resampled to this rate (Hz)", minimum=1000, maximum=384000,
+        field="sample_rate"),
+    Key("data.clip_seconds", float, 1.0, "WAV clips are cut or zero-padded to this length (s)", minimum=0,
+        maximum=3600, exclusive_minimum=True, field="clip_seconds"),
+    Key("data.interpolation", str, "bilinear", "how images are resized to the model input (Keras' methods)",
+        choices=("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic"),
+        field="interpolation"),
+    Key("data.crop_to_aspect_ratio", bool, False, "centre-crop images to the model input's aspect ratio before "
+        "resizing", field="crop_to_aspect_ratio"),
     Key("jobs", int, 1, "stages of the tree (train a node, convert a leaf) run at once, each in its own worker "
         "process with its share of the cores (1: one at a time, in this process)", minimum=1, maximum=64),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
@@ -344,6 +375,13 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=2, maximum=32),
     Key("layers.*.sparsity", float, None, "sparsity of this layer in the palette leaves", minimum=0, maximum=1,
         exclusive_maximum=True),
+    Key("thin_speedup", float, 0.75, "NPU cycles of the thinned leaves as a fraction of the full model's (ptq), "
+        "on every thin target", minimum=0, maximum=1, exclusive_minimum=True),
+    Key("thin_targets", list, ["ethos-u55-128"], "targets whose Vela cycles choose the thinned widths", items=str),
+    Key("thin_max_npu_cycles", int, 0, "NPU cycles the thinned leaves may take on each thin target (0: none)",
+        minimum=0),
+    Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
+        minimum=0),
     Key("palette.search", bool, False, "run the per-layer sensitivity sweep"),
     Key("palette.accuracy_budget", float, None, "accuracy points the sweep may lose", minimum=0, maximum=100,
         exclusive_maximum=True),

@@ -136,7 +136,9 @@ def test_bad_recipe_names_file_and_key(tmp_path, body, message):
 
 def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
     """Each technique of the default fine-tuning can be turned off from the command line."""
-    import edgedeploy.optimize as optimize_module
+    import importlib
+
+    optimize_module = importlib.import_module("edgedeploy.optimize")  # the subpackage (edgedeploy.optimize is the API's function)
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app
@@ -165,7 +167,9 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
 
 def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     """Messages name recipe tables such as [training]; the terminal prints them as they are, not as markup."""
-    import edgedeploy.optimize as optimize_module
+    import importlib
+
+    optimize_module = importlib.import_module("edgedeploy.optimize")  # the subpackage (edgedeploy.optimize is the API's function)
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app

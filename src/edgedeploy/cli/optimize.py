@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
 
 def optimize_cmd(
     model: Path = typer.Argument(..., help="Keras model (.h5 or .keras; saved by tf_keras, or by Keras 3 and rebuilt in tf_keras)."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test; "
+                              "or a folder with a subfolder of images or WAV files per class (optionally under train/ and test/)."),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),
     leaves: Optional[str] = typer.Option(None, "--leaves", help="Comma-separated leaves, e.g. ptq,pcqat (default: all)."),
@@ -55,6 +56,8 @@ def optimize_cmd(
                                        "mean_squared_error (default: the model's compile config, else from the data)."),
     metric: Optional[str] = typer.Option(None, "--metric", help="The metric leaves are judged by: accuracy, "
                                          "top5_accuracy, mse, mae, psnr, auc, or module:function (runs that code)."),
+    preprocess: Optional[str] = typer.Option(None, "--preprocess", help="module:function (or file.py:function) run on "
+                                             "every sample first, e.g. an MFCC front end (runs that code)."),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process, or --jobs "
@@ -92,7 +95,7 @@ def optimize_cmd(
             "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
             "pruning_schedule": pruning_schedule,
             "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
-            "min_steps": min_steps, "loss": loss, "metric": metric, "jobs": jobs,
+            "min_steps": min_steps, "loss": loss, "metric": metric, "jobs": jobs, "preprocess": preprocess,
         }
         r = load_recipe(recipe, overrides)
         limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles, max_metric_drop)

@@ -23,15 +23,25 @@ Loss = Task  # what fine_tune trains for: the task, its loss and its metric (edg
 
 log = logging.getLogger("edgedeploy")
 
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel, where rich draws its progress bars as a widget (ipywidgets)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from rich.console import Console
+
+    return Console().is_jupyter
+
+
 class Progress:
-    """A rich progress bar on stderr for Keras training (shown when stderr is a terminal)."""
+    """A rich progress bar for Keras training (shown when stderr is a terminal, and in a Jupyter notebook)."""
 
     def __init__(self, keras, title: str, epochs: int, steps: int) -> None:
         self.keras, self.title, self.epochs, self.steps = keras, title, epochs, steps
 
     def callback(self):
         keras, title, total = self.keras, self.title, self.epochs * self.steps
-        enabled = sys.stderr.isatty() and log.getEffectiveLevel() <= logging.WARNING
+        enabled = (sys.stderr.isatty() or in_notebook()) and log.getEffectiveLevel() <= logging.WARNING
 
         class CB(keras.callbacks.Callback):
             def on_train_begin(self, logs=None):

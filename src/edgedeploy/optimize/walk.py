@@ -32,6 +32,7 @@ from .registry import CONVERSIONS, TECHNIQUES
 
 if TYPE_CHECKING:
     from ..compile import CompileOptions
+    from ..data_sources import Samples
     from ..targets import Target
 
 log = logging.getLogger("edgedeploy")
@@ -48,7 +49,7 @@ class OptimizeOutcome:
 
 def optimize(
     model_path: Path,
-    data_path: Path,
+    data_path: Path | Samples,
     out: Path,
     recipe: Recipe,
     *,
@@ -70,7 +71,9 @@ def optimize(
     results and the run folder are the same whichever runs the work."""
     from .. import tfenv
 
-    model_path, data_path = Path(model_path), Path(data_path)
+    from ..data_sources import DataOptions, prepare_data
+
+    model_path = Path(model_path)
     if executor not in ("local", "ray"):
         raise UsageError(f"--executor is '{executor}'", "use local or ray")
     env = tfenv.load()
@@ -80,6 +83,9 @@ def optimize(
     check_layers(recipe, [layer.name for layer in model.layers] + [f"{layer.name}_depthwise" for layer in model.layers
                                                                    if type(layer).__name__ == "SeparableConv2D"],
                  str(model_path))
+    # a class folder, in-memory samples or a preprocessing function: one .npz in the run folder that every stage reads
+    data_path, data_source = prepare_data(data_path, tuple(model.input_shape[1:]), Path(out),
+                                          DataOptions.from_recipe(recipe))
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
     labels, has_anomaly = read_targets(data_path)
@@ -100,6 +106,7 @@ def optimize(
     ctx.manifest.info["optimize"] = {
         "model": str(model_path.resolve()),
         "data": data.describe(),
+        **({"data_source": data_source} if data_source else {}),
         "recipe": recipe.to_dict(),
         "fit_length": fit_length,
         "loss": {"name": loss.name, "from_logits": loss.from_logits, "source": loss.source},
