@@ -33,6 +33,7 @@ class Node:
     keeps_sparsity: bool = False  # preservation: its Conv2D/Dense kernels keep the recipe's sparsity
     keeps_clusters: bool = False  # preservation: at most `clusters` distinct values per kernel (channel)
     keeps_palette: bool = False  # preservation: int8 kernels hold only their shared palette's values
+    keeps_channels: bool = False  # preservation: its kernels keep the thinned node's input and output channels
     level: int = 0  # how far down the tree (the recommendation tries lower levels first)
 
 
@@ -67,6 +68,15 @@ NODE_TABLE: Mapping[str, Node] = MappingProxyType({n.name: n for n in (
     Node("cqat_palette", "clustered_palette", "palette_qat", stage="qat", qat=True, keeps_palette=True, level=3),
     Node("pcqat_palette", "pruned_clustered_palette", "palette_qat", stage="qat", qat=True, keeps_palette=True,
          level=4),
+    # thinned: whole output channels removed, widths chosen from Vela's cycles (edgedeploy.optimize.thin)
+    Node("thinned", "baseline", "thin", stage="thin", keeps_channels=True, level=2),
+    Node("thinned_qat", "thinned", "qat", {"scheme": "default_8bit"}, stage="qat", qat=True, keeps_channels=True,
+         level=3),
+    Node("thinned_pruned", "thinned", "prune", stage="prune", keeps_sparsity=True, keeps_channels=True, level=3),
+    Node("thinned_pruned_clustered", "thinned_pruned", "sparsity_preserving_cluster", {"preserve_sparsity": True},
+         stage="cluster", keeps_sparsity=True, keeps_clusters=True, keeps_channels=True, level=4),
+    Node("thinned_pcqat", "thinned_pruned_clustered", "qat", {**_QAT_CLUSTER, "preserve_sparsity": True},
+         stage="qat", qat=True, keeps_sparsity=True, keeps_clusters=True, keeps_channels=True, level=5),
 )})
 LEAF_TABLE: Mapping[str, Leaf] = MappingProxyType({leaf.name: leaf for leaf in (
     Leaf("ptq", "baseline"),
@@ -80,6 +90,8 @@ LEAF_TABLE: Mapping[str, Leaf] = MappingProxyType({leaf.name: leaf for leaf in (
     # not in the default leaves; ask for them, e.g. `--leaves ptq,pcqat,pcqat_palette`
     *(Leaf(n, n, conversion="palette_int8", default=False) for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette",
                                           "pcqat_palette")),
+    # thinned leaves (not in the default leaves): e.g. `--leaves ptq,thinned,thinned_pcqat`
+    *(Leaf(n, n, default=False) for n in ("thinned", "thinned_qat", "thinned_pruned", "thinned_pcqat")),
     # the baseline with int16 activations and int8 weights (edgedeploy.convert16); asked for by name
     Leaf("ptq_16x8", "baseline", conversion="int16x8", default=False),
 )})
@@ -93,6 +105,7 @@ QAT_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.qat)
 PRUNED_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.keeps_sparsity)
 CLUSTERED_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.keeps_clusters)
 QAT_CLUSTER_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.qat and n.keeps_clusters)
+THINNED_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.keeps_channels)
 PALETTE_NODES = frozenset(n.name for n in NODE_TABLE.values() if n.keeps_palette)
 LEAF_LEVELS: Mapping[str, int] = MappingProxyType({leaf.name: leaf.level for leaf in LEAF_TABLE.values()})
 # Leaves whose weights were clustered, so Vela's palette encoding should apply to them.

@@ -169,6 +169,7 @@ def walk(
     options = options or CompileOptions()
     options.check()
     target_names = [t.name for t in targets]
+    recipe = thin_toward(recipe, requirements, target_names)
     levels = levels_of(recipe.leaves)
     t_start, started = time.perf_counter(), now_iso()
     walked: list[str] = []
@@ -244,22 +245,36 @@ def walk(
     return WalkOutcome(ctx.run_dir, record, compiled)
 
 
+def thin_toward(recipe: Recipe, requirements: Requirements, target_names: Sequence[str]) -> Recipe:
+    """The recipe whose thinned leaves aim at the walk's cycle or latency requirement on all its targets (what
+    the recipe sets itself wins)."""
+    from .tree import THINNED_NODES, nodes_for
+
+    if not set(nodes_for(list(recipe.leaves))) & THINNED_NODES:
+        return recipe
+    changes: dict[str, Any] = {}
+    if recipe.thin_targets == Recipe.thin_targets:
+        changes["thin_targets"] = tuple(target_names)
+    if requirements.max_npu_cycles is not None and not recipe.thin_max_npu_cycles:
+        changes["thin_max_npu_cycles"] = int(requirements.max_npu_cycles)
+    if requirements.max_latency_ms is not None and not recipe.thin_max_latency_ms:
+        changes["thin_max_latency_ms"] = float(requirements.max_latency_ms)
+    if {"thin_max_npu_cycles", "thin_max_latency_ms"} & set(changes) and recipe.thin_speedup == Recipe.thin_speedup:
+        changes["thin_speedup"] = 1.0  # the requirement is the budget, not a default ratio
+    return replace(recipe, **changes) if changes else recipe
+
+
 def requirements_from_options(max_accuracy_drop: float | None = None, max_flash: str | None = None,
                               max_sram: str | None = None, max_latency_ms: float | None = None,
                               max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> Requirements:
-    """Requirements given as command-line options (sizes as text, e.g. 32KiB)."""
-    from .report import parse_size
+    """Requirements given as command-line options (sizes as text, e.g. 32KiB), checked by
+    :func:`edgedeploy.requirements.check_requirements` like those of a project file."""
+    from .requirements import check_requirements
 
-    values: dict[str, Any] = {
+    given = check_requirements({
         "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_latency_ms": max_latency_ms,
-        "max_npu_cycles": max_npu_cycles,
-        "max_flash": None if max_flash is None else parse_size(max_flash, "--max-flash"),
-        "max_sram": None if max_sram is None else parse_size(max_sram, "--max-sram"),
-    }
-    for name, v in values.items():
-        if v is not None and v < 0:
-            raise UsageError(f"--{name.replace('_', '-')} is {v}", "give a number >= 0")
-    given = {k: v for k, v in values.items() if v is not None}
+        "max_npu_cycles": max_npu_cycles, "max_flash": max_flash, "max_sram": max_sram,
+    }, "--{flag}", UsageError)
     return Requirements(**given, sources=("command line",) if given else ())
 
 

@@ -20,7 +20,7 @@ from ..manifest import Metric
 from ..preserve import WeightStats, stats
 from ..recipe import Recipe
 from ..stages import StageResult
-from ..tree import LEAVES, PRUNED_NODES, QAT_NODES
+from ..tree import LEAVES, PRUNED_NODES, QAT_NODES, THINNED_NODES
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
 from .techniques import load_qat
 
@@ -176,5 +176,13 @@ def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Datas
     int8_found = int8_stats(converted.int8, keras_stats, out, [layer.name for layer in model.layers], int8_kernels)
     found = verdict(node, "int8", int8_found, recipe, [], kernels=int8_kernels)
     preserve.raise_failures(found, f"{leaf} (int8)")
-    return leaf_result(converted, data, recipe, t0, found.rows, found.warnings)
+    rows = found.rows
+    if node in THINNED_NODES:  # the int8 kernels keep the thinned widths
+        from ..keras_thin import kernel_channels
+        from ..preserve_channels import check_channels, int8_channels
+
+        kept = check_channels(node, "int8", kernel_channels(model), int8_channels(int8_found))
+        preserve.raise_failures(kept, f"{leaf} (int8)")
+        rows = rows + kept.rows
+    return leaf_result(converted, data, recipe, t0, rows, found.warnings)
 

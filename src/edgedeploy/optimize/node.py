@@ -41,6 +41,17 @@ class NodeRun:
         return self.env.keras.models.load_model(self.inputs["model"], compile=False)
 
 
+def channels_kept(env, node: str, parent_path: Path, model) -> list[dict[str, Any]]:
+    """Rows of the check that ``model`` keeps its (float) parent's kernel channels; raises when one changed."""
+    from ..keras_thin import kernel_channels
+    from ..preserve_channels import check_channels
+
+    expected = kernel_channels(env.keras.models.load_model(parent_path, compile=False))
+    found = check_channels(node, "keras", expected, kernel_channels(model))
+    preserve.raise_failures(found, node)
+    return found.rows
+
+
 def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: dict[str, Path], out: Path,
                      data: Dataset, recipe: Recipe, loss: Loss, trust_lambda: bool) -> StageResult:
     """Run ``build`` for ``node`` and record the result as the node's stage."""
@@ -56,6 +67,8 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
     details["preservation"] = found.rows
     warnings += found.warnings
     preserve.raise_failures(found, node)
+    if spec.keeps_channels and spec.technique != "thin":  # the thinned widths, kept below the thinned node
+        details["preservation"] += channels_kept(env, node, inputs["model"], result_model)
     scores = float_scores(result_model, data)
     if spec.qat:
         target = out / QAT_WEIGHTS

@@ -13,6 +13,7 @@ from .leaf16 import convert_leaf_16x8
 from .node import keras_node_stage
 from .palette import stages as palette_stages
 from .techniques import baseline_node, cluster_node, prune_node, qat_node
+from .thin import thin_node
 
 
 def _palette_leaf(env, leaf, inputs, out, data, recipe) -> StageResult:
@@ -37,6 +38,7 @@ TECHNIQUES: dict[str | None, Callable[..., StageResult]] = {
     "qat": partial(keras_node_stage, qat_node),
     "palette": _palette_node,
     "palette_qat": _palette_node,
+    "thin": partial(keras_node_stage, thin_node),
 }
 # conversion -> stage function (env, leaf, inputs, out, data, recipe) -> StageResult
 CONVERSIONS: dict[str, Callable[..., StageResult]] = {

@@ -1,0 +1,192 @@
+"""The ``thin`` technique: a dense model with fewer output channels, its widths chosen by the NPU's cycles.
+
+1. The channel groups of the parent (:func:`edgedeploy.keras_thin.channel_groups`); layers that cannot be
+   thinned are named with the reason (``details["thinning"]["not_thinned"]``).
+2. Channel scores and each group's sensitivity on fine-tune samples (:mod:`.thin_recover`).
+3. Each layer's cycle staircase from Vela on the recipe's ``thin_targets`` and the widths that meet the
+   budget (:mod:`.thin_npu`): ``thin_speedup`` times the full model's NPU cycles, or ``thin_max_npu_cycles``,
+   or ``thin_max_latency_ms``, whichever is least, on every target; the choice is compiled to check it.
+4. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
+   stage's epochs, under ``min_steps``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..keras_thin import channel_groups, kernel_channels, thin_model
+from .fit import fine_tune, training_set
+from .thin_npu import N, Staircase, candidate_widths, choose, colour_groups, learn, orthogonal_rows
+from .thin_recover import channel_scores, refit, sensitivity, top_channels
+from .thin_vela import TRACE, compile_models, layer_of
+
+log = logging.getLogger("edgedeploy")
+
+GRID_CALIBRATION = 16  # samples that calibrate each candidate of the grid (cycles do not depend on ranges)
+CHECKS = 4  # compiles of the chosen widths, each tightening the budget of a target the prediction missed
+
+
+def _edges(graph) -> list[tuple[str, str]]:
+    names = {g.gid: n for n, g in graph.thinnable().items()}
+    edges = []
+    for layer, kind in graph.kinds.items():
+        if kind in ("Conv2D", "Dense") and layer in graph.inputs and graph.layouts[layer][0] == "ch":
+            out = names.get(graph.root(graph.layouts[layer][1][0][0]))
+            for gid, _ in graph.inputs[layer][0][-1]:
+                src = names.get(graph.root(gid))
+                if src and out:
+                    edges.append((src, out))
+    return edges
+
+
+def _op_groups(graph, name: str) -> tuple[str | None, str | None]:
+    """(group read, group written) of the Keras layer behind a Vela operator row."""
+    if name is None or name not in graph.layouts:
+        return None, None
+    names = {g.gid: n for n, g in graph.thinnable().items()}
+
+    def first(layout):
+        return next((names[graph.root(gid)] for gid, _ in layout[-1] if graph.root(gid) in names), None)
+
+    out = first(graph.layouts[name])
+    if graph.kinds[name] in ("Conv2D", "Dense") and name in graph.inputs:
+        return first(graph.inputs[name][0]), out
+    return out, out
+
+
+def _candidate(model, graph, scores, widths, values, calibration, float_io) -> bytes:
+    from ..convert import convert_int8
+
+    keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
+    return convert_int8(thin_model(model, graph, keep) if keep else model, calibration, float_io=float_io,
+                        source="thinned candidate")
+
+
+def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, dict[str, Any]]:
+    from ..targets import get_target
+
+    out = {}
+    for t in recipe.thin_targets:
+        full = stair.full[t]
+        options = {"thin_speedup": recipe.thin_speedup * full}
+        if recipe.thin_max_npu_cycles:
+            options["thin_max_npu_cycles"] = float(recipe.thin_max_npu_cycles)
+        if recipe.thin_max_latency_ms:  # total cycles within the latency, less what is not NPU work
+            cycles = recipe.thin_max_latency_ms * 1e-3 * get_target(t).npu_hz
+            options["thin_max_latency_ms"] = cycles - (totals[t] - full)
+        key = min(options, key=options.get)
+        out[t] = {"npu_cycles": options[key], "from": key, "ptq_npu_cycles": full}
+    return out
+
+
+def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[dict[str, int], dict[str, Any]]:
+    """The value index per group that meets the budget (see the module), and the record of the search."""
+    groups = list(widths)
+    colours = colour_groups(groups, _edges(graph))
+    fixed = {g: 0 for g, c in colours.items() if c > N}  # (beyond the array's columns: kept at full width)
+    rows = orthogonal_rows(min(N + 1, max(colours.values()) + 1))
+    assignments = [{g: row[colours[g]] if g not in fixed else 0 for g in groups} for row in rows]
+    calibration, _ = data.calibration(GRID_CALIBRATION, recipe.seed)
+    unique = list(dict.fromkeys(tuple(widths[g][a[g]] for g in groups) for a in assignments))
+    tflites = [_candidate(model, graph, scores, widths, {g: widths[g].index(w) for g, w in zip(groups, u)},
+                          calibration, recipe.float_io) for u in unique]  # (repeated widths converted once)
+    compiled = compile_models(tflites, recipe.thin_targets, out / TRACE, jobs=1)
+    measured = {t: [runs[unique.index(tuple(widths[g][a[g]] for g in groups))] for a in assignments]
+                for t, runs in compiled.items()}
+    first = measured[recipe.thin_targets[0]][0]
+    kinds = dict(graph.kinds)
+    ops = [_op_groups(graph, layer_of(key[0], kinds)) for key, _ in first["keyed"]]
+    stair = Staircase(groups, widths, colours, ops)
+    keys = [key for key, _ in first["keyed"]]
+    per_target = {t: [{"npu_cycles": r["npu_cycles"], "rows": [dict(r["keyed"]).get(k, 0.0) for k in keys]}
+                      for r in runs] for t, runs in measured.items()}
+    learn(assignments, per_target, stair)
+    totals = {t: float(runs[0]["total_cycles"]) for t, runs in measured.items()}
+    budgets = _budgets(recipe, stair, totals)
+    limits = {t: b["npu_cycles"] for t, b in budgets.items()}
+    checks = []
+    values: dict[str, int] = {g: 0 for g in groups}
+    for _ in range(CHECKS):
+        values, steps = choose(stair, limits, drops, fixed)
+        got = compile_models([_candidate(model, graph, scores, widths, values, calibration, recipe.float_io)],
+                             recipe.thin_targets, out / TRACE, jobs=1)
+        actual = {t: runs[0] for t, runs in got.items()}
+        checks.append({"widths": {g: widths[g][v] for g, v in values.items()},
+                       "predicted": {t: round(stair.predict(t, values)) for t in limits},
+                       "npu_cycles": {t: a["npu_cycles"] for t, a in actual.items()}})
+        missed = {t: a["npu_cycles"] for t, a in actual.items() if a["npu_cycles"] > budgets[t]["npu_cycles"]}
+        if not missed or len(checks) > 1 and checks[-1]["widths"] == checks[-2]["widths"]:
+            break
+        for t, cycles in missed.items():  # below this choice's prediction, by what the prediction missed
+            limits[t] = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
+    final = checks[-1]["npu_cycles"]
+    ratios = {t: final[t] / budgets[t]["npu_cycles"] for t in final}
+    held_on = max(ratios, key=ratios.get)
+    record = {
+        "targets": list(recipe.thin_targets), "held_on": held_on,
+        "budget": {t: {**b, "npu_cycles": round(b["npu_cycles"])} for t, b in budgets.items()},
+        "met": all(r <= 1.0 for r in ratios.values()),
+        "npu_cycles": final, "cycles_vs_ptq": {t: round(final[t] / stair.full[t], 4) for t in final},
+        "grid": {"assignments": len(assignments), "compiles_per_target": len(unique), "colours": colours,
+                 "widths": {g: widths[g] for g in groups}, **({"held_at_full_width": sorted(fixed)} if fixed else {})},
+        "steps": steps, "checks": checks,
+    }
+    return values, record
+
+
+def thin_node(run) -> Any:
+    """The ``thinned`` node: see the module."""
+    env, recipe, data = run.env, run.recipe, run.data
+    from ..targets import get_target
+
+    for name in recipe.thin_targets:  # (a wrong name fails before any work)
+        get_target(name)
+    model = run.parent()
+    graph = channel_groups(model)
+    groups = graph.thinnable()
+    held = graph.held()
+    if not groups:
+        reasons = "; ".join(f"{k}: {v}" for k, v in held.items()) or "it has no Conv2D or Dense layer"
+        raise UsageError(f"stage {run.node.name}: no layer of the model can be thinned ({reasons})",
+                         f"leave the {run.node.name} leaves out of the recipe")
+    ts = training_set(data, recipe)
+    rng = np.random.default_rng(recipe.seed)
+    x_fit = ts.x[rng.choice(len(ts.x), min(len(ts.x), recipe.calibration_samples), replace=False)]
+    x_hold = ts.x_val if len(ts.x_val) else x_fit
+    scores = channel_scores(model, graph, x_fit)
+    widths = {g: candidate_widths(groups[g].size) for g in groups}
+    classifier = getattr(run.loss, "classifier", True)
+    drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
+                        bool(getattr(run.loss, "from_logits", False)))
+    values, npu = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
+    keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if v and widths[g][v] < groups[g].size}
+    thinned = thin_model(model, graph, keep) if keep else model
+    refitted = refit(model, thinned, graph, keep, x_fit, seed=recipe.seed) if keep else {}
+    run.details["thinning"] = {
+        "widths": {g: int(len(keep[g])) if g in keep else groups[g].size for g in groups},
+        "full_widths": {g: groups[g].size for g in groups},
+        "coupled": {g: groups[g].producers for g in groups if len(groups[g].producers) > 1},
+        "not_thinned": held,
+        "channel_choice": "energy of each channel in what its readers compute, on "
+                          f"{len(x_fit)} fine-tune samples",
+        "sensitivity": {"loss": "KL divergence to the unthinned model" if classifier else "mean square error",
+                        "hold_out_samples": int(len(x_hold)), "per_width": {g: [round(d, 5) for d in drops[g]]
+                                                                            for g in groups}},
+        "npu": npu,
+        "refit": refitted,
+        "kernel_channels": {k: list(v) for k, v in kernel_channels(thinned).items()},
+    }
+    log.info("thinned: widths %s; %s NPU cycles on %s (budget held there: %s)",
+             ", ".join(f"{g} {w}/{groups[g].size}" for g, w in run.details["thinning"]["widths"].items()),
+             ", ".join(f"{r}x" for r in npu["cycles_vs_ptq"].values()), ", ".join(npu["cycles_vs_ptq"]),
+             npu["held_on"])
+    if not npu["met"]:
+        run.warnings.append(f"thinned: the widths found miss the cycle budget on {npu['held_on']} "
+                            f"({npu['npu_cycles'][npu['held_on']]} > {npu['budget'][npu['held_on']]['npu_cycles']} "
+                            "NPU cycles); every candidate width was tried")
+    fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, train_set=ts, record=run.training)
+    return thinned

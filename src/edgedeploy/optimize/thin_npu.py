@@ -1,0 +1,155 @@
+"""Channel widths chosen by the NPU: each layer's cycle staircase learned from Vela, and the per-group widths
+that buy the most cycles for the least expected loss, toward a cycle budget.
+
+Every group of channels (:func:`edgedeploy.keras_thin.channel_groups`) has a few candidate widths
+(:data:`FRACTIONS` of its width, rounded down to the NPU-friendly step of :func:`candidate_widths`). An
+operator's cycles depend on the widths of the group it reads and the group it writes, so the groups are
+coloured (no operator reads and writes groups of one colour) and the candidate models are the rows of an
+orthogonal array: in 25 compiles every pair of widths meets on every pair of colours, so every operator's
+cycles are measured at every (input width, output width) it can take. The model's predicted cycles are the
+sum of its operators' measured cycles (plus what no operator names); :func:`choose` finds the widths of least
+expected loss whose prediction meets the budget on every target. The caller compiles the choice to check it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)  # the candidate widths, as fractions of a group's width
+N = len(FRACTIONS)  # a prime: the orthogonal array below has N * N rows and up to N + 1 columns
+
+
+def candidate_widths(size: int) -> list[int]:
+    """Candidate widths of a group of ``size`` channels, widest first: each fraction rounded down to a multiple
+    of 8 (4 below 32 channels, 1 below 8), never below one step."""
+    step = 8 if size >= 32 else 4 if size >= 8 else 1
+    return [size] + [max(step, int(size * f) // step * step) for f in FRACTIONS[1:]]
+
+
+def orthogonal_rows(colours: int) -> list[tuple[int, ...]]:
+    """An orthogonal array OA(N*N, colours, N, 2): every pair of columns holds every pair of values once."""
+    if colours > N + 1:
+        raise ValueError(f"at most {N + 1} colours")
+    rows = []
+    for i in range(N):
+        for j in range(N):
+            row = [i, j] + [(i + k * j) % N for k in range(1, N)]
+            rows.append(tuple(row[:colours]))
+    return rows
+
+
+def colour_groups(groups: Sequence[str], edges: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """A greedy colouring of the groups: the two groups of an edge (an operator's input and output) differ."""
+    near: dict[str, set[str]] = {g: set() for g in groups}
+    for a, b in edges:
+        if a != b and a in near and b in near:
+            near[a].add(b)
+            near[b].add(a)
+    colours: dict[str, int] = {}
+    for g in sorted(groups, key=lambda g: -len(near[g])):
+        taken = {colours[n] for n in near[g] if n in colours}
+        colours[g] = next(c for c in range(len(groups) + 1) if c not in taken)
+    return colours
+
+
+@dataclass
+class Staircase:
+    """Measured cycles per operator row at each (input value, output value), per target."""
+
+    groups: list[str]
+    widths: dict[str, list[int]]  # group -> candidate widths (value index -> width)
+    colours: dict[str, int]
+    ops: list[tuple[str | None, str | None]]  # per operator row: (group read, group written)
+    cycles: dict[str, list[dict[tuple[int, int], float]]] = field(default_factory=dict)  # target -> row -> cost
+    rest: dict[str, float] = field(default_factory=dict)  # target -> cycles no operator row names
+    full: dict[str, float] = field(default_factory=dict)  # target -> NPU cycles at full width (the ptq model)
+
+    def predict(self, target: str, values: Mapping[str, int]) -> float:
+        total = self.rest[target]
+        for row, (gin, gout) in enumerate(self.ops):
+            key = (values.get(gin, 0) if gin else 0, values.get(gout, 0) if gout else 0)
+            table = self.cycles[target][row]
+            total += table.get(key, _nearest(table, key))
+        return total
+
+
+def _nearest(table: dict[tuple[int, int], float], key: tuple[int, int]) -> float:
+    if not table:
+        return 0.0
+    return table[min(table, key=lambda k: abs(k[0] - key[0]) + abs(k[1] - key[1]))]
+
+
+def learn(assignments: list[dict[str, int]], measured: Mapping[str, list[dict[str, Any]]],
+          stair: Staircase) -> None:
+    """Fill ``stair``'s tables from the grid's compiles: ``measured[target][i]`` holds ``npu_cycles`` and
+    ``rows`` (each operator row's cycles, in the order of ``stair.ops``) of the model built with
+    ``assignments[i]`` (group -> value index)."""
+    for target, runs in measured.items():
+        tables: list[dict[tuple[int, int], list[float]]] = [{} for _ in stair.ops]
+        rests = []
+        for values, run in zip(assignments, runs):
+            rows = run["rows"]
+            for r, (gin, gout) in enumerate(stair.ops):
+                key = (values.get(gin, 0) if gin else 0, values.get(gout, 0) if gout else 0)
+                tables[r].setdefault(key, []).append(rows[r])
+            rests.append(run["npu_cycles"] - sum(rows))
+            if all(v == 0 for v in values.values()):
+                stair.full[target] = float(run["npu_cycles"])
+        stair.cycles[target] = [{k: float(np.mean(v)) for k, v in t.items()} for t in tables]
+        stair.rest[target] = float(np.mean(rests)) if rests else 0.0
+
+
+EXHAUSTIVE = 50_000  # width choices searched one by one when there are at most this many
+
+
+def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, Sequence[float]],
+           fixed: Mapping[str, int] | None = None) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Value index per group of least expected loss (the sum of ``drops[group][value]``) whose predicted cycles are
+    within the budget on every target; the one of fewest cycles (worst target's prediction / budget) when none
+    is. Every choice is tried when there are at most :data:`EXHAUSTIVE`; else greedily: from full width, the step
+    (any narrower width of one group) that lowers the worst target's prediction / budget the most per unit of
+    expected loss, until the budget is met, then each group widened back while it still is.
+    Returns the choice and the steps of the greedy search (empty when exhaustive)."""
+    fixed = dict(fixed or {})
+    free = [g for g in stair.groups if g not in fixed]
+
+    def worst(v):
+        return max(stair.predict(t, v) / budgets[t] for t in budgets)
+
+    def loss(v):
+        return sum(drops[g][v[g]] for g in free)
+
+    if N ** len(free) <= EXHAUSTIVE:
+        best, best_key = None, None
+        for combo in itertools.product(range(N), repeat=len(free)):
+            values = {**fixed, **dict(zip(free, combo))}
+            w = worst(values)
+            key = (0, loss(values), w) if w <= 1.0 else (1, w, loss(values))
+            if best_key is None or key < best_key:
+                best, best_key = values, key
+        return best, []
+    values = {g: 0 for g in stair.groups}
+    values.update(fixed)
+    steps = []
+    while worst(values) > 1.0:
+        best, best_gain = None, 0.0
+        now = worst(values)
+        for g in free:
+            for v in range(values[g] + 1, N):
+                bought = now - worst({**values, g: v})
+                cost = max(1e-6, drops[g][v] - drops[g][values[g]])
+                if bought > 0 and bought / cost > best_gain:
+                    best, best_gain = (g, v), bought / cost
+        if best is None:
+            break
+        values[best[0]] = best[1]
+        steps.append({"group": best[0], "width": stair.widths[best[0]][best[1]],
+                      "predicted": {t: round(stair.predict(t, values)) for t in budgets}})
+    for g in sorted(free, key=lambda g: -drops[g][values[g]]):  # give back what the budget does not need
+        while values[g] > 0 and worst({**values, g: values[g] - 1}) <= 1.0:
+            values[g] -= 1
+    return values, steps
