@@ -133,11 +133,6 @@ def gzip_size(data: bytes) -> int:
     return len(gzip.compress(data, compresslevel=9, mtime=0))
 
 
-def keras_accuracy(model, x: np.ndarray, y: np.ndarray, batch_size: int = 256) -> float:
-    probs = model.predict(x, batch_size=batch_size, verbose=0)
-    return float(np.mean(np.argmax(probs, axis=-1) == y)) * 100.0
-
-
 def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.ndarray:
     """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs.
 
@@ -200,10 +195,3 @@ def quantize_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
     return np.clip(np.round(x / scale + zero), info.min, info.max).astype(dtype)
 
 
-def tflite_accuracy(model_bytes: bytes, x: np.ndarray, y: np.ndarray) -> float:
-    outputs = tflite_predict(model_bytes, x)
-    return float(np.mean(np.argmax(outputs.reshape(len(x), -1), axis=-1) == y)) * 100.0
-
-
-def write_model(path: Path, data: bytes) -> None:
-    path.write_bytes(data)

@@ -17,17 +17,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import UsageError
 from .tree import NOT_NPU_FORMATS, PATTERNS  # noqa: F401  (read here by the pruning and its checks)
 
 ZEROS, GROUP = 2, 4  # the 2:4 pattern: at least ZEROS zeros in every GROUP consecutive input channels
-
-
-def check_pattern(value: str, source: str = "recipe") -> str:
-    if value not in PATTERNS:
-        raise UsageError(f"{source}: `sparsity_pattern` is '{value}'; allowed values: {', '.join(PATTERNS)}",
-                         "use sparsity_pattern = \"2:4\" for Ethos-U85 structured sparsity")
-    return value
 
 
 def input_channels(kind: str, shape: tuple[int, ...], where: str) -> int | None:

@@ -191,11 +191,6 @@ def find_any_fvp(env: Mapping[str, str] | None = None) -> Path | None:
     return None
 
 
-def installed_fvps(env: Mapping[str, str] | None = None) -> dict[str, Found | None]:
-    """Each known Corstone FVP executable and where it is (None when absent)."""
-    return {name: locate_fvp_binary(name, env=env) for name in FVP_PACKAGES}
-
-
 # --------------------------------------------------------------------------- runner
 
 
