@@ -40,7 +40,7 @@ def timed(cmd: list[str]) -> float:
 
 def bare_vela(model: Path, target: str, out: Path) -> list[str]:
     sys.path.insert(0, str(REPO / "src"))
-    from edgedeploy.targets import get_target
+    from edgedeploy.config.targets import get_target
 
     t = get_target(target)
     return [str(BIN / "vela"), str(model), "--accelerator-config", t.accelerator_config, "--config",

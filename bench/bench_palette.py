@@ -68,12 +68,12 @@ def _fmt(v, spec=","):
 def run_model(key: str, args, seed: int | None = None, out: Path | None = None) -> dict:
     from dataclasses import replace
 
-    from edgedeploy.compile import CompileOptions, compile_variants
+    from edgedeploy.pipeline.compile import CompileOptions, compile_variants
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
-    from edgedeploy.stages import RunContext
-    from edgedeploy.targets import get_target
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.core.stage import RunContext
+    from edgedeploy.config.targets import get_target
 
     title, model, data = MODELS[key]
     out = (out or args.out) / key
@@ -175,9 +175,9 @@ def paired_deltas(leaves: dict, out: Path, baseline_model: Path | None = None) -
     """
     import numpy as np
 
-    from edgedeploy import tfenv
-    from edgedeploy.convert import tflite_predict
-    from edgedeploy.data import load_dataset
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import tflite_predict
+    from edgedeploy.config.data import load_dataset
 
     if "ptq" not in leaves:
         return {}, {}

@@ -51,10 +51,10 @@ def load() -> str:
 
 def run_tree(model: Path, data: Path, out: Path, overrides: dict, table: dict):
     """optimize + Vela on every leaf; returns (outcome, {leaf: encoded weight bytes}, stage seconds, wall)."""
-    from edgedeploy.compile import CompileOptions, compile_variants, resolve_targets
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
-    from edgedeploy.stages import RunContext
+    from edgedeploy.pipeline.compile import CompileOptions, compile_variants, resolve_targets
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.core.stage import RunContext
 
     recipe = load_recipe(overrides=overrides, table=table)
     t0 = time.perf_counter()
@@ -113,7 +113,7 @@ def main() -> None:
         from markdown_page import header
 
         print(header("Results: recovery, edgedeploy defaults against TFMOT's plain recipe"), flush=True)
-    from edgedeploy.recipe import Recipe
+    from edgedeploy.config.recipe import Recipe
 
     leaves = list(Recipe().leaves)
     print(f"machine: {load()} at start\n")

@@ -39,9 +39,9 @@ def _m(rec, key):
 
 
 def _compile(out: Path, leaves: dict) -> dict:
-    from edgedeploy.compile import CompileOptions, compile_variants
-    from edgedeploy.stages import RunContext
-    from edgedeploy.targets import get_target
+    from edgedeploy.pipeline.compile import CompileOptions, compile_variants
+    from edgedeploy.core.stage import RunContext
+    from edgedeploy.config.targets import get_target
 
     variants = [(leaf, out / rec.output("int8_model").path, rec.id) for leaf, rec in leaves.items()]
     outcome = compile_variants(RunContext.open(out), variants, [get_target(t) for t in TARGETS],
@@ -51,7 +51,7 @@ def _compile(out: Path, leaves: dict) -> dict:
 
 def _optimize(model: str, data: str, out: Path, recipe, leaves: list[str], args) -> tuple[dict, dict, dict]:
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     done, nodes, failed = {}, {}, {}
     for leaf in leaves:  # one leaf at a time: a leaf that fails is reported while the others are measured
@@ -72,7 +72,7 @@ def _pattern_kept(rec) -> bool | None:
 
 
 def sparsity_part(key: str, args) -> dict:
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.config.recipe import load_recipe
 
     title, model, data = MODELS[key]
     result = {"title": title, "patterns": {}}
@@ -103,7 +103,7 @@ def sparsity_part(key: str, args) -> dict:
 
 
 def int16_part(key: str, args) -> dict:
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.config.recipe import load_recipe
 
     title, model, data = MODELS[key]
     recipe = load_recipe(overrides={"seed": args.seed, "leaves": ["ptq", "ptq_16x8"]})

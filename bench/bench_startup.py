@@ -43,7 +43,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 def bare_vela(model: Path, target: str, out: Path) -> list[str]:
     """The Vela command edgedeploy runs for this target, as a user would type it."""
-    from edgedeploy.targets import get_target
+    from edgedeploy.config.targets import get_target
 
     t = get_target(target)
     return [str(BIN / "vela"), str(model), "--accelerator-config", t.accelerator_config, "--config",

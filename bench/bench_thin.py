@@ -28,9 +28,9 @@ KEYS = ("macs", "npu_cycles", "total_cycles", "encoded_weights_bytes")
 
 
 def _compile(out: Path, leaves: dict, targets: list[str]) -> dict:
-    from edgedeploy.compile import CompileOptions, compile_variants
-    from edgedeploy.stages import RunContext
-    from edgedeploy.targets import get_target
+    from edgedeploy.pipeline.compile import CompileOptions, compile_variants
+    from edgedeploy.core.stage import RunContext
+    from edgedeploy.config.targets import get_target
 
     variants = [(leaf, out / rec.output("int8_model").path, rec.id) for leaf, rec in leaves.items()]
     outcome = compile_variants(RunContext.open(out), variants, [get_target(t) for t in targets],
@@ -40,8 +40,8 @@ def _compile(out: Path, leaves: dict, targets: list[str]) -> dict:
 
 def model_part(key: str, args) -> dict:
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
 
     title, model, data = MODELS[key]
     targets = args.targets.split(",")
@@ -87,9 +87,9 @@ def recovery_part(part: dict, args) -> dict:
     channels chosen by each rule, with and without the least-squares refit of the layers that read them."""
     import numpy as np
 
-    from edgedeploy import tfenv
-    from edgedeploy.data import load_dataset
-    from edgedeploy.keras_thin import channel_groups, thin_model
+    from edgedeploy.keras import tfenv
+    from edgedeploy.config.data import load_dataset
+    from edgedeploy.keras.thin import channel_groups, thin_model
     from edgedeploy.optimize.thin_recover import channel_scores, outputs, refit, top_channels
 
     keras = tfenv.load().keras

@@ -36,7 +36,7 @@ def ad_model_and_data(data: Path, out: Path, epochs: int, seed: int = 0) -> tupl
     """The autoencoder (trained, saved without its compile config) and its inputs-only data file."""
     import numpy as np
 
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     out.mkdir(parents=True, exist_ok=True)
     d = np.load(data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
@@ -66,7 +66,7 @@ def ad_model_and_data(data: Path, out: Path, epochs: int, seed: int = 0) -> tupl
 
 def task_table(title: str, outcome, target: str, markdown: bool) -> str:
     """Per leaf: float and int8 metric, Δ vs ptq, ROC AUC, gzip and Vela-encoded weight bytes."""
-    from edgedeploy.manifest import Manifest
+    from edgedeploy.core.manifest import Manifest
 
     compiles = {r.variant: r for r in Manifest.load(outcome.run_dir).find(stage="compile", target=target)
                 if r.status == "ok"}
@@ -128,15 +128,15 @@ def main() -> None:
         from markdown_page import header
 
         print(header("Results: the deployment tree"), flush=True)
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
 
     overrides = {"epochs": args.epochs, "leaves": args.leaves.split(",") if args.leaves else None}
     recipe = load_recipe(overrides=overrides)
     print(f"recipe: {json.dumps(recipe.to_dict())}")
     for key in args.models.split(","):
         if key == "ad":
-            from edgedeploy.compile import compile_run
+            from edgedeploy.pipeline.compile import compile_run
 
             t0 = time.perf_counter()
             ad_recipe = load_recipe(overrides={**overrides, "leaves": (args.leaves.split(",") if args.leaves else

@@ -109,7 +109,7 @@ def _isolate(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("EDGEDEPLOY_FVP_DIR", raising=False)
     random.seed(SEED)
     yield
-    from edgedeploy.fsutil import release_run_dirs
+    from edgedeploy.core.files import release_run_dirs
 
     release_run_dirs()  # a command holds its run folder's lock until the process ends; tests share one process
 

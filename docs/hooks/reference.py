@@ -145,7 +145,7 @@ def _row_of_key(k: Any) -> Row:
 def _find_keys(module: str, name: str):
     import importlib
 
-    for candidate in (f"edgedeploy.config.{module}", f"edgedeploy.{module}"):
+    for candidate in (f"edgedeploy.config.{module}", f"edgedeploy.pipeline.{module}"):
         try:
             mod = importlib.import_module(candidate)
         except ModuleNotFoundError:
@@ -163,7 +163,7 @@ def _type_name(kind: Any) -> str:
 
 def _palette_defaults() -> dict[str, Any]:
     """The defaults the sweep passes to ``_palette_opt(recipe, KEY, DEFAULT)``, read from the source that calls it."""
-    from edgedeploy import recipe as r
+    from edgedeploy.config import recipe as r
 
     def constants(folder: Path) -> dict[str, Any]:
         names: dict[str, Any] = {}
@@ -245,7 +245,7 @@ def _target_keys_table(_: str) -> str:
 
 
 def _targets(_: str) -> str:
-    from edgedeploy.targets import list_targets
+    from edgedeploy.config.targets import list_targets
 
     lines = ["| name | kind | accelerator | Vela system config | memory mode | NPU clock (MHz) | description |",
              "|---|---|---|---|---|---|---|"]
@@ -256,8 +256,8 @@ def _targets(_: str) -> str:
 
 
 def _tree(_: str) -> str:
-    """The node table and the leaves converted from each node (edgedeploy.tree)."""
-    from edgedeploy.tree import LEAF_TABLE, NODE_TABLE
+    """The node table and the leaves converted from each node (edgedeploy.config.tree)."""
+    from edgedeploy.config.tree import LEAF_TABLE, NODE_TABLE
 
     lines = ["| node | parent | technique | level | leaves: conversion |", "|---|---|---|---|---|"]
     for node in NODE_TABLE.values():

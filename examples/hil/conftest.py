@@ -22,7 +22,7 @@ For firmware of your own, return your own transport instead, e.g. over a serial 
 firmware reads one input and answers with the outputs:
 
     import serial
-    from edgedeploy.testing import stream_transport
+    from edgedeploy.hil.testing import stream_transport
 
     @pytest.fixture(scope="session")
     def device(golden_bundle):
@@ -32,7 +32,7 @@ firmware reads one input and answers with the outputs:
 
 or through files with semihosting on an FVP:
 
-    from edgedeploy.testing import command_transport
+    from edgedeploy.hil.testing import command_transport
 
     @pytest.fixture(scope="session")
     def device(tmp_path_factory):

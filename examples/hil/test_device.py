@@ -8,7 +8,7 @@ Run it against a bundle written by `edgedeploy export ... --golden N --data DATA
 and returning the output bytes.
 """
 
-from edgedeploy.testing import assert_matches_golden
+from edgedeploy.hil.testing import assert_matches_golden
 
 
 def test_output_matches_golden(device, golden_bundle, golden_case, golden_tolerance):

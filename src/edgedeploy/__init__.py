@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import types
 
-from .lazy import lazy_exports
+from edgedeploy.core.lazy import lazy_exports
 
 __all__ = ["OptimizeRun", "Report", "__version__", "optimize"]
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compile import CompileOptions, CompileOutcome, compile_tflite, compile_variants
+from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, compile_tflite, compile_variants
 from .interactive.run import OptimizeRun, optimize
 from .interactive.report_view import Report
-from .manifest import Manifest, Metric, StageRecord
-from .recipe import Recipe, load_recipe
-from .targets import Target, get_target, list_targets
-from .tflite_model import read_tflite
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord
+from edgedeploy.config.recipe import Recipe, load_recipe
+from edgedeploy.config.targets import Target, get_target, list_targets
+from edgedeploy.tflite.reader import read_tflite
 
 __all__ = [
     "CompileOptions",
@@ -47,37 +47,37 @@ __all__ = [
 
 
 def run_project(*args: Any, **kwargs: Any):
-    """optimize -> convert -> compile from an ``edgedeploy.toml``. See :func:`edgedeploy.project.run_project`."""
-    from .project import run_project as run
+    """optimize -> convert -> compile from an ``edgedeploy.toml``. See :func:`edgedeploy.pipeline.project.run_project`."""
+    from edgedeploy.pipeline.project import run_project as run
 
     return run(*args, **kwargs)
 
 
 def is_sweep(path: Any) -> bool:
     """Whether the project file at ``path`` lists [[models]] (a sweep; checks the whole file)."""
-    from .project import load_project
+    from edgedeploy.pipeline.project import load_project
 
     return load_project(path).is_sweep
 
 
 def run_sweep(*args: Any, **kwargs: Any):
-    """Every [[models]] table of a project file into OUT/NAME. See :func:`edgedeploy.sweep.run_sweep`."""
-    from .sweep import run_sweep as run
+    """Every [[models]] table of a project file into OUT/NAME. See :func:`edgedeploy.pipeline.sweep.run_sweep`."""
+    from edgedeploy.pipeline.sweep import run_sweep as run
 
     return run(*args, **kwargs)
 
 
 def walk(*args: Any, **kwargs: Any):
     """Train, convert, compile and judge the tree level by level until a leaf meets the requirements.
-    See :func:`edgedeploy.walk.walk`."""
-    from .walk import walk as run
+    See :func:`edgedeploy.pipeline.walk.walk`."""
+    from edgedeploy.pipeline.walk import walk as run
 
     return run(*args, **kwargs)
 
 
 def walk_project(*args: Any, **kwargs: Any):
-    """``compile PROJECT.toml --walk``. See :func:`edgedeploy.walk.walk_project`."""
-    from .walk import walk_project as run
+    """``compile PROJECT.toml --walk``. See :func:`edgedeploy.pipeline.walk.walk_project`."""
+    from edgedeploy.pipeline.walk import walk_project as run
 
     return run(*args, **kwargs)
 
@@ -97,23 +97,23 @@ def export_bundle(*args: Any, **kwargs: Any):
 
 
 def compile_run(*args: Any, **kwargs: Any):
-    """Compile the leaves of an ``edgedeploy optimize`` run folder into it. See :func:`edgedeploy.compile.compile_run`."""
-    from .compile import compile_run as run
+    """Compile the leaves of an ``edgedeploy optimize`` run folder into it. See :func:`edgedeploy.pipeline.compile.compile_run`."""
+    from edgedeploy.pipeline.compile import compile_run as run
 
     return run(*args, **kwargs)
 
 
 def emulate_bundle(*args: Any, **kwargs: Any):
-    """A bundle's golden vectors on an emulated Cortex-M55. See :func:`edgedeploy.emulate.run.emulate_bundle`."""
-    from .emulate.run import emulate_bundle as emulate
+    """A bundle's golden vectors on an emulated Cortex-M55. See :func:`edgedeploy.hil.emulate.run.emulate_bundle`."""
+    from edgedeploy.hil.emulate.run import emulate_bundle as emulate
 
     return emulate(*args, **kwargs)
 
 
 def serve_bundle(*args: Any, **kwargs: Any):
     """A bundle's device runner on the emulated board's UART, served on a TCP port until stopped.
-    See :func:`edgedeploy.emulate.serve.serve_bundle`."""
-    from .emulate.serve import serve_bundle as serve
+    See :func:`edgedeploy.hil.emulate.serve.serve_bundle`."""
+    from edgedeploy.hil.emulate.serve import serve_bundle as serve
 
     return serve(*args, **kwargs)
 

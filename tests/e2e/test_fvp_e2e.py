@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from edgedeploy.compile import compile_tflite
+from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.errors import ToolFailedError
 from edgedeploy.fvp.discovery import locate_fvp_binary, locate_runner
 from edgedeploy.fvp.run import fvp_run
-from edgedeploy.manifest import Manifest
-from edgedeploy.targets import get_target
+from edgedeploy.core.manifest import Manifest
+from edgedeploy.config.targets import get_target
 
 pytestmark = [pytest.mark.requires_fvp, pytest.mark.requires_data, pytest.mark.slow]
 BOARDS = ["corstone-300-u55-128", "corstone-300-u65-256", "corstone-310-u55-256", "corstone-320-u85-256"]

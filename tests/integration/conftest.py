@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def float_tflite(shared_data, tmp_path_factory) -> Path:
     """A float32 TFLite of the MLPerf DS-CNN, converted here with TensorFlow (no quantization)."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     model = env.keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
@@ -26,7 +26,7 @@ def reverse_tflite(tmp_path_factory) -> Path:
     """
     import numpy as np
 
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tf, keras = env.tf, env.keras

@@ -16,8 +16,8 @@ MARGIN = 5.0
 
 
 def test_pcqat_int8_accuracy_is_within_margin_of_ptq(tmp_path):
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
 
     recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": EPOCHS, "min_steps": 0, "seed": SEED})
     outcome = optimize(EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz", tmp_path / "run",

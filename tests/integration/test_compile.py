@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.compile import CompileOptions, compile_tflite
-from edgedeploy.targets import get_target
-from edgedeploy.vela import parse_summary_csv
+from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
+from edgedeploy.config.targets import get_target
+from edgedeploy.vela.outputs import parse_summary_csv
 
 pytestmark = pytest.mark.requires_data
 

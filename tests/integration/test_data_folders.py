@@ -35,7 +35,7 @@ def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, see
             arrays = {k: d[k] for k in ("x_train", "y_train", "x_test", "y_test", "classes")}
         model = shared_data / RESNET
     else:
-        from edgedeploy import tfenv
+        from edgedeploy.keras import tfenv
 
         keras = tfenv.load().keras
         rng = np.random.default_rng(seed)
@@ -104,7 +104,7 @@ def test_jpeg_class_folders_give_the_same_ptq_accuracy_as_the_same_images_in_an_
 
 def test_an_undecodable_image_is_named_in_one_line(tmp_path):
     import edgedeploy
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.errors import InvalidInputError
 
     keras = tfenv.load().keras
@@ -159,11 +159,11 @@ def mfcc(wave):
 def test_spoken_wav_folder_through_a_user_mfcc_front_end_gives_golden_vectors_equal_to_its_output(tmp_path):
     from scipy.signal import resample_poly
 
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.data_sources.audio import to_float
     from edgedeploy.export.golden import quantize
-    from edgedeploy.proc import check, run_command
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.core.proc import check, run_command
+    from edgedeploy.tflite.reader import read_tflite
 
     words = ["yes", "no", "up"]
     clips = tmp_path / "speech"
@@ -215,7 +215,7 @@ def test_spoken_wav_folder_through_a_user_mfcc_front_end_gives_golden_vectors_eq
 
 
 def test_the_command_line_names_a_class_without_samples_in_one_line(tmp_path):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     keras.Sequential([keras.layers.Input((800,)), keras.layers.Dense(2, activation="softmax")]).save(tmp_path / "m.h5")

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
-from edgedeploy.compile import compile_tflite
-from edgedeploy.fsutil import sha256_file
+from edgedeploy.pipeline.compile import compile_tflite
+from edgedeploy.core.files import sha256_file
 
 pytestmark = pytest.mark.requires_data
 
@@ -145,7 +145,7 @@ def test_an_arena_too_small_quotes_tflm_in_one_line(tflm_cache, bundle, build_di
 
 
 def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path):
-    from edgedeploy.emulate.run import emulate_bundle
+    from edgedeploy.hil.emulate.run import emulate_bundle
     from edgedeploy.errors import ToolFailedError
 
     with pytest.raises(ToolFailedError, match="hung: no exit within 0.01 s") as exc:
@@ -156,8 +156,8 @@ def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path
 def test_sample_hil_test_passes_on_the_qemu_device(tflm_cache, bundle):
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "hil"),
             "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", "qemu"]  # fmt: skip
-    if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.testing"]  # a source checkout that was not installed
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO / "examples" / "hil", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 passed" in proc.stdout  # 4 golden cases + the top-1 test

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
-from edgedeploy.compile import compile_tflite
+from edgedeploy.pipeline.compile import compile_tflite
 
 pytestmark = pytest.mark.requires_data
 
@@ -124,7 +124,7 @@ def test_manifest_records_reference_and_tflite_distance(bundle, run_dir, kws):
 
 
 def test_header_numbers_match_the_model(bundle, run_dir):
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     h = (bundle / f"{NAME}.h").read_text()
     model = read_tflite(run_dir / "import" / NAME / "model_int8.tflite")
@@ -294,8 +294,8 @@ def test_edgedeploy_add_model_regenerates_when_settings_or_model_change(cmake, b
 def run_hil(test_dir: Path, bundle: Path, *more: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_dir), "--edgedeploy-bundle", str(bundle),
             *more]
-    if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.testing"]  # a source checkout that was not installed
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
     return subprocess.run(args, capture_output=True, text=True, cwd=test_dir)
 
 
@@ -323,7 +323,7 @@ def test_sample_hil_test_fails_on_a_one_element_change(bundle, tmp_path):
     shutil.copy(REPO / "examples" / "hil" / "test_device.py", hil)
     (hil / "conftest.py").write_text(
         "import pytest\n"
-        "from edgedeploy.testing import host_reference_transport\n\n"
+        "from edgedeploy.hil.testing import host_reference_transport\n\n"
         "@pytest.fixture(scope='session')\n"
         "def device(golden_bundle):\n"
         "    real = host_reference_transport(golden_bundle)\n"
@@ -344,8 +344,8 @@ def test_sample_hil_test_fails_on_a_one_element_change(bundle, tmp_path):
 
 def test_hil_without_a_bundle_skips_with_a_reason():
     args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "examples" / "hil")]
-    if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.testing"]
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        args[3:3] = ["-p", "edgedeploy.hil.testing"]
     env = {k: v for k, v in os.environ.items() if k != "EDGEDEPLOY_BUNDLE"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "2 skipped" in proc.stdout
@@ -418,7 +418,7 @@ def test_reexport_into_own_folder_replaces_it(run_dir, kws, tmp_path):
 
 def test_a_second_export_into_one_folder_waits_for_the_first_and_says_so(run_dir, tmp_path):
     from edgedeploy.export import BUNDLE_SCHEMA
-    from edgedeploy.fsutil import lock_run_dir, release_run_dirs
+    from edgedeploy.core.files import lock_run_dir, release_run_dirs
 
     fw = tmp_path / "fw"
     lock_run_dir(fw)  # as an export writing the folder holds it

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.data import Dataset
-from edgedeploy.recipe import load_recipe
+from edgedeploy.config.data import Dataset
+from edgedeploy.config.recipe import load_recipe
 
 SEED = 5
 
 
 @pytest.fixture(scope="module")
 def env():
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     return tfenv.load()
 
@@ -43,7 +43,7 @@ def _model(env, dim=8, classes=3, bn=True):
 
 
 def _loss():
-    from edgedeploy.optimize import Loss  # (the task: edgedeploy.task.Task)
+    from edgedeploy.optimize import Loss  # (the task: edgedeploy.config.task.Task)
 
     return Loss("sparse_categorical_crossentropy", False, "test")
 
@@ -69,7 +69,7 @@ def _hand_loss(labels, student_logits, teacher_logits, t, w):
 
 @pytest.mark.parametrize("from_logits", [False, True])
 def test_distillation_loss_matches_a_hand_computation(env, from_logits):
-    from edgedeploy.finetune import distillation_loss, log_probs, pack_targets
+    from edgedeploy.optimize.finetune.loop import distillation_loss, log_probs, pack_targets
 
     rng = np.random.default_rng(0)
     student = rng.normal(scale=3.0, size=(5, 4))
@@ -93,7 +93,7 @@ def test_distillation_loss_matches_a_hand_computation(env, from_logits):
 
 @pytest.mark.parametrize("from_logits", [False, True])
 def test_distillation_loss_on_probability_targets_matches_a_hand_computation(env, from_logits):
-    from edgedeploy.finetune import distillation_loss, log_probs
+    from edgedeploy.optimize.finetune.loop import distillation_loss, log_probs
 
     rng = np.random.default_rng(1)
     student, teacher = rng.normal(scale=3.0, size=(5, 4)), rng.normal(scale=3.0, size=(5, 4))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.compile import compile_tflite
+from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.errors import ToolMissingError, UsageError
 from edgedeploy.fvp import discovery
 from edgedeploy.fvp.command import FvpInvocation, build_fvp_command
@@ -19,9 +19,9 @@ from edgedeploy.fvp.run import (
     golden_from_bundle,
     tensor_bytes,
 )
-from edgedeploy.manifest import Manifest, StageRecord
-from edgedeploy.targets import get_target
-from edgedeploy.tflite_model import read_tflite
+from edgedeploy.core.manifest import Manifest, StageRecord
+from edgedeploy.config.targets import get_target
+from edgedeploy.tflite.reader import read_tflite
 
 pytestmark = pytest.mark.requires_data
 BOARDS = ["corstone-300-u55-128", "corstone-320-u85-256"]

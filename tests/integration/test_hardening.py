@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.compile import CompileOptions, compile_tflite
+from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 from edgedeploy.errors import ToolFailedError
-from edgedeploy.vela_pool import VelaPool
+from edgedeploy.vela.pool import VelaPool
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
 EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
@@ -143,7 +143,7 @@ def test_a_model_that_crashes_vela_is_one_line_and_exit_6(tmp_path):
 
 
 def test_a_command_waits_for_the_lock_and_says_so(tmp_path):
-    from edgedeploy.fsutil import lock_run_dir, release_run_dirs
+    from edgedeploy.core.files import lock_run_dir, release_run_dirs
 
     lock_run_dir(tmp_path / "run")  # as another command writing the folder would
     p = _cli("compile", EXAMPLE, "-t", "ethos-u55-128", "-o", "run", cwd=tmp_path)

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
-from edgedeploy.compile import compile_tflite
+from edgedeploy.pipeline.compile import compile_tflite
 
 pytestmark = pytest.mark.requires_data
 
@@ -117,8 +117,8 @@ def kws_server(tflm_cache, kws_bundle, tmp_path_factory):
 def run_hil(bundle: Path, device: str, *extra: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "hil"),
             "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", device, *extra]  # fmt: skip
-    if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.testing"]  # a source checkout that was not installed
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
     return subprocess.run(args, capture_output=True, text=True, cwd=REPO / "examples" / "hil", timeout=600)
 
 

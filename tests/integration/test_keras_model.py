@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgedeploy.keras_model import fuse_separate_relu, keras_weight_stats, load_model, separate_relu_layers
+from edgedeploy.keras.model import fuse_separate_relu, keras_weight_stats, load_model, separate_relu_layers
 
 
 @pytest.fixture(scope="module")
 def keras():
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     return tfenv.load().keras
 
@@ -77,8 +77,8 @@ def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
 @pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     """Arm's DS-CNN-S reshapes with `tf.reshape` (TFOpLambda), which TFMOT's QAT registry refuses."""
-    from edgedeploy import tfenv
-    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
 
     model = keras.models.load_model(shared_data / "kws" / "ds_cnn_s_arm_float.h5", compile=False)
     assert unsupported_for_qat(model) == ["tf.reshape", "tf.reshape_1"]
@@ -109,7 +109,7 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
 def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     """TFMOT folds a batch norm only into one linear Conv2D/DepthwiseConv2D/Dense before it; any other batch norm
     (here after a SeparableConv2D, a Conv2D with its own ReLU, and an Add) makes quantize_apply refuse the model."""
-    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
 
     keras.utils.set_random_seed(5)
     inp = keras.Input((12, 12, 3))
@@ -135,7 +135,7 @@ def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     assert qat.predict(x, verbose=0).shape == (64, 4)
 
     # their tensors have no QAT range: converted as QAT models are (no calibration) they stay in float, ...
-    from edgedeploy.convert import FloatOperatorsLeft, convert_int8, convert_qat_int8
+    from edgedeploy.tflite.convert import FloatOperatorsLeft, convert_int8, convert_qat_int8
 
     qat.compile(optimizer=keras.optimizers.Adam(1e-6), loss="sparse_categorical_crossentropy")
     qat.fit(x, np.arange(64) % 4, batch_size=16, epochs=1, verbose=0)  # sets the QAT ranges
@@ -164,11 +164,11 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
         NoOpQuantizeConfig,
     )
 
-    from edgedeploy import tfenv
-    from edgedeploy.convert import convert_qat_int8
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import convert_qat_int8
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.keras_model import quantize_for_qat, unsupported_for_qat
-    from edgedeploy.tflite_model import read_weight_tensors
+    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     keras.utils.set_random_seed(7)
     d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
@@ -231,7 +231,7 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
     """TFMOT's cloning misroutes TensorFlow math ops (TFOpLambda) such as an input scaling ``x / 255 - 0.5``;
     the one-line error names them and the Keras layer that does the same."""
     from edgedeploy.errors import InvalidInputError
-    from edgedeploy.keras_model import quantize_for_qat
+    from edgedeploy.keras.model import quantize_for_qat
 
     inp = keras.Input((16, 16, 3))
     h = keras.layers.Conv2D(4, 3, strides=2, padding="same")(inp / 255.0 - 0.5)
@@ -245,7 +245,7 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
 def test_conv1d_layers_become_the_conv2d_they_compute(keras):
     """Same function and weights: causal, dilated and strided convolutions, one feeding the next, a batch norm
     and ReLU after one (moved into the 2-D part), a layer without bias; names kept for the convolutions."""
-    from edgedeploy.keras_model import conv1d_as_conv2d
+    from edgedeploy.keras.model import conv1d_as_conv2d
 
     keras.utils.set_random_seed(21)
     inp = keras.Input((20, 3))
@@ -274,7 +274,7 @@ def test_conv1d_layers_become_the_conv2d_they_compute(keras):
 def test_int8_kernels_are_matched_to_their_own_layers_beside_a_separable_conv(keras, tmp_path):
     """A SeparableConv2D's pointwise kernel has the size of the 1x1 Conv2D after it; it has no statistics of its
     own, and must not be taken for that layer's kernel (its sparsity would then be checked on the wrong one)."""
-    from edgedeploy.convert import convert_int8
+    from edgedeploy.tflite.convert import convert_int8
     from edgedeploy.optimize import int8_stats as _int8_stats
 
     keras.utils.set_random_seed(6)
@@ -299,9 +299,9 @@ def test_palette_qat_keeps_the_palette_of_a_layer_followed_by_relu6(keras, tmp_p
     separate ReLU and drop the convolution's weight quantizer (its palette with it). The palette node fuses it
     into the layer as relu6, which the palette QAT keeps as the layer's own activation."""
     from edgedeploy.optimize import palette
-    from edgedeploy.convert import convert_qat_int8
-    from edgedeploy.keras_model import base_name
-    from edgedeploy.tflite_model import read_tflite, read_weight_tensors
+    from edgedeploy.tflite.convert import convert_qat_int8
+    from edgedeploy.keras.model import base_name
+    from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
 
     keras.utils.set_random_seed(7)
     inp = keras.Input((12, 12, 3))
@@ -337,8 +337,8 @@ def test_separable_conv_is_split_so_both_kernels_get_palettes(keras, tmp_path):
     DepthwiseConv2D and 1x1 Conv2D the converter writes for it: the same function, and then each kernel gets its
     own palette in the int8 model (left whole, neither would: the palette node knows Conv/Depthwise/Dense only)."""
     from edgedeploy.optimize import palette
-    from edgedeploy.convert import convert_int8
-    from edgedeploy.keras_model import split_separable
+    from edgedeploy.tflite.convert import convert_int8
+    from edgedeploy.keras.model import split_separable
 
     keras.utils.set_random_seed(8)
     inp = keras.Input((12, 12, 3))

@@ -48,7 +48,7 @@ def test_help_shows_the_typed_parameters_and_importing_the_package_stays_light()
             "assert \"model: 'str | os.PathLike[str] | tf_keras.Model | keras.Model'\" in text, text; "
             "assert \"calibration: 'Callable[[], Iterable[Any]] | Iterable[Any] | None' = None\" in text; "
             "assert 'Returns:' in text; "
-            "from edgedeploy.optimize import make_runner; import edgedeploy.optimize.walk; "
+            "from edgedeploy.pipeline.tree_run import make_runner; "
             "assert callable(edgedeploy.optimize) and not isinstance(edgedeploy.optimize, type(sys)); "
             "assert 'tensorflow' not in sys.modules and 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -68,7 +68,7 @@ def small_run(tmp_path_factory):
     import numpy as np
 
     import edgedeploy
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
     import keras  # Keras 3: its model is saved and rebuilt in tf_keras
@@ -110,7 +110,7 @@ def test_an_endless_dataset_is_refused(tmp_path):
     import numpy as np
 
     import edgedeploy
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.errors import InvalidInputError
 
     tf, keras = tfenv.load().tf, tfenv.load().keras
@@ -128,7 +128,7 @@ def test_a_python_preprocessing_function_and_a_calibration_generator_reach_every
     import numpy as np
 
     import edgedeploy
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     rng = np.random.default_rng(9)

@@ -15,7 +15,7 @@ SHAPE = (16, 16, 8)
 
 
 def _zoo(name: str):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     t = tfenv.load()
     tf, L = t.tf, t.keras.layers
@@ -40,7 +40,7 @@ def _zoo(name: str):
 
 
 def _int8_model(name: str, path):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     t = tfenv.load()
     tf, keras = t.tf, t.keras

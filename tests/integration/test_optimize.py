@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.recipe import Recipe, load_recipe
-from edgedeploy.tflite_model import read_tflite, read_weight_tensors
+from edgedeploy.config.recipe import Recipe, load_recipe
+from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
 
 LEAVES = Recipe().leaves  # the default leaves (the palette-aware ones are asked for by name)
 
@@ -40,7 +40,7 @@ def kws_data(shared_data, tmp_path_factory, stratified) -> Path:
 
 @pytest.fixture(scope="session")
 def kws_tree(shared_data, kws_data, tmp_path_factory):
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     out = tmp_path_factory.mktemp("tree")
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
@@ -80,7 +80,7 @@ def test_pruned_leaves_keep_sparsity_in_int8(kws_tree, leaf):
 
 @pytest.mark.parametrize("leaf", CLUSTERED_LEAVES)
 def test_clustered_leaves_have_at_most_16_values_per_kernel(kws_tree, leaf):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     node = kws_tree.nodes[leaf]
@@ -126,7 +126,7 @@ def test_manifest_holds_the_tree(kws_tree, kws_data):
 
 
 def test_rerun_reuses_every_stage(kws_tree, shared_data, kws_data):
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7})
     before = {k: v.started for k, v in kws_tree.leaves.items()}
@@ -196,8 +196,8 @@ def keras3_models(kws_data, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", ["functional.keras", "functional.h5", "sequential.keras", "sequential.h5"])
 def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models, kws_data, name):
-    from edgedeploy import tfenv
-    from edgedeploy.keras_model import load_model
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.model import load_model
 
     model, _ = load_model(keras3_models / name)
     assert isinstance(model, tfenv.load().keras.Model)  # tf_keras, which TFMOT can wrap
@@ -208,7 +208,7 @@ def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models,
 
 
 def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": ["ptq", "pcqat"]})
@@ -234,7 +234,7 @@ def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, k
 
 
 def test_lambda_layers_need_trust(tmp_path, kws_data):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     inp = keras.Input((49, 10, 1))
@@ -251,7 +251,7 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
 
 def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
     """Train ``model`` for 2 epochs on the fine-tune split of ``data``, then run the tree on it (1 epoch a stage)."""
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     d = np.load(data)
     fit = d["split"] == 0
@@ -269,7 +269,7 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
     Conv1D as the Conv2D the converter writes for it (between two reshapes; a batch norm and ReLU after it move
     with it), so its kernel is pruned, clustered and palette-trained, and the QAT leaves' int8 graph is the ptq
     leaf's: no separate RELU or requantizing QUANTIZE around the max pooling."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(13)
@@ -309,7 +309,7 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
     whatever the scheme, so PCQAT trained them without the preserving quantizers and the stage failed its
     preservation check (zeros gone). A linear Activation between each such layer and the Concatenate keeps them
     in the scheme; checked on the pcqat leaf's int8 kernels."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(17)
@@ -339,7 +339,7 @@ def test_a_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(
     PCQAT trained the convolution freely and the stage failed its preservation check (zeros gone). An identity
     layer between the two keeps the scheme's config; the int8 model is the ptq leaf's graph, the ReLU fused into
     its convolution."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(23)
@@ -369,7 +369,7 @@ def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, k
     train it unquantized and lose its zeros and clusters. The tree splits each one into the DepthwiseConv2D and
     1x1 Conv2D it computes (the two operators the converter writes), so the 1x1 half is pruned, clustered and
     quantization-aware trained like any convolution; checked here on the pcqat leaf's int8 kernels."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(11)
@@ -398,9 +398,9 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     Dense the converter (TF 2.21) quantizes the next layer's bias for another input scale, and the int8 QAT leaf
     lost 14 points against its own QAT model. The tree starts QAT's ranges from the float parent instead
     (recipe qat_ranges = "calibrated", the default); with TFMOT's start the conversion is refused."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(19)
@@ -430,7 +430,7 @@ def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(
     """A GRU that is not unrolled becomes a loop whose int8 calibration crashes TFLite's converter (a segmentation
     fault), and an LSTM's QAT model does not convert: refused with one line before anything is written. An LSTM
     itself converts to one operator, so its ptq leaf is built."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
 

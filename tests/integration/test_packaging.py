@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from edgedeploy.targets import builtin_target_names
+from edgedeploy.config.targets import builtin_target_names
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,13 +21,13 @@ def test_wheel_contains_every_target_and_installed_copy_finds_them(tmp_path):
     assert shipped == builtin_target_names() and len(shipped) == 15
     # the template files the export and the firmware build render are package data
     for template in ("export/templates/CMakeLists.txt.in", "export/templates/edgedeploy.cmake.in",
-                     "emulate/templates/main.cc.in", "emulate/templates/tflm.cmake",
-                     "emulate/templates/firmware_CMakeLists.txt.in", "emulate/templates/arm-none-eabi.cmake"):
+                     "hil/emulate/templates/main.cc.in", "hil/emulate/templates/tflm.cmake",
+                     "hil/emulate/templates/firmware_CMakeLists.txt.in", "hil/emulate/templates/arm-none-eabi.cmake"):
         assert f"edgedeploy/{template}" in names, template
     # unpacked on its own (no source tree), the package finds its targets inside itself
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from edgedeploy.targets import builtin_targets_dir, "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from edgedeploy.config.targets import builtin_targets_dir, "
             "get_target; print(builtin_targets_dir()); print(get_target('corstone-320-u85-256').fvp.binary)")
     out = subprocess.run([sys.executable, "-c", code, str(site)], check=True, capture_output=True, text=True,
                          cwd=tmp_path).stdout.split()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.tflite_model import read_weight_tensors
+from edgedeploy.tflite.reader import read_weight_tensors
 
 pytestmark = pytest.mark.requires_data
 

@@ -19,9 +19,9 @@ CLUSTERS, SPARSITY = 16, 0.5
 @pytest.fixture(scope="module")
 def node(shared_data):
     """The published float DS-CNN, folded and projected as the palette node does (nearest projection)."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
-    from edgedeploy.keras_model import fuse_separate_relu
+    from edgedeploy.keras.model import fuse_separate_relu
 
     keras = tfenv.load().keras
     original = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
@@ -57,7 +57,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
     _, model, folded, plan, x = node
     as_folded = palette.palette_qat_model(model, plan, 0)
     unfolded = palette.palette_qat_model(model, plan, 0, folded)
-    from edgedeploy.keras_model import base_name
+    from edgedeploy.keras.model import base_name
 
     seen = 0
     for layer, quantizer in palette.palette_layers(unfolded):
@@ -102,7 +102,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
 def effective_kernels(model) -> dict[str, np.ndarray]:
     """Per palette layer, its weight quantizer's output in inference mode (what the layer multiplies with)."""
     from edgedeploy.optimize import palette
-    from edgedeploy.keras_model import base_name
+    from edgedeploy.keras.model import base_name
 
     out = {}
     for layer, quantizer in palette.palette_layers(model):

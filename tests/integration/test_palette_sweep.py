@@ -11,9 +11,9 @@ pytestmark = pytest.mark.requires_data
 @pytest.fixture(scope="module")
 def folded(shared_data, tmp_path_factory):
     """The published float DS-CNN with its batch norms folded (the palette node's first step), and its hold-out."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
-    from edgedeploy.keras_model import fuse_separate_relu
+    from edgedeploy.keras.model import fuse_separate_relu
 
     keras = tfenv.load().keras
     original = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
@@ -56,7 +56,7 @@ def _scores(model, x, y):
 
 @pytest.mark.parametrize("compensated", [False, True], ids=["nearest", "gptq"])
 def test_items_in_a_process_pool_match_in_process(folded, hessians, tmp_path, compensated):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
 
     keras = tfenv.load().keras
@@ -92,7 +92,7 @@ def test_items_as_ray_tasks_match_the_process_pool(folded, hessians, tmp_path, r
 def test_layer_hessians_reproduce_each_layers_own_output(folded, hessians):
     """k^T H k must equal the mean square of the layer's linear output (no bias, no activation) for any kernel k:
     checked with TensorFlow's own convolutions, so patch order, padding, strides and depthwise channels agree."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
 
     env = tfenv.load()
@@ -125,7 +125,7 @@ def test_layer_hessians_reproduce_each_layers_own_output(folded, hessians):
 def test_compensation_keeps_the_real_model_closer_on_unseen_clips(folded, hessians):
     """Every layer at 8 palette values: the error-compensated model loses far less than nearest-value snapping,
     scored on fine-tune clips the hessians never saw."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
 
     keras = tfenv.load().keras
@@ -145,8 +145,8 @@ def test_compensation_keeps_the_real_model_closer_on_unseen_clips(folded, hessia
 @pytest.mark.slow
 def test_sweep_chooses_a_plan_within_budget_with_vela_sizes(folded, shared_data, tmp_path):
     from edgedeploy.optimize import palette
-    from edgedeploy.data import load_dataset
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.config.data import load_dataset
+    from edgedeploy.config.recipe import load_recipe
 
     model, _, _, _ = folded
     data = load_dataset(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", (49, 10, 1), 12)
@@ -179,11 +179,11 @@ def test_sweep_chooses_a_plan_within_budget_with_vela_sizes(folded, shared_data,
 def test_sweep_meets_a_size_budget_that_vela_confirms(folded, shared_data, tmp_path):
     """``size_budget``: the plan's encoded weights, compiled anew by Vela, are within the fraction of the int8
     reference's (the published model, as the ptq leaf converts it)."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
-    from edgedeploy.convert import convert_int8
-    from edgedeploy.data import load_dataset
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.tflite.convert import convert_int8
+    from edgedeploy.config.data import load_dataset
+    from edgedeploy.config.recipe import load_recipe
 
     keras = tfenv.load().keras
     model, _, _, _ = folded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgedeploy.compile import CompileOptions, compile_tflite
+from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 
 pytestmark = pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.recipe import load_recipe
+from edgedeploy.config.recipe import load_recipe
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws_tree"
 
@@ -22,9 +22,9 @@ def _epoch(iso: str) -> float:
 @pytest.mark.slow
 def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
-    from edgedeploy.compile import CompileOptions, resolve_targets
-    from edgedeploy.manifest import Manifest
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
+    from edgedeploy.core.manifest import Manifest
+    from edgedeploy.pipeline.tree_run import optimize
 
     model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
     recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
@@ -70,10 +70,10 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
 @pytest.mark.slow
 def test_a_walk_on_ray_starts_ray_once_and_stops_where_the_local_walk_stops(tmp_path, ray_home, monkeypatch):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
-    from edgedeploy import ray_executor
-    from edgedeploy.compile import CompileOptions, resolve_targets
+    from edgedeploy.vela import ray as ray_executor
+    from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
     from edgedeploy.report import Requirements
-    from edgedeploy.walk import walk
+    from edgedeploy.pipeline.walk import walk
 
     starts = []
     real = ray_executor.init_ray

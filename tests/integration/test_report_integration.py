@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.compile import compile_tflite
-from edgedeploy.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
+from edgedeploy.pipeline.compile import compile_tflite
+from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
 from edgedeploy.report import ALL_COLUMNS, Requirements, build_report
 from edgedeploy.report.plot_inputs import weight_stages
 from edgedeploy.report.render import render, render_html
@@ -516,7 +516,7 @@ def tfmot_clustered_int8(shared_data, tmp_path_factory) -> Path:
     """The float DS-CNN clustered to 16 centroids per kernel with TFMOT, then converted to int8 (per channel)."""
     import numpy as np
 
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tf, keras, cl = env.tf, env.keras, env.tfmot.clustering.keras

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy import structured
+from edgedeploy.config import pattern as structured
 
 EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
 
@@ -35,9 +35,9 @@ def _conv_model(keras, seed: int):
 def test_vela_counts_fewer_macs_only_for_groups_along_input_channels(tmp_path):
     """Zero two of every four weights along the input channels (this module's groups) and, as a control, along
     the output channels: Vela 5.2 for Ethos-U85 counts fewer MACs only for the first."""
-    from edgedeploy import tfenv
-    from edgedeploy.convert import convert_int8
-    from edgedeploy.compile import CompileOptions, compile_tflite
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import convert_int8
+    from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 
     env = tfenv.load()
     rng = np.random.default_rng(0)
@@ -78,9 +78,9 @@ def _small_npz(src: Path, out: Path, fit: int, ev: int, seed: int = 0) -> Path:
 
 @pytest.mark.requires_data
 def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_data, tmp_path):
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
-    from edgedeploy.tflite_model import read_weight_tensors
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", tmp_path / "kws.npz", 640, 400)
     recipe = load_recipe(overrides={"leaves": ["pruned_clustered", "pcqat"], "epochs": 1, "min_steps": 0, "seed": 3,
@@ -104,7 +104,7 @@ def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_d
 
 
 def test_a_stage_that_breaks_the_pattern_fails_with_the_layer_named():
-    from edgedeploy import preserve
+    from edgedeploy.optimize import preserve
     from edgedeploy.errors import PreservationError
 
     k = np.random.default_rng(0).normal(size=(1, 1, 8, 4)).astype(np.float32)
@@ -118,10 +118,10 @@ def test_a_stage_that_breaks_the_pattern_fails_with_the_layer_named():
 
 @pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_data, tmp_path):
-    from edgedeploy.compile import CompileOptions, compile_run
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.tflite.reader import read_tflite
 
     data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz", tmp_path / "kws.npz", 300, 300)
     recipe = load_recipe(overrides={"leaves": ["ptq", "ptq_16x8"], "calibration_samples": 200})
@@ -141,7 +141,7 @@ def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_dat
 
 def test_float16_and_dynamic_range_are_refused_as_not_npu_formats():
     from edgedeploy.errors import UsageError
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.config.recipe import load_recipe
 
     for leaf in ("float16", "dynamic_range"):
         with pytest.raises(UsageError, match="not an NPU format"):
@@ -149,8 +149,8 @@ def test_float16_and_dynamic_range_are_refused_as_not_npu_formats():
 
 
 def test_ptq_16x8_names_an_lstm_the_converter_has_no_16x8_kernel_for():
-    from edgedeploy import tfenv
-    from edgedeploy.convert16 import convert_16x8
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert16 import convert_16x8
     from edgedeploy.errors import ToolFailedError
 
     keras = tfenv.load().keras

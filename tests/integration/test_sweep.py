@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.manifest import Manifest
+from edgedeploy.core.manifest import Manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep" / "edgedeploy.toml"
 TARGET = "ethos-u55-128"

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from edgedeploy.recipe import load_recipe
+from edgedeploy.config.recipe import load_recipe
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws_tree"
 VOLATILE = ("started", "seconds")  # when and how long; everything else of a record must match
@@ -46,9 +46,9 @@ def _comparable(rec) -> dict:
 
 
 def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
-    from edgedeploy.compile import CompileOptions, resolve_targets
-    from edgedeploy.manifest import Manifest
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
+    from edgedeploy.core.manifest import Manifest
+    from edgedeploy.pipeline.tree_run import optimize
 
     model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
     recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
@@ -92,7 +92,7 @@ def test_a_stage_worker_that_dies_ends_as_one_line_with_exit_6():
     import pytest
 
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.stage_workers import LocalStages
+    from edgedeploy.pipeline.runners.local import LocalStages
 
     runner = LocalStages(2)
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.recipe import load_recipe
-from edgedeploy.tflite_model import read_weight_tensors
+from edgedeploy.config.recipe import load_recipe
+from edgedeploy.tflite.reader import read_weight_tensors
 
 SEED = 0
 UNITS = (128, 128, 8, 128, 128)  # (MLPerf Tiny AD: 128 x4, 8, 128 x4; two of each here to train in seconds)
@@ -50,7 +50,7 @@ def anomaly_data(shared_data, tmp_path_factory):
 def autoencoder(anomaly_data, tmp_path_factory) -> Path:
     """The float autoencoder, trained for a few epochs with a reconstruction loss and saved uncompiled (so the
     loss must come from the data)."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tfenv.set_seed(SEED)
@@ -73,7 +73,7 @@ def autoencoder(anomaly_data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
                                     "seed": SEED})
@@ -108,7 +108,7 @@ def test_pcqat_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
 
 
 def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
-    from edgedeploy.compile import compile_run
+    from edgedeploy.pipeline.compile import compile_run
     from edgedeploy.report import build_report
     from edgedeploy.report.render import render
 
@@ -128,7 +128,7 @@ def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
 def test_a_reconstruction_leaf_exports_golden_vectors_without_class_labels(ad_tree, anomaly_data, tmp_path):
     """Its targets are the inputs, not class indices: export takes the evaluation rows in file order and
     writes golden outputs equal to a TFLM run, with no label."""
-    from edgedeploy.compile import compile_run
+    from edgedeploy.pipeline.compile import compile_run
 
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     fw = tmp_path / "fw"
@@ -167,7 +167,7 @@ def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_
 @pytest.fixture(scope="module")
 def denoiser(shared_data, tmp_path_factory):
     """A small convolutional denoiser: noisy MFCC maps in, the clean maps (float targets) out, trained briefly."""
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
 
     x, _, split = _features(shared_data)
     rng = np.random.default_rng(SEED)
@@ -197,7 +197,7 @@ def denoiser(shared_data, tmp_path_factory):
 
 
 def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(denoiser, tmp_path):
-    from edgedeploy.optimize import optimize
+    from edgedeploy.pipeline.tree_run import optimize
 
     model, data = denoiser
     recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
@@ -210,7 +210,7 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     ptq = outcome.leaves["ptq"].metrics
     assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
     assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
-    from edgedeploy.compile import compile_run
+    from edgedeploy.pipeline.compile import compile_run
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
     # (the data file lies outside the run folder, so it is named: export never follows a recorded path out)

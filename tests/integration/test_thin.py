@@ -55,8 +55,8 @@ def _masked(keras, model, keep):
 
 
 def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model():
-    from edgedeploy import tfenv
-    from edgedeploy.keras_thin import channel_groups, kernel_channels, thin_model
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
 
     keras = tfenv.load().keras
     model = _coupled_model(keras)
@@ -77,9 +77,9 @@ def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model
 
 
 def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
-    from edgedeploy import tfenv
-    from edgedeploy.keras_model import conv1d_as_conv2d
-    from edgedeploy.keras_thin import channel_groups
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.model import conv1d_as_conv2d
+    from edgedeploy.keras.thin import channel_groups
 
     keras = tfenv.load().keras
     inp = keras.Input((16, 4))
@@ -98,9 +98,9 @@ def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
 
 
 def test_a_stage_that_changes_a_thinned_width_fails_with_exit_9(tmp_path):
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.errors import PreservationError
-    from edgedeploy.keras_thin import channel_groups, thin_model
+    from edgedeploy.keras.thin import channel_groups, thin_model
     from edgedeploy.optimize.node import channels_kept
 
     env = tfenv.load()
@@ -149,10 +149,10 @@ def _tiny_dscnn(keras, path, blocks: int, width: int):
 def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
     """The tree's thinned leaf on a model with one group of channels: its width from Vela's staircase, kept in
     its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles."""
-    from edgedeploy import tfenv
-    from edgedeploy.compile import CompileOptions, compile_run
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
 
     keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
@@ -179,10 +179,10 @@ def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
 @pytest.mark.slow
 def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
     """Three groups (a first convolution and two pointwise ones) searched together on the 25-row grid."""
-    from edgedeploy import tfenv
-    from edgedeploy.compile import CompileOptions, compile_run
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
 
     keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
@@ -208,11 +208,11 @@ def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
 def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_path):
     """ptq, qat and pruned keep the full model's cycles on Ethos-U55; the thinned leaf, aimed by the walk at the
     requirement itself, meets it, is recommended, and the deeper pcqat is never trained."""
-    from edgedeploy import tfenv
-    from edgedeploy.compile import CompileOptions, compile_run, resolve_targets
-    from edgedeploy.optimize import optimize
-    from edgedeploy.recipe import load_recipe
-    from edgedeploy.walk import requirements_from_options, walk
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run, resolve_targets
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.pipeline.walk import requirements_from_options, walk
 
     keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")

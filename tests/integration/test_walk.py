@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.manifest import Manifest
+from edgedeploy.core.manifest import Manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kws_tree"
 FLASH_LIMIT = 32768  # between the pruned leaf (~27.7 kB) and ptq (~35.9 kB) compiled for ethos-u55-128
@@ -40,7 +40,7 @@ def run_cli(*args):
 
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory):
-    from edgedeploy.walk import walk_project
+    from edgedeploy.pipeline.walk import walk_project
 
     tmp = tmp_path_factory.mktemp("walk")
     out = tmp / "run"

@@ -9,7 +9,7 @@ import pytest
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.export.bundle import cmake_path, read_bundle_manifest
-from edgedeploy.manifest import Artifact, Manifest
+from edgedeploy.core.manifest import Artifact, Manifest
 
 SHA = "ab" * 32
 GOOD = {

@@ -60,7 +60,7 @@ def test_help_and_completion_import_neither_tensorflow_nor_vela():
 def recorded(monkeypatch):
     """Replace the compile command's prestart hook by one that records what it was given and starts one
     real Vela worker whose closing is recorded."""
-    from edgedeploy.vela_pool import VelaPool
+    from edgedeploy.vela.pool import VelaPool
 
     calls: list[dict] = []
     closed: list[bool] = []
@@ -120,7 +120,7 @@ def test_compile_prestart_starts_workers_only_for_a_new_tflite_run(tmp_path):
 
 def test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_by_other_commands(tmp_path):
     from edgedeploy.cli.compile import prestart
-    from edgedeploy.vela_worker import WarmWorker
+    from edgedeploy.vela.worker import WarmWorker
 
     warm = WarmWorker()
     base = {"models": (str(EXAMPLE_MODEL),), "target": ["ethos-u55-128", "ethos-u85-256"], "jobs": "2",
@@ -144,7 +144,7 @@ def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool():
     import signal
     from concurrent.futures.process import BrokenProcessPool
 
-    from edgedeploy.vela_worker import WarmWorker
+    from edgedeploy.vela.worker import WarmWorker
 
     warm = WarmWorker()
     try:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from edgedeploy.cli.app import app
 from edgedeploy.errors import ToolMissingError
 from edgedeploy.fvp import discovery
-from edgedeploy.manifest import Artifact, Manifest, StageRecord
+from edgedeploy.core.manifest import Artifact, Manifest, StageRecord
 
 REPO = Path(__file__).resolve().parents[2]
 EDGEDEPLOY = REPO / ".venv" / "bin" / "edgedeploy"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from edgedeploy.cli.optimize import leaves_json
-from edgedeploy.manifest import StageRecord
+from edgedeploy.core.manifest import StageRecord
 
 
 def _rec(leaf, details):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgedeploy.compile import keep_apart, variant_names
+from edgedeploy.pipeline.compile import keep_apart, variant_names
 
 
 def test_names_come_from_files_and_folders_tell_same_named_files_apart():

@@ -1,6 +1,6 @@
 """The operator named when TFLite's 16x8 conversion refuses a model, read from the converter's own message."""
 
-from edgedeploy.convert16 import _failed_operator
+from edgedeploy.tflite.convert16 import _failed_operator
 
 
 def test_the_converters_op_colon_message_names_the_operator():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgedeploy.data import load_dataset
+from edgedeploy.config.data import load_dataset
 from edgedeploy.errors import InvalidInputError, UsageError
-from edgedeploy.recipe import LEAVES, load_recipe, nodes_for
+from edgedeploy.config.recipe import LEAVES, load_recipe, nodes_for
 
 
 def _npz(tmp_path, **arrays):
@@ -138,7 +138,7 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
     """Each technique of the default fine-tuning can be turned off from the command line."""
     import importlib
 
-    optimize_module = importlib.import_module("edgedeploy.optimize")  # the subpackage (edgedeploy.optimize is the API's function)
+    optimize_module = importlib.import_module("edgedeploy.pipeline.tree_run")  # the subpackage (edgedeploy.optimize is the API's function)
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app
@@ -169,7 +169,7 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     """Messages name recipe tables such as [training]; the terminal prints them as they are, not as markup."""
     import importlib
 
-    optimize_module = importlib.import_module("edgedeploy.optimize")  # the subpackage (edgedeploy.optimize is the API's function)
+    optimize_module = importlib.import_module("edgedeploy.pipeline.tree_run")  # the subpackage (edgedeploy.optimize is the API's function)
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app

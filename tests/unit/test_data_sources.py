@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgedeploy.data import load_dataset
+from edgedeploy.config.data import load_dataset
 from edgedeploy.data_sources import DATA_FILE, DataOptions, prepare_data
 from edgedeploy.data_sources.audio import decode_wavs
 from edgedeploy.data_sources.folders import list_folder
@@ -173,7 +173,7 @@ def test_the_preprocessing_function_runs_on_every_sample_and_is_recorded_with_it
 def test_preprocessing_code_is_imported_only_when_named(tmp_path):
     """An .npz without --preprocess is used as it is; a module on the path is not imported by loading a recipe."""
     (tmp_path / "fe_probe.py").write_text("def f(x):\n    return x\n")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from edgedeploy.recipe import load_recipe; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from edgedeploy.config.recipe import load_recipe; "
             "r = load_recipe(overrides={'preprocess': 'fe_probe:f'}); assert r.preprocess == 'fe_probe:f'; "
             "assert 'fe_probe' not in sys.modules; "
             "from edgedeploy.data_sources.preprocess import load_preprocess; p = load_preprocess(r.preprocess); "

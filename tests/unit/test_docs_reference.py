@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.errors import EdgeDeployError
-from edgedeploy.project import load_project
-from edgedeploy.recipe import load_recipe
-from edgedeploy.targets import builtin_targets_dir
+from edgedeploy.pipeline.project import load_project
+from edgedeploy.config.recipe import load_recipe
+from edgedeploy.config.targets import builtin_targets_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,8 +125,8 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_a_key_without_help_is_a_warning_that_fails_a_strict_build(ref, caplog, monkeypatch):
-    from edgedeploy import targets
-    from edgedeploy.settings import Key
+    from edgedeploy.config import targets
+    from edgedeploy.config.keys import Key
 
     monkeypatch.setattr(targets, "TARGET_KEYS", (*targets.TARGET_KEYS, Key("clocks.cpu_hz", int, minimum=1)))
     with caplog.at_level(logging.WARNING):

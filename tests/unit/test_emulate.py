@@ -1,4 +1,4 @@
-"""edgedeploy.emulate without building: output parsing on recorded QEMU runs, the linker script, kernel selection,
+"""edgedeploy.hil.emulate without building: output parsing on recorded QEMU runs, the linker script, kernel selection,
 the comparison, and the clean failures when a piece is missing."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
-from edgedeploy.emulate import firmware, qemu, tflm, toolchain
-from edgedeploy.emulate.run import EmulationResult, compare_vectors, decode_outputs, record_measurement
+from edgedeploy.hil.emulate import firmware, qemu, tflm, toolchain
+from edgedeploy.hil.emulate.run import EmulationResult, compare_vectors, decode_outputs, record_measurement
 from edgedeploy.errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "emulate"
@@ -209,7 +209,7 @@ def test_cli_on_a_bundle_without_cpu_path(tmp_path):
 
 
 def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_path):
-    from edgedeploy.doctor import emulation_checks
+    from edgedeploy.pipeline.doctor import emulation_checks
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(toolchain.TFLM_ENV, raising=False)
@@ -223,7 +223,7 @@ def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_pat
 
 @needs_tree
 def test_doctor_finds_the_tree_from_the_environment(monkeypatch):
-    from edgedeploy.doctor import emulation_checks
+    from edgedeploy.pipeline.doctor import emulation_checks
 
     monkeypatch.setenv(toolchain.TFLM_ENV, str(TREE))
     tree = {c.name: c for c in emulation_checks(have_gcc=False)}["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"]

@@ -14,7 +14,7 @@ import pytest
 
 from edgedeploy import export as ex
 from edgedeploy.errors import InvalidInputError, UsageError
-from edgedeploy.tflite_model import TensorInfo
+from edgedeploy.tflite.reader import TensorInfo
 
 INT8_IN = TensorInfo("input_1", (1, 49, 10, 1), "int8", (0.5847029089927673,), (83,))
 INT8_OUT = TensorInfo("Identity", (1, 12), "int8", (0.00390625,), (-128,))
@@ -337,7 +337,7 @@ def test_replacing_an_earlier_bundle(tmp_path):
 
 def test_export_and_testing_modules_do_not_import_tensorflow():
     code = (
-        "import sys, edgedeploy.export, edgedeploy.testing, edgedeploy.cli.export;"
+        "import sys, edgedeploy.export, edgedeploy.hil.testing, edgedeploy.cli.export;"
         "print(sorted(m for m in ('tensorflow', 'tflite_micro', 'ethosu') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

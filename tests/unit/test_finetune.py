@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from edgedeploy.data import load_dataset
+from edgedeploy.config.data import load_dataset
 from edgedeploy.errors import InvalidInputError, UsageError
-from edgedeploy.finetune import Selector, holdout_split, learning_rate_at, log_probs, pruning_plan
-from edgedeploy.recipe import Recipe, load_recipe
+from edgedeploy.optimize.finetune.loop import Selector, holdout_split, learning_rate_at, log_probs, pruning_plan
+from edgedeploy.config.recipe import Recipe, load_recipe
 
 # --------------------------------------------------------------------------- pruning schedule
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgedeploy.errors import UsageError
-from edgedeploy.optimize.fitlength import stretch
-from edgedeploy.recipe import load_recipe
+from edgedeploy.optimize.finetune.length import stretch
+from edgedeploy.config.recipe import load_recipe
 
 
 def test_small_data_gets_more_epochs_large_data_keeps_its_own():

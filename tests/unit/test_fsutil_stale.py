@@ -10,8 +10,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgedeploy.errors import UsageError
-from edgedeploy.fsutil import (LOCK_NAME, SCRATCH, SCRATCH_MARK, STAGE_MARK, atomic_write_text, discard_scratch,
-                               lock_run_dir, new_staging_dir, promote, release_run_dirs)
+from edgedeploy.core.files import (
+    LOCK_NAME,
+    SCRATCH,
+    SCRATCH_MARK,
+    STAGE_MARK,
+    atomic_write_text,
+    discard_scratch,
+    lock_run_dir,
+    new_staging_dir,
+    promote,
+    release_run_dirs,
+)
 
 # user files whose names look like what a killed command leaves (the shapes the clean-up once matched)
 LOOKALIKES = [".profile.old1", "docs/.notes.txt.old2", "docs/drafts/.thesis.tex.abcdefgh.part", ".ssh.old3/key",

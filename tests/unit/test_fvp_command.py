@@ -20,7 +20,7 @@ from edgedeploy.fvp.command import (
     region_limits,
     timelimit_for,
 )
-from edgedeploy.targets import get_target, list_targets
+from edgedeploy.config.targets import get_target, list_targets
 
 BOARDS = ["corstone-300-u55-128", "corstone-300-u65-256", "corstone-310-u55-256", "corstone-320-u85-256"]
 

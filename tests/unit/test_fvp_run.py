@@ -21,9 +21,9 @@ from edgedeploy.fvp.run import (
     tensor_bytes,
     zero_input,
 )
-from edgedeploy.manifest import Manifest, Metric, StageRecord
-from edgedeploy.targets import get_target
-from edgedeploy.tflite_model import TensorInfo
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord
+from edgedeploy.config.targets import get_target
+from edgedeploy.tflite.reader import TensorInfo
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "fvp"
 INT8_IN = TensorInfo("input_1", (1, 49, 10, 1), "int8", (0.5847029089927673,), (83,))
@@ -121,7 +121,7 @@ def test_input_is_eval_sample_when_convert_recorded_data_else_zero(tmp_path):
     npz = tmp_path / "data.npz"
     x = np.random.default_rng(0).normal(0, 3, size=(4, 49, 10, 1)).astype(np.float32)
     np.savez(npz, x=x, y=np.arange(4), split=np.array([0, 0, 1, 1]))
-    # details["data"] as the convert stage records it (edgedeploy.data.Dataset.describe())
+    # details["data"] as the convert stage records it (edgedeploy.config.data.Dataset.describe())
     convert = StageRecord(id="convert/leaf", stage="convert", status="ok", variant="leaf",
                           details={"data": {"path": str(npz), "layout": "x/y/split", "eval_split": "split == 1"}})
     manifest = _manifest_with(tmp_path, [convert])

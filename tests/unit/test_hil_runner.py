@@ -25,10 +25,10 @@ import pytest
 from edgedeploy.errors import InvalidInputError, ToolFailedError
 from edgedeploy.export import npz_bytes
 from edgedeploy.export.runner import FILES, runner_files
-from edgedeploy.fsutil import sha256_bytes
+from edgedeploy.core.files import sha256_bytes
 from edgedeploy.hil import frame as fr
 from edgedeploy.hil.serial_device import SerialDevice, parse_device
-from edgedeploy.proc import run_command
+from edgedeploy.core.proc import run_command
 
 HERE = Path(__file__).parent
 SHA = "ab" * 32
@@ -332,8 +332,8 @@ def pytest_argv(*args: str) -> list[str]:
     from importlib.metadata import entry_points
 
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
-    if not any(ep.value == "edgedeploy.testing" for ep in entry_points(group="pytest11")):
-        argv[3:3] = ["-p", "edgedeploy.testing"]  # a source checkout that was not installed
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        argv[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
     return argv
 
 
@@ -374,7 +374,7 @@ def test_the_hil_sample_fails_in_one_line_on_a_silent_device(tmp_path):
 
 
 def test_serve_address_and_qemu_command_line():
-    from edgedeploy.emulate.serve import parse_address, qemu_serve_argv
+    from edgedeploy.hil.emulate.serve import parse_address, qemu_serve_argv
     from edgedeploy.errors import UsageError
 
     assert parse_address("tcp:4000") == ("127.0.0.1", 4000)  # this machine only, unless a host is named
@@ -388,7 +388,7 @@ def test_serve_address_and_qemu_command_line():
 
 
 def test_run_until_stopped_stops_the_program_on_an_interrupt(tmp_path):
-    from edgedeploy.proc import run_until_stopped
+    from edgedeploy.core.proc import run_until_stopped
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""HIL helpers (edgedeploy.testing) on a small hand-made bundle: loading, comparing, reports, transports."""
+"""HIL helpers (edgedeploy.hil.testing) on a small hand-made bundle: loading, comparing, reports, transports."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from edgedeploy import testing as hil
+from edgedeploy.hil import testing as hil
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.export import npz_bytes
-from edgedeploy.fsutil import sha256_bytes
+from edgedeploy.core.files import sha256_bytes
 
 SCALE, ZP = 0.00390625, -128
 

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgedeploy import fsutil
+from edgedeploy.core import files as fsutil
 from edgedeploy.errors import EdgeDeployError, InvalidInputError, UsageError
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "report" / "run_u55_u85"
@@ -79,17 +79,17 @@ def make_special(path: Path, kind: str) -> Path:
 
 
 def _readers():
-    from edgedeploy.data import load_dataset, read_targets
-    from edgedeploy.keras_model import inspect_model_file
-    from edgedeploy.manifest import Manifest
-    from edgedeploy.npz_input import read_npz
-    from edgedeploy.project import load_project
-    from edgedeploy.recipe import load_recipe
+    from edgedeploy.config.data import load_dataset, read_targets
+    from edgedeploy.keras.model import inspect_model_file
+    from edgedeploy.core.manifest import Manifest
+    from edgedeploy.core.npz import read_npz
+    from edgedeploy.pipeline.project import load_project
+    from edgedeploy.config.recipe import load_recipe
     from edgedeploy.report import requirements_from_project
     from edgedeploy.report.regressions import load_report_json
     from edgedeploy.report.sweep import load_sweep_record, load_sweep_report_json
-    from edgedeploy.targets import load_target_file
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.config.targets import load_target_file
+    from edgedeploy.tflite.reader import read_tflite
 
     # (what, file name, read(path-of-that-file))
     return [
@@ -130,7 +130,7 @@ def test_every_reader_refuses_what_is_not_a_bounded_regular_file(tmp_path, monke
 
 
 def test_a_3gib_tflite_is_refused_before_it_is_read(tmp_path):
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     model = tmp_path / "big.tflite"
     shutil.copyfile(Path(__file__).resolve().parents[2] / "examples" / "kws" / "dscnn_mlperf_int8.tflite", model)
@@ -178,7 +178,7 @@ def _poisonable(arrays):
 @given(layout=st.sampled_from(sorted(LAYOUTS)), pick=st.integers(0, 10**6), where=st.integers(0, 10**6),
        bad=st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_a_non_finite_value_in_any_array_is_named_with_its_first_index(tmp_path, layout, pick, where, bad):
-    from edgedeploy.data import load_dataset, read_targets
+    from edgedeploy.config.data import load_dataset, read_targets
 
     arrays = LAYOUTS[layout](np.random.default_rng(pick))
     names = _poisonable(arrays)
@@ -201,7 +201,7 @@ def test_a_non_finite_value_in_any_array_is_named_with_its_first_index(tmp_path,
 
 @pytest.mark.parametrize("row", [0, 3, 5])
 def test_one_hot_float_targets_with_a_nan_row_are_refused_not_read_as_regression(tmp_path, row):
-    from edgedeploy.data import read_targets
+    from edgedeploy.config.data import read_targets
 
     y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
     y[row] = np.nan
@@ -227,7 +227,7 @@ BAD_LIMITS = [
 
 @pytest.mark.parametrize("flag,value", BAD_LIMITS, ids=[f"{f}={v[:8]}" for f, v in BAD_LIMITS])
 def test_a_bad_limit_flag_is_refused_by_the_one_validator(flag, value):
-    from edgedeploy.walk import requirements_from_options
+    from edgedeploy.pipeline.walk import requirements_from_options
 
     name = flag[2:].replace("-", "_")
     kind = {"max_flash": str, "max_sram": str, "max_npu_cycles": int}.get(name, float)  # as typer converts it
@@ -264,7 +264,7 @@ def test_a_non_finite_tolerance_is_one_line_and_exit_2(tmp_path, tolerance):
                                        ("max_latency_ms", "-inf"), ("max_flash", HUGE), ("max_flash", "nan"),
                                        ("max_npu_cycles", HUGE), ("max_sram", '"1e400"'), ("max_accuracy_drop", "1e300")])
 def test_a_bad_limit_in_a_project_file_is_refused_by_both_readers(tmp_path, key, value):
-    from edgedeploy.project import load_project
+    from edgedeploy.pipeline.project import load_project
     from edgedeploy.report import requirements_from_project
 
     p = tmp_path / "edgedeploy.toml"
@@ -281,7 +281,7 @@ def test_a_bad_limit_in_a_project_file_is_refused_by_both_readers(tmp_path, key,
                              "max_npu_cycles"]),
        value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70)))
 def test_one_validator_accepts_exactly_the_documented_bounds(name, value):
-    from edgedeploy.requirements import BOUNDS, check_requirement
+    from edgedeploy.config.requirements import BOUNDS, check_requirement
 
     b = BOUNDS[name]
     ok = (math.isfinite(value) and (value > b.low if b.low_open else value >= b.low) and value <= b.high
@@ -316,7 +316,7 @@ def test_a_closed_stdin_or_stderr_is_no_matter():
 
 @pytest.mark.parametrize("member,content", [("notes.txt", b"hello"), ("x", b"\x93NUMPY"), ("sub/", b"")])
 def test_npz_members_that_are_not_arrays_are_one_error(tmp_path, member, content):
-    from edgedeploy.data import load_dataset, read_targets
+    from edgedeploy.config.data import load_dataset, read_targets
 
     path = tmp_path / "d.npz"
     np.savez(path, x=np.zeros((4, 3), np.float32), y=np.array([0, 1, 0, 1]), split=np.array([0, 0, 1, 1]))
@@ -328,7 +328,7 @@ def test_npz_members_that_are_not_arrays_are_one_error(tmp_path, member, content
 
 
 def test_an_npz_that_unpacks_beyond_the_limit_is_refused(tmp_path, monkeypatch):
-    from edgedeploy.npz_input import read_npz
+    from edgedeploy.core.npz import read_npz
 
     path = tmp_path / "d.npz"
     np.savez_compressed(path, x=np.zeros((1 << 16,), np.float32))  # 256 KiB that packs into a few hundred bytes

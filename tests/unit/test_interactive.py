@@ -13,8 +13,8 @@ from edgedeploy.report.columns import VALUE_COLUMNS
 
 def test_edgedeploy_optimize_is_the_typed_function_and_the_subpackage_still_imports():
     code = ("import sys, importlib, inspect, edgedeploy; f = edgedeploy.optimize; "
-            "sub = importlib.import_module('edgedeploy.optimize'); import edgedeploy.optimize.walk; "
-            "assert edgedeploy.optimize is f and inspect.isfunction(f) and hasattr(sub, 'make_runner'); "
+            "sub = importlib.import_module('edgedeploy.optimize'); import edgedeploy.pipeline.tree_run; "
+            "assert edgedeploy.optimize is f and inspect.isfunction(f) and hasattr(sub, 'fine_tune'); "
             "assert [p for p in inspect.signature(f).parameters][:3] == ['model', 'data', 'out']; "
             "assert 'tensorflow' not in sys.modules and 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from edgedeploy.errors import InvalidInputError, ToolFailedError
-from edgedeploy.manifest import Manifest, Metric
-from edgedeploy.stages import RunContext, StageResult, StageSpec, run_stage
+from edgedeploy.core.manifest import Manifest, Metric
+from edgedeploy.core.stage import RunContext, StageResult, StageSpec, run_stage
 
 
 def _stage(calls, fail=False):
@@ -85,7 +85,7 @@ def test_load_errors(tmp_path):
 def test_saved_text_is_plain_indented_json_and_follows_replaced_records(tmp_path):
     from pathlib import Path
 
-    from edgedeploy.manifest import Artifact, StageRecord, ToolInfo
+    from edgedeploy.core.manifest import Artifact, StageRecord, ToolInfo
 
     m = Manifest(tmp_path)
     m.save()
@@ -114,7 +114,7 @@ def test_atomic_writes_and_staging_folders_respect_the_umask(tmp_path):
     import os
     import stat
 
-    from edgedeploy.fsutil import atomic_write_text, new_staging_dir
+    from edgedeploy.core.files import atomic_write_text, new_staging_dir
 
     old = os.umask(0o022)
     try:
@@ -130,8 +130,8 @@ def test_atomic_writes_and_staging_folders_respect_the_umask(tmp_path):
 
 
 def test_stale_staging_of_a_killed_run_is_removed_and_nothing_else(tmp_path):
-    from edgedeploy.fsutil import new_staging_dir, release_run_dirs
-    from edgedeploy.stages import RunContext
+    from edgedeploy.core.files import new_staging_dir, release_run_dirs
+    from edgedeploy.core.stage import RunContext
 
     run = tmp_path / "run"
     ctx = RunContext.open(run)
@@ -155,7 +155,7 @@ def test_a_metric_that_is_not_a_number_is_a_damaged_manifest(tmp_path):
     import json
 
     from edgedeploy.errors import InvalidInputError
-    from edgedeploy.manifest import Manifest
+    from edgedeploy.core.manifest import Manifest
 
     stage = {"id": "compile/m/ethos-u55-128", "stage": "compile", "status": "ok", "variant": "m",
              "target": "ethos-u55-128", "metrics": {"sram_bytes": {"value": "NaN", "unit": "B"}}}

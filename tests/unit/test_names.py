@@ -6,7 +6,7 @@ import pytest
 
 from edgedeploy.errors import UsageError
 from edgedeploy.export.c_literals import c_string
-from edgedeploy.names import c_comment, check_name, is_valid
+from edgedeploy.core.names import c_comment, check_name, is_valid
 
 
 @pytest.mark.parametrize("kind,good", [
@@ -45,7 +45,7 @@ def test_c_text_is_escaped():
 
 
 def test_stage_folders_stay_inside_the_run(tmp_path):
-    from edgedeploy.stages import RunContext
+    from edgedeploy.core.stage import RunContext
 
     ctx = RunContext.open(tmp_path / "run")
     assert ctx.stage_dir("compile/pcqat/ethos-u55-128") == tmp_path / "run" / "compile" / "pcqat" / "ethos-u55-128"
@@ -56,8 +56,8 @@ def test_stage_folders_stay_inside_the_run(tmp_path):
 
 def test_a_link_inside_the_run_folder_is_refused(tmp_path):
     from edgedeploy.errors import InvalidInputError
-    from edgedeploy.fsutil import release_run_dirs
-    from edgedeploy.stages import RunContext
+    from edgedeploy.core.files import release_run_dirs
+    from edgedeploy.core.stage import RunContext
 
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -74,7 +74,7 @@ def test_a_link_inside_the_run_folder_is_refused(tmp_path):
 
 def test_promote_never_leaves_its_folder(tmp_path):
     from edgedeploy.errors import UsageError
-    from edgedeploy.fsutil import new_staging_dir, promote
+    from edgedeploy.core.files import new_staging_dir, promote
 
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -94,8 +94,8 @@ def test_promote_never_leaves_its_folder(tmp_path):
 def test_variant_names_from_hostile_file_names(tmp_path):
     from pathlib import Path
 
-    from edgedeploy.compile import variant_names
-    from edgedeploy.names import is_valid
+    from edgedeploy.pipeline.compile import variant_names
+    from edgedeploy.core.names import is_valid
 
     names = variant_names([Path("a/...tflite"), Path("b/x y;rm.tflite"), Path("c/.._int8.tflite"), Path("d/ok_int8.tflite")])
     assert all(is_valid("target", n) for n in names) and names[-1] == "ok" and len(set(names)) == 4

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from edgedeploy.npu_compute import compute_facts, layer_bounds, leaf_npu_rows
-from edgedeploy.vela import parse_per_layer_csv
+from edgedeploy.vela.compute import compute_facts, layer_bounds, leaf_npu_rows
+from edgedeploy.vela.outputs import parse_per_layer_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 U85 = DATA / "report/run_u55_u85/compile/resnet8_mlperf/ethos-u85-256/model_int8_per-layer.csv"
@@ -62,7 +62,7 @@ def test_with_a_latency_requirement_fewer_cycles_come_before_a_smaller_flash():
 
 
 def test_the_report_note_names_each_multiplying_layer_compute_or_memory_bound():
-    from edgedeploy.npu_compute import bound_layers_note
+    from edgedeploy.vela.compute import bound_layers_note
 
     facts = compute_facts(parse_per_layer_csv(U85.read_text()))
     note = bound_layers_note("ethos-u85-256", [("ptq", facts), ("none", {})])

@@ -10,9 +10,9 @@ import pytest
 
 from edgedeploy.optimize import palette
 from edgedeploy.errors import ToolFailedError, UsageError
-from edgedeploy.recipe import LEAVES, NODES, QAT_NODES, Recipe, load_recipe, nodes_for
-from edgedeploy.tflite_model import read_tflite, read_weight_tensors
-from edgedeploy.vela import parse_summary_csv
+from edgedeploy.config.recipe import LEAVES, NODES, QAT_NODES, Recipe, load_recipe, nodes_for
+from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
+from edgedeploy.vela.outputs import parse_summary_csv
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "palette"
 REPO = Path(__file__).resolve().parents[2]
@@ -543,8 +543,8 @@ def test_compile_stage_records_npu_weights_from_the_debug_db(tmp_path):
     """The compile stage's parser, on a folder holding Vela's recorded files (no Vela run)."""
     import shutil
 
-    from edgedeploy.compile import CompileOptions, _parse_compile
-    from edgedeploy.targets import get_target
+    from edgedeploy.pipeline.compile import CompileOptions, _parse_compile
+    from edgedeploy.config.targets import get_target
 
     model = tmp_path / "dscnn_mlperf_int8.tflite"
     shutil.copyfile(DSCNN, model)

@@ -58,7 +58,7 @@ VELA_TFLITE = (DATA / "palette" / "dscnn_u55_128_vela.tflite").read_bytes()
 @FAST
 @given(data=st.one_of(mutated(TFLITE, 8), mutated(VELA_TFLITE, 8)))
 def test_tflite_reader_on_mutated_models(data):
-    from edgedeploy.tflite_model import check_int8_model, read_tflite, read_weight_tensors
+    from edgedeploy.tflite.reader import check_int8_model, read_tflite, read_weight_tensors
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.tflite"
@@ -84,8 +84,8 @@ DEBUG_DB = (DATA / "palette" / "dscnn_u55_128_debug.xml").read_bytes()
 @FAST
 @given(summary=mutated(SUMMARY), layers=mutated(PER_LAYER))
 def test_vela_csv_parsers_on_mutated_files(summary, layers):
-    from edgedeploy.targets import get_target
-    from edgedeploy.vela import parse_per_layer_csv, parse_summary_csv, summary_metrics
+    from edgedeploy.config.targets import get_target
+    from edgedeploy.vela.outputs import parse_per_layer_csv, parse_summary_csv, summary_metrics
 
     try:
         rows = parse_per_layer_csv(_text(layers))
@@ -98,7 +98,7 @@ def test_vela_csv_parsers_on_mutated_files(summary, layers):
 @FAST
 @given(stdout=mutated(STDOUT, 10))
 def test_vela_stdout_parsers_on_mutated_output(stdout):
-    from edgedeploy.vela import parse_cpu_operators, parse_operator_counts
+    from edgedeploy.vela.outputs import parse_cpu_operators, parse_operator_counts
 
     ops = parse_cpu_operators(_text(stdout))
     assert all(isinstance(o.name, str) for o in ops)
@@ -144,7 +144,7 @@ KEY_NAMES = st.sampled_from(["leaves", "sparsity", "clusters", "epochs", "stages
 @FAST
 @given(table=st.dictionaries(st.one_of(KEY_NAMES, st.text(max_size=8)), toml_values, max_size=5))
 def test_recipe_loader_on_random_tables(table):
-    from edgedeploy.recipe import Recipe, load_recipe
+    from edgedeploy.config.recipe import Recipe, load_recipe
 
     try:
         assert isinstance(load_recipe(table=table), Recipe)
@@ -159,8 +159,8 @@ TARGET = (REPO / "targets" / "corstone-300-u55-128.toml").read_bytes()
 @FAST
 @given(project=mutated(PROJECT, 4), target=mutated(TARGET, 4))
 def test_project_and_target_loaders_on_mutated_files(project, target):
-    from edgedeploy.project import load_project
-    from edgedeploy.targets import load_target_file
+    from edgedeploy.pipeline.project import load_project
+    from edgedeploy.config.targets import load_target_file
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "edgedeploy.toml").write_bytes(project)
@@ -195,7 +195,7 @@ arrays = st.one_of(
 @FAST
 @given(blob=mutated(NPZ, 6))
 def test_npz_loader_on_mutated_files(blob):
-    from edgedeploy.data import load_dataset
+    from edgedeploy.config.data import load_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "d.npz"
@@ -209,7 +209,7 @@ def test_npz_loader_on_mutated_files(blob):
 @FAST
 @given(replace=st.dictionaries(st.sampled_from(["x", "y", "split", "labels", "x_train"]), arrays, min_size=1, max_size=3))
 def test_npz_loader_on_odd_arrays(replace):
-    from edgedeploy.data import load_dataset
+    from edgedeploy.config.data import load_dataset
 
     rng = np.random.default_rng(0)
     content = {"x": rng.normal(size=(12, 4, 2)).astype(np.float32), "y": rng.integers(0, 3, 12),
@@ -228,7 +228,7 @@ def test_npz_loader_on_odd_arrays(replace):
 
 
 def _manifest_bytes() -> bytes:
-    from edgedeploy.manifest import Artifact, Manifest, Metric, StageRecord
+    from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord
 
     with tempfile.TemporaryDirectory() as tmp:
         m = Manifest(Path(tmp))
@@ -244,7 +244,7 @@ MANIFEST = _manifest_bytes()
 @FAST
 @given(blob=mutated(MANIFEST, 6))
 def test_manifest_loader_on_mutated_files(blob):
-    from edgedeploy.manifest import Manifest
+    from edgedeploy.core.manifest import Manifest
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "manifest.json").write_bytes(blob)
@@ -262,7 +262,7 @@ H5 = (REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5").read_bytes()
 @settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(blob=st.one_of(mutated(H5[:8192], 6).map(lambda head: head + H5[8192:]), mutated(H5, 3)))
 def test_model_file_inspection_on_mutated_files(blob):
-    from edgedeploy.keras_model import inspect_model_file
+    from edgedeploy.keras.model import inspect_model_file
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("m.h5", "m.keras"):

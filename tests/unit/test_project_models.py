@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.errors import InvalidInputError, UsageError
-from edgedeploy.project import load_project, run_project
-from edgedeploy.sweep import run_sweep
+from edgedeploy.pipeline.project import load_project, run_project
+from edgedeploy.pipeline.sweep import run_sweep
 
 TOP = 'data = "d.npz"\nout = "out"\ntargets = ["ethos-u55-128"]\n[recipe]\nleaves = ["ptq", "pruned"]\nsparsity = 0.5\n'
 TWO = TOP + ('[[models]]\nname = "a"\nmodel = "a.h5"\n'

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgedeploy.manifest import Manifest
+from edgedeploy.core.manifest import Manifest
 from edgedeploy.report import build_report
 from edgedeploy.report.render import render
 
@@ -83,7 +83,7 @@ def test_uncompiled_leaf_and_failed_compile(tmp_path):
     for a leaf that was never compiled, and a failed compile record."""
     import shutil
 
-    from edgedeploy.manifest import Metric, StageRecord
+    from edgedeploy.core.manifest import Metric, StageRecord
 
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
@@ -123,7 +123,7 @@ def test_a_palette_leaf_over_its_size_budget_is_flagged(tmp_path):
     warning; the PTQ leaf under it, and the other target, get none."""
     import shutil
 
-    from edgedeploy.manifest import StageRecord
+    from edgedeploy.core.manifest import StageRecord
 
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
@@ -167,7 +167,7 @@ def test_weight_reader_matches_the_tflite_package(dscnn_int8):
     import tflite
 
     from edgedeploy.report import weight_diagnostics
-    from edgedeploy.tflite_model import read_weight_tensors
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     buf = dscnn_int8.read_bytes()
     model = tflite.Model.GetRootAsModel(buf, 0)

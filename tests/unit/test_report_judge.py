@@ -74,7 +74,7 @@ def test_accuracy_requirement_cannot_be_judged_without_accuracy():
 
 def _converted_only(run: Path) -> Path:
     """A run folder as `edgedeploy optimize` leaves it: three leaves converted with their int8 accuracy, none compiled."""
-    from edgedeploy.manifest import Manifest, Metric, StageRecord
+    from edgedeploy.core.manifest import Manifest, Metric, StageRecord
 
     run.mkdir()
     m = Manifest(run)

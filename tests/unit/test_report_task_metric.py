@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgedeploy.manifest import Metric, StageRecord
+from edgedeploy.core.manifest import Metric, StageRecord
 from edgedeploy.report import compare_reports, parse_tolerances
 from edgedeploy.report.collect import _Variant, _accuracy_values
 from edgedeploy.report.judge import _check_requirements
@@ -57,7 +57,7 @@ def _regression_run(tmp_path):
     """The recorded two-model run, with each leaf's convert stage judged by PSNR (a regression model)."""
     import shutil
 
-    from edgedeploy.manifest import Manifest
+    from edgedeploy.core.manifest import Manifest
 
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
@@ -93,7 +93,7 @@ def test_a_regression_report_names_its_metric_and_unit_instead_of_accuracy(tmp_p
 
 
 def test_the_compile_table_shows_the_task_metric_of_a_regression_leaf(tmp_path):
-    from edgedeploy.manifest import Manifest
+    from edgedeploy.core.manifest import Manifest
     from edgedeploy.report.render.tables import compile_columns, compile_rows
 
     m = Manifest.load(_regression_run(tmp_path))

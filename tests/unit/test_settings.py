@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.errors import TargetError, UsageError
-from edgedeploy.project import PROJECT_KEYS, load_project
-from edgedeploy.recipe import RECIPE_KEYS, Recipe, check_layers, load_recipe
-from edgedeploy.settings import Key, validate
-from edgedeploy.targets import TARGET_KEYS, builtin_targets_dir, load_target_file
+from edgedeploy.pipeline.project import PROJECT_KEYS, load_project
+from edgedeploy.config.recipe import RECIPE_KEYS, Recipe, check_layers, load_recipe
+from edgedeploy.config.keys import Key, validate
+from edgedeploy.config.targets import TARGET_KEYS, builtin_targets_dir, load_target_file
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = 'model = "m.h5"\ndata = "d.npz"\ntargets = ["ethos-u55-128"]\n'

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgedeploy import structured
+from edgedeploy.config import pattern as structured
 from edgedeploy.errors import UsageError
-from edgedeploy.recipe import load_recipe
+from edgedeploy.config.recipe import load_recipe
 
 
 def _conv(seed=0, shape=(3, 3, 8, 6)):
@@ -81,9 +81,9 @@ def test_recipe_key_and_values(tmp_path):
 
 
 def test_schedule_fraction_follows_the_plan():
-    pytest.importorskip("edgedeploy.structured_prune")
-    from edgedeploy.finetune import pruning_plan
-    from edgedeploy.structured_prune import schedule_fraction
+    pytest.importorskip("edgedeploy.optimize.two_of_four")
+    from edgedeploy.optimize.finetune.loop import pruning_plan
+    from edgedeploy.optimize.two_of_four import schedule_fraction
 
     plan = pruning_plan("polynomial", 10, 2, 0.6)
     fractions = [schedule_fraction(plan, s) for s in range(20)]

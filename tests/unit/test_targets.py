@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.errors import TargetError
-from edgedeploy.targets import ACCELERATOR_CONFIGS, builtin_target_names, get_target, list_targets, load_target_file
+from edgedeploy.config.targets import (
+    ACCELERATOR_CONFIGS,
+    builtin_target_names,
+    get_target,
+    list_targets,
+    load_target_file,
+)
 
 BOARDS = {"corstone-300-u55-128", "corstone-300-u65-256", "corstone-310-u55-256", "corstone-320-u85-256"}
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgedeploy.errors import InvalidInputError, UsageError
-from edgedeploy.task import METRICS, decide, loss_name, mse, psnr, roc_auc, score
+from edgedeploy.config.task import METRICS, decide, loss_name, mse, psnr, roc_auc, score
 
 
 def _model(inp=(490,), out=(490,), activation="linear"):
@@ -128,7 +128,9 @@ def test_user_metric_is_loaded_only_when_named(tmp_path, monkeypatch):
 
 
 def test_the_node_table_is_the_one_tree():
-    from edgedeploy import preserve, recipe, report, tree
+    from edgedeploy.optimize import preserve
+    from edgedeploy.config import recipe, tree
+    from edgedeploy import report
 
     assert recipe.NODES is tree.NODES and preserve.PRUNED_NODES is tree.PRUNED_NODES
     assert report.LEAF_LEVELS is tree.LEAF_LEVELS
@@ -141,7 +143,7 @@ def test_the_node_table_is_the_one_tree():
 
 
 def test_inputs_only_layouts_load_as_reconstruction_with_anomaly_labels(tmp_path):
-    from edgedeploy.data import load_dataset, read_targets
+    from edgedeploy.config.data import load_dataset, read_targets
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20, 6)).astype(np.float32)
@@ -163,7 +165,7 @@ def test_inputs_only_layouts_load_as_reconstruction_with_anomaly_labels(tmp_path
 
 
 def test_float_targets_load_as_regression_values(tmp_path):
-    from edgedeploy.data import load_dataset
+    from edgedeploy.config.data import load_dataset
 
     x = np.zeros((10, 4), np.float32)
     path = tmp_path / "r.npz"
@@ -181,7 +183,7 @@ def test_a_single_sigmoid_unit_with_labels_is_refused_with_the_fix():
 
 def test_a_user_metric_that_fails_is_one_usage_error():
     from edgedeploy.errors import UsageError
-    from edgedeploy.task import user_spec
+    from edgedeploy.config.task import user_spec
 
     spec = user_spec("os.path:join")  # join(ndarray, ndarray) raises TypeError
     with pytest.raises(UsageError, match=r"metric 'os.path:join' failed \(TypeError"):

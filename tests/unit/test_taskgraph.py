@@ -9,8 +9,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 
 from edgedeploy.errors import PreservationError, ToolFailedError
-from edgedeploy.taskgraph import build_graph, descendants, ready, run_graph
-from edgedeploy.tree import LEAF_TABLE, NODE_TABLE
+from edgedeploy.core.graph import build_graph, descendants, ready, run_graph
+from edgedeploy.config.tree import LEAF_TABLE, NODE_TABLE
 
 
 def test_dependencies_come_from_the_node_table():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from edgedeploy import tfenv
+from edgedeploy.keras import tfenv
 
 
 def test_only_the_xnnpack_notice_is_dropped(capfd):

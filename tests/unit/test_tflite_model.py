@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgedeploy.errors import InvalidInputError
-from edgedeploy.tflite_model import check_int8_model, read_tflite, require_integer_model
+from edgedeploy.tflite.reader import check_int8_model, read_tflite, require_integer_model
 
 pytestmark = pytest.mark.requires_data
 
@@ -63,7 +63,7 @@ def test_truncated_file(tmp_path, dscnn_int8, keep):
 
 def test_vela_output_is_refused_as_compile_input(tmp_path, shared_data):
     # A Vela-compiled model holds one ethos-u custom operator.
-    from edgedeploy.tflite_model import OP_CUSTOM
+    from edgedeploy.tflite.reader import OP_CUSTOM
 
     m = read_tflite(shared_data / "kws" / "dscnn_mlperf_int8.tflite")
     assert not m.has_ethos_u_op() and OP_CUSTOM == 32
@@ -101,13 +101,13 @@ def test_bias_operator_codes_are_the_schema_s():
     """BIAS_OPS names operators by BuiltinOperator code so that scales are read without the schema package."""
     import tflite
 
-    from edgedeploy.tflite_model import BIAS_OPS
+    from edgedeploy.tflite.reader import BIAS_OPS
 
     assert {c: n for c, n in BIAS_OPS.items()} == {getattr(tflite.BuiltinOperator, n): n for n in BIAS_OPS.values()}
 
 
 def test_misbiased_descriptions_of_a_clean_model_are_empty(dscnn_int8):
     """What a Vela worker computes for compile's warnings: nothing for MLPerf's DS-CNN."""
-    from edgedeploy.tflite_model import misbiased_descriptions
+    from edgedeploy.tflite.reader import misbiased_descriptions
 
     assert misbiased_descriptions(str(dscnn_int8)) == []

@@ -8,8 +8,8 @@ import pytest
 
 from edgedeploy.optimize.thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, learn,
                                           orthogonal_rows)
-from edgedeploy.preserve import WeightStats
-from edgedeploy.preserve_channels import check_channels, int8_channels
+from edgedeploy.core.weights import WeightStats
+from edgedeploy.optimize.preserve_channels import check_channels, int8_channels
 
 
 def test_candidate_widths_are_npu_steps():

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.errors import ToolFailedError
-from edgedeploy.targets import get_target
-from edgedeploy.vela import (
+from edgedeploy.config.targets import get_target
+from edgedeploy.vela.outputs import (
     build_vela_args,
     parse_cpu_operators,
     parse_operator_counts,

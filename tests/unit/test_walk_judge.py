@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgedeploy.errors import UsageError
-from edgedeploy.walk import judge, levels_of, meets_everywhere, pick, shortfalls
+from edgedeploy.pipeline.walk import judge, levels_of, meets_everywhere, pick, shortfalls
 from edgedeploy.report.render.walk import walk_lines
 
 
@@ -65,7 +65,7 @@ def test_shortfall_names_the_closest_leaf_on_its_worst_target():
 
 def test_a_project_file_may_limit_npu_cycles(tmp_path):
     from edgedeploy.errors import UsageError as Usage
-    from edgedeploy.project import load_project
+    from edgedeploy.pipeline.project import load_project
     from edgedeploy.report import requirements_from_project
 
     path = tmp_path / "edgedeploy.toml"
@@ -79,7 +79,7 @@ def test_a_project_file_may_limit_npu_cycles(tmp_path):
 
 
 def test_requirements_from_command_line_options():
-    from edgedeploy.walk import requirements_from_options
+    from edgedeploy.pipeline.walk import requirements_from_options
 
     req = requirements_from_options(max_accuracy_drop=1.0, max_flash="32KiB", max_npu_cycles=90000,
                                     max_metric_drop=0.2)

@@ -13,7 +13,7 @@ def main() -> None:
     import os
     import sys
 
-    from ..vela_worker import fork_warm_worker
+    from edgedeploy.vela.worker import fork_warm_worker
 
     # One Vela worker starts importing Vela now, while typer loads and converts the options; the command
     # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
@@ -24,7 +24,7 @@ def main() -> None:
     import typer
     from typer.exceptions import TyperException
 
-    from ..fsutil import use_private_tmp
+    from edgedeploy.core.files import use_private_tmp
     from .app import app
     from .common import on_terminate
 

@@ -52,7 +52,7 @@ def guard() -> Iterator[None]:
                     "report it")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        from ..fsutil import discard_scratch
+        from edgedeploy.core.files import discard_scratch
 
         discard_scratch()  # the staging folders of the stages in progress
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
@@ -81,7 +81,7 @@ ERROR_LINE_LIMIT = 1000  # characters of one error line; a word (a path, a value
 def bounded_line(line: str) -> str:
     """``line`` with each over-long word (a path, a value) shortened in the middle, and the whole line kept under
     :data:`ERROR_LINE_LIMIT` characters: a 10 MB path gives a short line that still shows its start and end."""
-    from ..fsutil import SHORT_LIMIT, short
+    from edgedeploy.core.files import SHORT_LIMIT, short
 
     if len(line) > SHORT_LIMIT:
         line = " ".join(short(word) if len(word) > SHORT_LIMIT else word for word in line.split(" "))
@@ -99,6 +99,6 @@ def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str,
 
 def complete_target(incomplete: str) -> list[str]:
     """Shell completion of ``--target``: the built-in target names."""
-    from ..targets import list_targets
+    from edgedeploy.config.targets import list_targets
 
     return [t.name for t in list_targets() if t.name.startswith(incomplete)]

@@ -66,7 +66,7 @@ def prestart(values: dict[str, Any], warm=None):
     if (out / "manifest.json").exists():
         return None
     jobs = str(values.get("jobs") or "")
-    from ..vela_pool import MAX_JOBS, VelaPool, default_jobs
+    from edgedeploy.vela.pool import MAX_JOBS, VelaPool, default_jobs
 
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
     if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 def doctor_cmd(json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout.")) -> None:
     """Show what is installed: the required core (TensorFlow stack, Vela) and optional FVPs, runners, compilers."""
     from .common import err_console, guard, out_console
-    from ..doctor import run_doctor
+    from edgedeploy.pipeline.doctor import run_doctor
     from ..errors import ToolMissingError
     from ..report.render.tables import dumps
 

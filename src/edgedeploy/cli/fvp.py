@@ -44,7 +44,7 @@ def fvp_run_cmd(
         rec = outcome.record
         if json_out:
             from .. import __version__
-            from ..manifest import Manifest
+            from edgedeploy.core.manifest import Manifest
 
             manifest = Manifest.load(run_dir)
             typer.echo(

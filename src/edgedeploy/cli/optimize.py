@@ -85,8 +85,8 @@ def optimize_cmd(
     with guard():
         from .. import api
         from ..errors import UsageError
-        from ..optimize import optimize
-        from ..recipe import load_recipe
+        from edgedeploy.pipeline.tree_run import optimize
+        from edgedeploy.config.recipe import load_recipe
 
         overrides = {
             "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
@@ -103,9 +103,9 @@ def optimize_cmd(
             raise UsageError("--target and the --max-* requirements are for --walk",
                              "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
         if walk:
-            from ..compile import resolve_targets
+            from edgedeploy.pipeline.compile import resolve_targets
             from ..report.render.walk import walk_lines
-            from ..walk import requirements_from_options, walk as walk_tree
+            from edgedeploy.pipeline.walk import requirements_from_options, walk as walk_tree
 
             req = requirements_from_options(*limits)
             options = api.CompileOptions(executor=executor, ray_address=ray_address)
@@ -150,7 +150,7 @@ def leaves_json(outcome) -> dict:
     for leaf, rec in outcome.leaves.items():
         m = {k: v.to_dict() for k, v in rec.metrics.items()}
         gz, acc = rec.metric("gzip_bytes"), rec.metric("int8_accuracy")
-        judged = rec.details.get("metric")  # a leaf judged by another metric than accuracy (edgedeploy.task)
+        judged = rec.details.get("metric")  # a leaf judged by another metric than accuracy (edgedeploy.config.task)
         extra = {}
         if judged:
             mine, theirs = rec.metric(f"int8_{judged['key']}"), base.metric(f"int8_{judged['key']}") if base else None

@@ -6,7 +6,7 @@ the values click's parser splits from the command line with the command's own op
 Nothing here parses the command line by hand.
 
 The ``edgedeploy`` console script forks one Vela worker before it imports typer
-(:class:`edgedeploy.vela_worker.WarmWorker`) and hands it to the root context as its ``obj``: the hook of
+(:class:`edgedeploy.vela.worker.WarmWorker`) and hands it to the root context as its ``obj``: the hook of
 the invoked command gets it and may adopt it; otherwise it is ended here, before the command runs.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from typer.core import TyperGroup
 
-from ..vela_worker import WarmWorker
+from edgedeploy.vela.worker import WarmWorker
 
 # Key of what a command's prestart hook started, in the root context's ``meta``.
 PRESTARTED = "edgedeploy.prestarted"

@@ -67,7 +67,7 @@ def report_cmd(
     """
     from .common import err_console, guard
     from ..errors import BudgetExceededError, UsageError
-    from ..fsutil import atomic_write_text
+    from edgedeploy.core.files import atomic_write_text
     from ..report import (
         Requirements,
         build_report,
@@ -79,7 +79,7 @@ def report_cmd(
         unmet_targets,
     )
     from ..report.render import FORMATS, render
-    from ..requirements import check_requirements
+    from edgedeploy.config.requirements import check_requirements
     from ..report.sweep import (
         build_sweep_report, compare_sweeps, is_sweep_dir, load_sweep_report_json, sweep_unmet,
     )

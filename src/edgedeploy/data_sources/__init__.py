@@ -1,6 +1,6 @@
 """Where the data comes from, behind one function: :func:`prepare_data`.
 
-An ``.npz`` file in one of the layouts of :mod:`edgedeploy.data` is read as it is. Every other source is turned
+An ``.npz`` file in one of the layouts of :mod:`edgedeploy.config.data` is read as it is. Every other source is turned
 into one such file in the run folder (``inputs/data.npz``), which every stage then reads:
 
 - a folder with one subfolder per class, of images (:mod:`.images`) or WAV files (:mod:`.audio`), listed and
@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..fsutil import lock_run_dir, sha256_file, short
+from edgedeploy.core.files import lock_run_dir, sha256_file, short
 from .samples import EVAL, FIT, Samples, write_npz
 
 DATA_FILE = Path("inputs") / "data.npz"
@@ -142,8 +142,8 @@ def _stack(raw: Sequence[np.ndarray], names: Sequence[str]) -> np.ndarray:
 
 
 def _from_npz(path: Path) -> Samples:
-    """An ``.npz`` (either layout of :mod:`edgedeploy.data`) as samples, to run through a preprocessing function."""
-    from ..npz_input import read_npz
+    """An ``.npz`` (either layout of :mod:`edgedeploy.config.data`) as samples, to run through a preprocessing function."""
+    from edgedeploy.core.npz import read_npz
     from .memory import _from_layout
 
     arrays = read_npz(path, "data file", "data")

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..fsutil import read_input_bytes, sha256_bytes, short
+from edgedeploy.core.files import read_input_bytes, sha256_bytes, short
 from .images import SAMPLE_LIMIT
 
 

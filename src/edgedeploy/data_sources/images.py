@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..fsutil import read_input_bytes, sha256_bytes, short
+from edgedeploy.core.files import read_input_bytes, sha256_bytes, short
 
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
 SAMPLE_LIMIT = 256 << 20  # one image or WAV file
@@ -37,7 +37,7 @@ def decode_images(root: Path, files: Sequence[str], size: tuple[int, int] | None
                   interpolation: str = "bilinear", crop_to_aspect_ratio: bool = False
                   ) -> tuple[list[np.ndarray], list[str]]:
     """Every file of ``files`` (relative to ``root``) as float32 ``[H, W, C]``, and each file's sha256."""
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tf = env.tf

@@ -4,7 +4,7 @@
   one for target values);
 - ``((x_train, y_train), (x_test, y_test))`` (Keras' ``load_data()`` shape) or a pair of datasets: the
   fine-tune and evaluation splits as given;
-- a dict with the arrays of an ``.npz`` layout (:mod:`edgedeploy.data`);
+- a dict with the arrays of an ``.npz`` layout (:mod:`edgedeploy.config.data`);
 - a finite ``tf.data.Dataset`` of ``(x, y)`` elements (or ``x`` alone, for a model that reconstructs its input),
   batched or not;
 - ``calibration``: a ``representative_dataset``-style function (each item a list with one input array, as
@@ -32,7 +32,7 @@ def is_tf_dataset(obj: Any) -> bool:
 
 def _dataset_arrays(ds: Any, rank: int, batched: bool | None, what: str) -> tuple[np.ndarray, np.ndarray | None]:
     """Every element of a finite dataset as numpy arrays ``(x, y)`` (``y`` None for ``x``-only elements)."""
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
     card = int(ds.cardinality())

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError, UsageError
-from ..fsutil import read_input_bytes
+from edgedeploy.core.files import read_input_bytes
 
 SOURCE_LIMIT = 16 << 20
 

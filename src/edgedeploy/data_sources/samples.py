@@ -2,7 +2,7 @@
 
 A class folder of images or WAV files, arrays in memory, a ``tf.data`` pipeline or an ``.npz`` run through a
 preprocessing function all end as a :class:`Samples`, written by :func:`write_npz` in the ``x``/``y``/``split``
-layout of :mod:`edgedeploy.data` (with ``labels``, ``files`` and, when given apart, ``x_calibration``). Every
+layout of :mod:`edgedeploy.config.data` (with ``labels``, ``files`` and, when given apart, ``x_calibration``). Every
 stage (fine-tuning, calibration, evaluation, golden vectors) then reads that one file, so each sees the same
 features.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..fsutil import atomic_write_bytes
+from edgedeploy.core.files import atomic_write_bytes
 
 FIT, EVAL = 0, 1
 

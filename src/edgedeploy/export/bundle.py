@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EdgeDeployError, InvalidInputError
-from ..fsutil import read_input_text, short
+from edgedeploy.core.files import read_input_text, short
 from .common import _SECTION_RE, BUNDLE_MANIFEST, BUNDLE_SCHEMA, C_TYPES, check_c_name
 
 _FILE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")

@@ -7,8 +7,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InvalidInputError
-from ..names import c_comment
-from ..tflite_model import TensorInfo
+from edgedeploy.core.names import c_comment
+from edgedeploy.tflite.reader import TensorInfo
 from .c_literals import c_bytes, c_numbers, c_string, c_type_of, guard_name, model_attribute, tensor_defines
 from .common import ARENA_ALIGNMENT
 

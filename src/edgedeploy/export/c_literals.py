@@ -6,7 +6,7 @@ import math
 from typing import Any, Sequence
 
 from ..errors import InvalidInputError, UsageError
-from ..tflite_model import TensorInfo
+from edgedeploy.tflite.reader import TensorInfo
 from .common import ARENA_ALIGNMENT, C_TYPES, MODEL_ALIGNMENT, check_section
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..errors import UsageError
-from ..names import C_KEYWORDS
+from edgedeploy.core.names import C_KEYWORDS
 
 
 BUNDLE_SCHEMA = "edgedeploy.firmware"

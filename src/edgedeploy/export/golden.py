@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
-from ..tflite_model import TensorInfo, TfliteModel
+from edgedeploy.tflite.reader import TensorInfo, TfliteModel
 from .c_files import GoldenSet
 from .common import C_TYPES, HOST_ARENA_MIN, TFLM_PIN
 
@@ -31,15 +31,15 @@ class EvalData:
 
 
 def load_eval_data(path: Path, input_shape: Sequence[int], num_classes: int, kind: str = "classification") -> EvalData:
-    """The evaluation split of a data file (see :mod:`edgedeploy.data`), with each row's index in the file.
+    """The evaluation split of a data file (see :mod:`edgedeploy.config.data`), with each row's index in the file.
 
-    ``kind`` is the run's task (:mod:`edgedeploy.task`): only a classifier's targets are class labels; a
+    ``kind`` is the run's task (:mod:`edgedeploy.config.task`): only a classifier's targets are class labels; a
     regression or reconstruction model's are values, so its golden cases carry no label (``y`` is None).
     """
     import numpy as np
 
-    from ..data import EVAL, load_dataset
-    from ..npz_input import read_npz
+    from edgedeploy.config.data import EVAL, load_dataset
+    from edgedeploy.core.npz import read_npz
 
     ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes), kind)
     info = ds.describe()
@@ -169,7 +169,7 @@ def run_tflite(
 
     import numpy as np
 
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
     with warnings.catch_warnings():
@@ -291,7 +291,7 @@ def host_arena_bytes(model: Path, timeout: float = 120.0) -> int | None:
     pointers, so this is a base figure, not the target's: the firmware's own use is measured
     by ``edgedeploy emulate``.
     """
-    from ..proc import run_command
+    from edgedeploy.core.proc import run_command
 
     size = max(10 * Path(model).stat().st_size, HOST_ARENA_MIN)
     result = run_command([sys.executable, "-c", _ARENA_SCRIPT, str(model), str(size)], timeout=timeout)

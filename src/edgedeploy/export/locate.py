@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InvalidInputError, TargetError, UsageError
-from ..manifest import Manifest, StageRecord, artifacts_intact
+from edgedeploy.core.manifest import Manifest, StageRecord, artifacts_intact
 from .common import check_c_name, check_section
 
 
@@ -93,7 +93,7 @@ def locate(run_dir: Path, leaf: str | None, target: str | None) -> ExportSource:
                 f"pass --target, one of: {', '.join(leaf_targets) or 'none (compile it first)'}",
             )
     if target.endswith(".toml") or os.sep in target:
-        from ..targets import get_target
+        from edgedeploy.config.targets import get_target
 
         target = get_target(target).name
     record = next((r for r in leaf_compiled if r.target == target), None)

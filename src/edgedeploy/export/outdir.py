@@ -11,8 +11,15 @@ from typing import Mapping
 
 from ..errors import UsageError
 from ..errors import EdgeDeployError
-from ..fsutil import (LOCK_NAME, SCRATCH, lock_run_dir, new_staging_dir, read_input_text, remove_empty_scratch,
-                      sha256_file)
+from edgedeploy.core.files import (
+    LOCK_NAME,
+    SCRATCH,
+    lock_run_dir,
+    new_staging_dir,
+    read_input_text,
+    remove_empty_scratch,
+    sha256_file,
+)
 from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
-from ..fsutil import sha256_bytes, sha256_file, short
-from ..tflite_model import TensorInfo, TfliteModel, read_tflite
+from edgedeploy.core.files import sha256_bytes, sha256_file, short
+from edgedeploy.tflite.reader import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
 from .cmake import render_cmake_module, render_cmakelists

@@ -4,7 +4,7 @@ An FVP (Fixed Virtual Platform) simulates a Corstone board with an Ethos-U
 NPU. Arm distributes them under a EULA, so edgedeploy never ships or
 downloads one: it finds one the user installed (:mod:`.discovery`), builds the
 command line from the board target (:mod:`.command`), runs it through
-:func:`edgedeploy.proc.run_command` and reads the console output
+:func:`edgedeploy.core.proc.run_command` and reads the console output
 (:mod:`.parse`) into a ``fvp/<variant>/<target>`` stage (:mod:`.run`).
 
 Importing this package is cheap; nothing here imports TensorFlow.

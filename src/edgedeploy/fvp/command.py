@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..targets import Target
+from edgedeploy.config.targets import Target
 
 #: Size of the output region the Kit's runner reserves after the OFM base (DYNAMIC_OFM_SIZE).
 DEFAULT_OUTPUT_REGION_BYTES = 0x0100_0000

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import ToolMissingError, UsageError
-from ..proc import which
-from ..targets import Target
+from edgedeploy.core.proc import which
+from edgedeploy.config.targets import Target
 
 ENV_FVP_DIR = "EDGEDEPLOY_FVP_DIR"
 ENV_RUNNER = "EDGEDEPLOY_FVP_RUNNER"

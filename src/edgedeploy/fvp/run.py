@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from ..fsutil import read_input_text, sha256_bytes, sha256_file, system_tmp
-from ..manifest import Manifest, Metric, StageRecord, ToolInfo, artifacts_intact
-from ..proc import run_command
-from ..stages import RunContext, StageResult, StageSpec, cached_record, run_stage
-from ..targets import Target, get_target
-from ..tflite_model import TensorInfo, read_tflite
+from edgedeploy.core.files import read_input_text, sha256_bytes, sha256_file, system_tmp
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, artifacts_intact
+from edgedeploy.core.proc import run_command
+from edgedeploy.core.stage import RunContext, StageResult, StageSpec, cached_record, run_stage
+from edgedeploy.config.targets import Target, get_target
+from edgedeploy.tflite.reader import TensorInfo, read_tflite
 from .command import FvpInvocation, build_fvp_command, cpu_instance, region_limits, timelimit_for
 from .discovery import find_fvp, find_runner
 from .parse import FvpLog, parse_fvp_log
@@ -164,7 +164,7 @@ def golden_from_bundle(
     npz = bundle / str(golden.get("npz") or "golden.npz")
     if not golden.get("count") or not npz.is_file():
         raise InvalidInputError(f"{bundle} has no golden vectors", "export with --data DATA.npz --golden N")
-    from ..npz_input import read_npz
+    from edgedeploy.core.npz import read_npz
 
     arrays = read_npz(npz, "golden vectors", "data")  # regular, bounded, arrays only
     missing = [k for k in ["input_0", *(f"output_{i}" for i in range(len(outputs)))] if k not in arrays]
@@ -195,9 +195,9 @@ def _eval_sample(manifest: Manifest, leaf: str, tensors: tuple[TensorInfo, ...])
         return None
     import numpy as np
 
-    from ..data import EVAL
+    from edgedeploy.config.data import EVAL
 
-    from ..npz_input import read_npz
+    from edgedeploy.core.npz import read_npz
 
     npz = read_npz(path, "data file", "data", keys=("x", "split", "x_test"))  # regular, bounded, arrays only
     keys = set(npz)

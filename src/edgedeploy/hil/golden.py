@@ -1,5 +1,5 @@
 """Golden vectors of a firmware bundle: its tensors, its cases, and the comparison of a device's outputs with
-them (counted in quantized steps; 0 is bit-exact). :mod:`edgedeploy.testing` is the plugin that uses them."""
+them (counted in quantized steps; 0 is bit-exact). :mod:`edgedeploy.hil.testing` is the plugin that uses them."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def load_bundle(path: str | os.PathLike, verify: bool = True) -> GoldenBundle:
     manifest = read_bundle_manifest(path)  # every name and file in it checked as input
     golden = manifest.get("golden") or {}
     if verify:
-        from ..fsutil import sha256_file
+        from edgedeploy.core.files import sha256_file
 
         for name, meta in (manifest.get("files") or {}).items():
             if name not in (golden.get("npz"), (golden.get("reference") or {}).get("model")):
@@ -171,7 +171,7 @@ def load_bundle(path: str | os.PathLike, verify: bool = True) -> GoldenBundle:
     bundle = GoldenBundle(path, manifest, inputs, outputs, labels)
     if not golden.get("count"):
         return bundle
-    from ..npz_input import read_npz
+    from edgedeploy.core.npz import read_npz
 
     arrays = read_npz(path / golden["npz"], "golden vectors", "data")  # regular, bounded, arrays only
     n = int(arrays["argmax"].shape[0])

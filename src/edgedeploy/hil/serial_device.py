@@ -168,7 +168,7 @@ def _open(port: str, baud: int, timeout: float) -> Any:
 
 
 def bundle_device(bundle: Any, spec: str, timeout: float = DEFAULT_TIMEOUT) -> SerialDevice:
-    """The device ``serial:PORT[@BAUD]`` names, checked against ``bundle`` (a :class:`~edgedeploy.testing.GoldenBundle`)."""
+    """The device ``serial:PORT[@BAUD]`` names, checked against ``bundle`` (a :class:`~edgedeploy.hil.testing.GoldenBundle`)."""
     port, baud = parse_device(spec)
     m = bundle.manifest
     hashes = [(m.get("model") or {}).get("sha256", ""), (m.get("cpu_model") or {}).get("sha256", "")]

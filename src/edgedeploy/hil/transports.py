@@ -23,7 +23,7 @@ def host_reference_transport(bundle: GoldenBundle) -> Transport:
             f"{bundle.path} holds no reference int8 model", "export it with golden vectors (--golden N --data DATA.npz)"
         )
     runtime = _import_tflm()
-    from ..fsutil import read_input_bytes
+    from edgedeploy.core.files import read_input_bytes
 
     model = read_input_bytes(model_path, "model", "model")
     interp = runtime.Interpreter.from_bytes(model, arena_size=max(10 * len(model), HOST_ARENA_MIN))
@@ -47,13 +47,13 @@ def host_reference_transport(bundle: GoldenBundle) -> Transport:
 class QemuTransport:
     """A "device" that is the bundle's firmware on QEMU's emulated Cortex-M55 (mps3-an547).
 
-    The firmware (the bundle's CPU path with TensorFlow Lite Micro, see :mod:`edgedeploy.emulate`)
+    The firmware (the bundle's CPU path with TensorFlow Lite Micro, see :mod:`edgedeploy.hil.emulate`)
     is built once; each call runs it on one input over semihosting and returns its output bytes.
     ``tflm_dir`` defaults to ``$EDGEDEPLOY_TFLM_DIR``. Call :meth:`close` to remove the build.
     """
 
     def __init__(self, bundle: GoldenBundle, tflm_dir: str | os.PathLike | None = None, timeout: float = 120.0) -> None:
-        from ..emulate.board import EmulatedBoard
+        from edgedeploy.hil.emulate.board import EmulatedBoard
 
         self.bundle = bundle
         self.board = EmulatedBoard(bundle.path, tflm_dir=tflm_dir, timeout=timeout)
@@ -111,7 +111,7 @@ def command_transport(
     For semihosting (an FVP or a debug probe that reads and writes host files).
     ``{input}`` and ``{output}`` in ``argv`` are replaced by the file paths.
     """
-    from ..proc import check, run_command
+    from edgedeploy.core.proc import check, run_command
 
     in_path, out_path = Path(input_file), Path(output_file)
 

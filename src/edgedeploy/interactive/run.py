@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     import tensorflow as tf
     import tf_keras
 
-    from ..compile import CompileOutcome
+    from edgedeploy.pipeline.compile import CompileOutcome
     from ..export.stage import ExportResult
-    from ..manifest import StageRecord
+    from edgedeploy.core.manifest import StageRecord
     from .report_view import Report
 
 MODEL_FILE = Path("inputs") / "model"
@@ -65,7 +65,7 @@ def save_model_object(model: Any, out: Path) -> Path:
 def _input_shape(model: Any, model_path: Path, trust_lambda: bool) -> tuple[Any, ...]:
     if _keras_flavour(model) is not None:
         return tuple(model.input_shape[1:])
-    from ..keras_model import load_model
+    from edgedeploy.keras.model import load_model
 
     loaded, _ = load_model(model_path, trust_lambda)
     return tuple(loaded.input_shape[1:])
@@ -85,7 +85,7 @@ class OptimizeRun:
     def compile(self, targets: str | Sequence[str], *, jobs: int | None = None) -> "CompileOutcome":
         """Compile every leaf with Vela for ``targets`` (names such as ``ethos-u55-128`` or target files), into
         the run folder; ``jobs`` Vela worker processes (default: one per core)."""
-        from ..compile import CompileOptions, compile_run
+        from edgedeploy.pipeline.compile import CompileOptions, compile_run
 
         names = [targets] if isinstance(targets, str) else list(targets)
         options = CompileOptions() if jobs is None else CompileOptions(jobs=jobs)
@@ -98,7 +98,7 @@ class OptimizeRun:
                max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> "Report":
         """The report of the run folder, judged by the requirements given (sizes as bytes or text: ``"64KiB"``)."""
         from ..report import build_report
-        from ..walk import requirements_from_options
+        from edgedeploy.pipeline.walk import requirements_from_options
         from .report_view import Report
 
         req = requirements_from_options(max_accuracy_drop, None if max_flash is None else str(max_flash),
@@ -168,9 +168,9 @@ def optimize(
         An :class:`OptimizeRun`: ``.compile(targets)``, ``.report()``, ``.export(leaf, target, out)``.
     """
     from ..data_sources import Samples
-    from ..optimize import optimize as run_tree
-    from ..recipe import load_recipe
-    from .. import tfenv
+    from edgedeploy.pipeline.tree_run import optimize as run_tree
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.keras import tfenv
 
     tfenv.load()  # before any model object's Keras is used here
     out = Path(out)

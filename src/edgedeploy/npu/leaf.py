@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidInputError, NpuModelError
-from ..fsutil import read_input_bytes
+from edgedeploy.core.files import read_input_bytes
 
 # Driver actions of the payload (Vela's driver_actions.py, the ethos-u core driver).
 DA_CONFIG, DA_CMD_STREAM, DA_READ_APB, DA_DUMP_SHRAM, DA_NOP = 0x01, 0x02, 0x03, 0x04, 0x05
@@ -155,8 +155,8 @@ def _read_vela_tflite(path: Path) -> Leaf:
     from flatbuffers import encode, packer
     from flatbuffers import number_types as N
 
-    from ..tflite_model import DTYPES as TFL_DTYPES
-    from ..tflite_model import OP_CUSTOM, _buffer_bytes, _Table, read_tflite
+    from edgedeploy.tflite.reader import DTYPES as TFL_DTYPES
+    from edgedeploy.tflite.reader import OP_CUSTOM, _buffer_bytes, _Table, read_tflite
 
     model_info = read_tflite(path)  # the usual checks and one-line errors
     ops = [o for o in model_info.operators if o.code == OP_CUSTOM and o.custom_code == "ethos-u"]
@@ -207,7 +207,7 @@ def _offline_offsets(model, data: bytearray, buffers) -> list[int]:
     offsets)."""
     from flatbuffers import number_types as N
 
-    from ..tflite_model import _buffer_bytes
+    from edgedeploy.tflite.reader import _buffer_bytes
 
     for meta in model.tables(6):  # Model.metadata (slot 6): name 0, buffer 1
         if meta.string(0) == "OfflineMemoryAllocation":

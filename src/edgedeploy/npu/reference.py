@@ -21,9 +21,9 @@ def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
     tensor (``experimental_preserve_all_tensors``)."""
     import warnings
 
-    from .. import tfenv
-    from ..fsutil import read_input_bytes
-    from ..tflite_model import read_tflite
+    from edgedeploy.keras import tfenv
+    from edgedeploy.core.files import read_input_bytes
+    from edgedeploy.tflite.reader import read_tflite
 
     tf = tfenv.load().tf
     model = read_input_bytes(int8_model, "int8 model", "model")

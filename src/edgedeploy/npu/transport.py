@@ -1,6 +1,6 @@
 """The NPU model as a hardware-in-the-loop "device": input bytes in, output bytes out.
 
-A transport for :mod:`edgedeploy.testing` (any callable from input bytes to output bytes is one): the tests written
+A transport for :mod:`edgedeploy.hil.testing` (any callable from input bytes to output bytes is one): the tests written
 for a board run against the compiled model's command stream on this machine. ``model`` is a ``*_vela.tflite``
 whose operators all run on the NPU, or Vela's raw ``.npz``::
 
@@ -29,7 +29,7 @@ def npu_transport(model: str | Path) -> Callable[[bytes], bytes]:
     path = Path(model)
     leaf = read_leaf(path)
     if path.suffix != ".npz":
-        from ..tflite_model import read_tflite
+        from edgedeploy.tflite.reader import read_tflite
 
         others = sorted({o.op for o in read_tflite(path).operators if o.op != "CUSTOM:ethos-u"})
         if others:

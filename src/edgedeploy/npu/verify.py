@@ -131,7 +131,7 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
 def _npu_boundary(path: Path, leaf: Leaf, inputs: list[np.ndarray], ref: Reference):
     """The NPU subgraph's inputs and the outputs expected of it: the model's own when Vela mapped every operator
     to the NPU, else the reference run's tensors named as the subgraph's inputs and outputs."""
-    from ..tflite_model import read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     n = inputs[0].shape[0]
     if all(o.op == "CUSTOM:ethos-u" for o in read_tflite(path).operators):
@@ -152,7 +152,7 @@ def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
     """``count`` input cases typed as the int8 model takes them: rows of the evaluation data, else seeded random
     integers (a model with float inputs needs data)."""
     from ..export.golden import load_eval_data, prepare_inputs
-    from ..tflite_model import read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     model = read_tflite(int8_model)
     if len(model.inputs) != 1:

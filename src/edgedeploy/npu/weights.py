@@ -75,7 +75,7 @@ def weights(op: Operation, memory: np.ndarray, macs: int, shape: tuple[int, int,
                             "the command stream is corrupt; compile the model again with Vela")
     order = _order(macs // cores, shape, block, depthwise, k.part_kernel, ifm_bits,
                    SUB_KERNEL_MAX // k.dilation_y, SUB_KERNEL_MAX // k.dilation_x)
-    try:  # in a child process: the codec ends its process on a damaged stream
+    try:  # in the decoder's process: the codec ends its process on a damaged stream
         decoded = np.asarray(_decoded(memory[base : base + length].tobytes()), dtype=np.int64)
     except Exception as exc:  # noqa: BLE001 - the codec's own error on a damaged stream
         raise NpuModelError(f"{op.title}: the weight stream does not decode ({exc})",
@@ -93,18 +93,19 @@ def weights(op: Operation, memory: np.ndarray, macs: int, shape: tuple[int, int,
     return out.reshape(shape)
 
 
+_DECODER: list = []  # the decoder's process (edgedeploy.npu.decode_worker), started on first use
+
+
 @lru_cache(maxsize=512)
 def _decoded(data: bytes) -> tuple[int, ...]:
-    """A weight stream decoded in a child process (the codec ends its process on a damaged stream), once."""
-    from ..proc import call_in_child
+    """A weight stream decoded in the decoder's own process (the codec ends its process on a damaged stream), once."""
+    import sys
 
-    return tuple(call_in_child(_decode, data))
+    from edgedeploy.core.proc import PipeWorker
 
-
-def _decode(data: bytes) -> list[int]:
-    from ethosu import mlw_codec
-
-    return mlw_codec.decode(bytearray(data))
+    if not _DECODER:
+        _DECODER.append(PipeWorker([sys.executable, "-m", "edgedeploy.npu.decode_worker"], "Vela's weight decoder"))
+    return tuple(np.frombuffer(_DECODER[0].call(data), dtype="<i4").tolist())
 
 
 @lru_cache(maxsize=256)

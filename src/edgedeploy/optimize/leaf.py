@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import preserve
-from ..convert import convert_int8, convert_qat_int8, gzip_size
-from ..data import Dataset
-from ..keras_model import base_name, keras_weight_stats
-from ..manifest import Metric
-from ..preserve import WeightStats, stats
-from ..recipe import Recipe
-from ..stages import StageResult
-from ..tree import LEAVES, PRUNED_NODES, QAT_NODES, THINNED_NODES
+from edgedeploy.optimize import preserve
+from edgedeploy.tflite.convert import convert_int8, convert_qat_int8, gzip_size
+from edgedeploy.config.data import Dataset
+from edgedeploy.keras.model import base_name, keras_weight_stats
+from edgedeploy.core.manifest import Metric
+from edgedeploy.core.weights import WeightStats, stats
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.core.stage import StageResult
+from edgedeploy.config.tree import LEAVES, PRUNED_NODES, QAT_NODES, THINNED_NODES
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
 from .techniques import load_qat
 
@@ -30,7 +30,7 @@ INT8_MODEL = "model_int8.tflite"
 
 
 def tfenv_seed(seed: int) -> None:
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     tfenv.set_seed(seed)
 
@@ -42,7 +42,7 @@ def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
     A tensor whose name matches no layer with statistics is matched by kind and size, unless it names another
     layer of the model (``layer_names``; e.g. the two kernels of a SeparableConv2D, which has no statistics).
     """
-    from ..tflite_model import read_weight_tensors
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     path = tmp / "_probe.tflite"
     path.write_bytes(model_bytes)
@@ -77,7 +77,7 @@ def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
 
 
 def keras_kernels(model, recipe: Recipe):
-    from ..structured_prune import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
+    from edgedeploy.optimize.two_of_four import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
 
     return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
 
@@ -89,7 +89,7 @@ def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels
                               per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
 
     if recipe.sparsity_pattern == "2:4" and node in PRUNED_NODES and kernels is not None:
-        from ..structured_prune import pattern_verdict
+        from edgedeploy.optimize.two_of_four import pattern_verdict
 
         return pattern_verdict(node, where, found, kernels, recipe.skip_layers, check)
     return check(recipe.skip_layers)
@@ -99,7 +99,7 @@ def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels
 def leaf_int8(model, qat: bool, leaf: str, data: Dataset, recipe: Recipe
               ) -> tuple[dict[str, float], bytes, str | None]:
     """A leaf's float scores on the evaluation split (:func:`~.scoring.float_scores`), its full-int8 TFLite, and
-    what calibrated it (PTQ: the calibration samples; QAT: see :func:`~edgedeploy.convert.convert_qat_int8`)."""
+    what calibrated it (PTQ: the calibration samples; QAT: see :func:`~edgedeploy.tflite.convert.convert_qat_int8`)."""
     float_acc = float_scores(model, data)
     if qat:
         int8, calibrated_on = convert_qat_int8(
@@ -178,8 +178,8 @@ def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Datas
     preserve.raise_failures(found, f"{leaf} (int8)")
     rows = found.rows
     if node in THINNED_NODES:  # the int8 kernels keep the thinned widths
-        from ..keras_thin import kernel_channels
-        from ..preserve_channels import check_channels, int8_channels
+        from edgedeploy.keras.thin import kernel_channels
+        from edgedeploy.optimize.preserve_channels import check_channels, int8_channels
 
         kept = check_channels(node, "int8", kernel_channels(model), int8_channels(int8_found))
         preserve.raise_failures(kept, f"{leaf} (int8)")

@@ -1,5 +1,5 @@
 """The ``ptq_16x8`` leaf: the baseline converted with int16 activations and int8 weights
-(:func:`edgedeploy.convert16.convert_16x8`), calibrated on the same real samples as ``ptq`` and scored on the
+(:func:`edgedeploy.tflite.convert16.convert_16x8`), calibrated on the same real samples as ``ptq`` and scored on the
 evaluation split like every leaf."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..convert import gzip_size
-from ..convert16 import convert_16x8
-from ..data import Dataset
-from ..manifest import Metric
-from ..recipe import Recipe
-from ..stages import StageResult
+from edgedeploy.tflite.convert import gzip_size
+from edgedeploy.tflite.convert16 import convert_16x8
+from edgedeploy.config.data import Dataset
+from edgedeploy.core.manifest import Metric
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.core.stage import StageResult
 from .leaf import tfenv_seed
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
 

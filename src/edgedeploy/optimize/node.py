@@ -1,5 +1,5 @@
 """The stage of one node of the tree: its technique builds the model from its parent's, then the weights are
-checked against what the node promises (:mod:`edgedeploy.preserve`), scored, and saved for its children."""
+checked against what the node promises (:mod:`edgedeploy.optimize.preserve`), scored, and saved for its children."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import preserve
-from ..data import Dataset
-from ..keras_model import keras_weight_stats, separate_relu_layers
-from ..manifest import Metric
-from ..recipe import Recipe
-from ..stages import StageResult
-from ..tree import NODE_TABLE, Node, stage_kind
-from .fit import Loss
+from edgedeploy.optimize import preserve
+from edgedeploy.config.data import Dataset
+from edgedeploy.keras.model import keras_weight_stats, separate_relu_layers
+from edgedeploy.core.manifest import Metric
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.core.stage import StageResult
+from edgedeploy.config.tree import NODE_TABLE, Node, stage_kind
+from edgedeploy.optimize.finetune.fit import Loss
 from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, tfenv_seed, verdict
 from .scoring import float_scores, metric_details, metrics, task_of
 
@@ -43,8 +43,8 @@ class NodeRun:
 
 def channels_kept(env, node: str, parent_path: Path, model) -> list[dict[str, Any]]:
     """Rows of the check that ``model`` keeps its (float) parent's kernel channels; raises when one changed."""
-    from ..keras_thin import kernel_channels
-    from ..preserve_channels import check_channels
+    from edgedeploy.keras.thin import kernel_channels
+    from edgedeploy.optimize.preserve_channels import check_channels
 
     expected = kernel_channels(env.keras.models.load_model(parent_path, compile=False))
     found = check_channels(node, "keras", expected, kernel_channels(model))

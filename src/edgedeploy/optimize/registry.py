@@ -1,4 +1,4 @@
-"""The techniques and conversions the node table (:mod:`edgedeploy.tree`) names, each to the function that runs
+"""The techniques and conversions the node table (:mod:`edgedeploy.config.tree`) names, each to the function that runs
 its stage. Adding a technique is one entry in the node table and one function here."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from ..stages import StageResult
-from ..tree import nodes_for
+from edgedeploy.core.stage import StageResult
+from edgedeploy.config.tree import nodes_for
 from .leaf import convert_leaf
 from .leaf16 import convert_leaf_16x8
 from .node import keras_node_stage
@@ -19,7 +19,7 @@ from .thin import thin_node
 def _palette_leaf(env, leaf, inputs, out, data, recipe) -> StageResult:
     result = palette_stages.convert_leaf(env, leaf, inputs, out, data, recipe)
     if recipe.sparsity_pattern == "2:4" and "pruned" in nodes_for([leaf]):  # its int8 kernels keep 2:4
-        from ..structured_prune import check_int8_file
+        from edgedeploy.optimize.two_of_four import check_int8_file
 
         result.details["pattern_2of4"] = check_int8_file(result.outputs["int8_model"], leaf, recipe.skip_layers)
     return result

@@ -1,4 +1,4 @@
-"""A node's or a leaf's metrics on the evaluation split, by its task (:mod:`edgedeploy.task`).
+"""A node's or a leaf's metrics on the evaluation split, by its task (:mod:`edgedeploy.config.task`).
 
 Classifiers keep the manifest keys ``float_accuracy`` / ``int8_accuracy`` (%); other tasks record
 ``float_<metric>`` / ``int8_<metric>`` for each of their metrics (``mse``, ``mae``, ``psnr``, ``auc``), and every
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..convert import tflite_predict
-from ..manifest import Metric
-from ..task import METRICS, Task, score
+from edgedeploy.tflite.convert import tflite_predict
+from edgedeploy.core.manifest import Metric
+from edgedeploy.config.task import METRICS, Task, score
 
 CLASSIFIER = Task("sparse_categorical_crossentropy", False, "default")
 
@@ -30,7 +30,7 @@ def float_scores(model, data) -> dict[str, float]:
 
 def tflite_float_outputs(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
     """The int8 model's outputs on ``x``, dequantized to float."""
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     raw = tflite_predict(model_bytes, x)
     it = tfenv.load().tf.lite.Interpreter(model_content=model_bytes)

@@ -8,14 +8,26 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..data import Dataset
+from edgedeploy.config.data import Dataset
 from ..errors import UsageError
-from ..keras_model import (base_name, clone, conv1d_as_conv2d, fuse_separate_relu, init_activation_ranges, inner,
-                           load_model, quantize_for_qat, separate_kernel_outputs, separate_relu_layers, shape_only,
-                           split_separable, unsupported_for_qat)
-from ..recipe import Recipe
-from ..tree import NODE_TABLE
-from .fit import Loss, fine_tune, training_set
+from edgedeploy.keras.model import (
+    base_name,
+    clone,
+    conv1d_as_conv2d,
+    fuse_separate_relu,
+    init_activation_ranges,
+    inner,
+    load_model,
+    quantize_for_qat,
+    separate_kernel_outputs,
+    separate_relu_layers,
+    shape_only,
+    split_separable,
+    unsupported_for_qat,
+)
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.config.tree import NODE_TABLE
+from edgedeploy.optimize.finetune.fit import Loss, fine_tune, training_set
 
 log = logging.getLogger("edgedeploy")
 
@@ -25,7 +37,7 @@ def optimizable(layer, recipe: Recipe) -> bool:
 
 
 def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dict | None = None):
-    from ..finetune import pruning_plan
+    from edgedeploy.optimize.finetune.loop import pruning_plan
 
     keras, sparsity = env.keras, env.tfmot.sparsity.keras
     settings = recipe.stage("prune")
@@ -42,8 +54,8 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
         schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
 
     pattern = None
-    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.structured_prune)
-        from ..structured_prune import TwoOfFour
+    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.optimize.two_of_four)
+        from edgedeploy.optimize.two_of_four import TwoOfFour
 
         pattern = TwoOfFour(env, plan)
 
@@ -113,7 +125,7 @@ def qat_model(env, parent, node: str):
         scheme = cluster_preserve.Default8BitClusterPreserveQuantizeScheme(
             preserve_sparsity=bool(settings.get("preserve_sparsity", False)))
     else:
-        raise UsageError(f"stage {node}: unknown QAT scheme '{scheme_name}'", "fix edgedeploy.tree.NODE_TABLE")
+        raise UsageError(f"stage {node}: unknown QAT scheme '{scheme_name}'", "fix edgedeploy.config.tree.NODE_TABLE")
     model, _ = separate_kernel_outputs(clone(parent))  # (else TFMOT's Concatenate and ReLU transforms drop the scheme)
     return quantize_for_qat(model, scheme, what=f"stage {node}")
 
@@ -132,7 +144,7 @@ def settle_cluster_weights(model) -> int:
         cluster_preserve_quantize_registry as registry,
     )
 
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
     settled = 0
@@ -156,7 +168,7 @@ def settle_cluster_weights(model) -> int:
 def start_qat_ranges(model, parent, data: Dataset, recipe: Recipe, details: dict[str, Any]) -> None:
     """Start the QAT model's activation ranges from its float parent on the fine-tune samples (recipe
     ``qat_ranges = "calibrated"``), or leave TFMOT's [-6, 6] (``"tfmot"``); see
-    :func:`edgedeploy.keras_model.init_activation_ranges`."""
+    :func:`edgedeploy.keras.model.init_activation_ranges`."""
     if recipe.qat_ranges == "calibrated":
         count = init_activation_ranges(model, parent, data.x_fit, recipe.batch_size)
         details["qat_ranges"] = (f"{count} activation ranges started from the float parent on the "
@@ -173,7 +185,7 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 
 
 
-# One function per technique of edgedeploy.tree: the node's model from its parent's (see node.NodeRun).
+# One function per technique of edgedeploy.config.tree: the node's model from its parent's (see node.NodeRun).
 
 
 def baseline_node(run) -> Any:

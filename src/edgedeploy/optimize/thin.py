@@ -1,6 +1,6 @@
 """The ``thin`` technique: a dense model with fewer output channels, its widths chosen by the NPU's cycles.
 
-1. The channel groups of the parent (:func:`edgedeploy.keras_thin.channel_groups`); layers that cannot be
+1. The channel groups of the parent (:func:`edgedeploy.keras.thin.channel_groups`); layers that cannot be
    thinned are named with the reason (``details["thinning"]["not_thinned"]``).
 2. Channel scores and each group's sensitivity on fine-tune samples (:mod:`.thin_recover`).
 3. Each layer's cycle staircase from Vela on the recipe's ``thin_targets`` and the widths that meet the
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..keras_thin import channel_groups, kernel_channels, thin_model
-from .fit import fine_tune, training_set
+from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+from edgedeploy.optimize.finetune.fit import fine_tune, training_set
 from .thin_npu import N, Staircase, candidate_widths, choose, colour_groups, learn, orthogonal_rows
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
@@ -59,7 +59,7 @@ def _op_groups(graph, name: str) -> tuple[str | None, str | None]:
 
 
 def _candidate(model, graph, scores, widths, values, calibration, float_io) -> bytes:
-    from ..convert import convert_int8
+    from edgedeploy.tflite.convert import convert_int8
 
     keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
     return convert_int8(thin_model(model, graph, keep) if keep else model, calibration, float_io=float_io,
@@ -67,7 +67,7 @@ def _candidate(model, graph, scores, widths, values, calibration, float_io) -> b
 
 
 def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, dict[str, Any]]:
-    from ..targets import get_target
+    from edgedeploy.config.targets import get_target
 
     out = {}
     for t in recipe.thin_targets:
@@ -141,7 +141,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
 def thin_node(run) -> Any:
     """The ``thinned`` node: see the module."""
     env, recipe, data = run.env, run.recipe, run.data
-    from ..targets import get_target
+    from edgedeploy.config.targets import get_target
 
     for name in recipe.thin_targets:  # (a wrong name fails before any work)
         get_target(name)

@@ -15,14 +15,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..keras_thin import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
+from edgedeploy.keras.thin import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
 
 RIDGE = 1e-3  # ridge of the refit, relative to the mean diagonal of the inputs' Gram matrix
 MAX_ROWS = 60_000  # rows (samples x positions) a refit solves over
 
 
 def _inputs(model, names: Sequence[str], x: np.ndarray) -> dict[str, np.ndarray]:
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     if not names:
@@ -85,7 +85,7 @@ def _design(acts: np.ndarray, layer, pick: np.ndarray | None) -> np.ndarray:
     if layer.__class__.__name__ == "Dense":
         rows = acts.reshape(-1, acts.shape[-1]).astype(np.float64)
         return rows if pick is None else rows[pick]
-    from .. import tfenv
+    from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
     cfg = layer.get_config()
@@ -165,7 +165,7 @@ def _solve(layer, xt: np.ndarray, target: np.ndarray) -> dict[str, Any]:
 
 
 def _loss(out: np.ndarray, teacher: np.ndarray, classifier: bool, from_logits: bool) -> float:
-    from ..finetune import log_probs
+    from edgedeploy.optimize.finetune.loop import log_probs
 
     if not classifier:
         return float(np.mean((np.asarray(out, np.float64) - teacher) ** 2))

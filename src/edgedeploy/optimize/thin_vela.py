@@ -1,6 +1,6 @@
 """Candidate widths compiled with Vela for the cycle staircase (:mod:`edgedeploy.optimize.thin_npu`).
 
-Each candidate is the model thinned to its widths (:func:`edgedeploy.keras_thin.thin_model`), converted to int8
+Each candidate is the model thinned to its widths (:func:`edgedeploy.keras.thin.thin_model`), converted to int8
 on a few calibration samples (cycles do not depend on the ranges) and compiled in a pool of Vela workers for
 each target; the per-operator cycles of Vela's per-layer CSV are keyed by the operator's name, kind and
 occurrence, which do not change with the widths.
@@ -43,9 +43,9 @@ def layer_of(name: str, layer_kinds: Mapping[str, str]) -> str | None:
 def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, jobs: int = 1
                    ) -> dict[str, list[dict[str, Any]]]:
     """Per target, per model: ``npu_cycles``, ``total_cycles``, ``encoded_weights_bytes`` and the keyed rows."""
-    from .. import vela as vela_backend
-    from ..targets import get_target
-    from ..vela_pool import VelaPool
+    from edgedeploy.vela import outputs as vela_backend
+    from edgedeploy.config.targets import get_target
+    from edgedeploy.vela.pool import VelaPool
 
     work.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -15,7 +15,7 @@ It works in three steps, one module (or package) each:
 
 from __future__ import annotations
 
-from ..lazy import lazy_exports
+from edgedeploy.core.lazy import lazy_exports
 
 # Name -> the module that defines it. Imported when first used, so a command that needs one table
 # (the compile table, say) does not load every part of the reporter.
@@ -41,12 +41,12 @@ _EXPORTS = {
     "compare_reports": ".regressions",
     "load_report_json": ".regressions",
     "raise_on_regression": ".regressions",
-    "LEAF_LEVELS": ".tree",
-    "PALETTE_LIMIT": ".tree",
-    "REFERENCE_LEAF": ".tree",
-    "base_leaf": ".tree",
-    "is_clustered_leaf": ".tree",
-    "leaf_level": ".tree",
+    "LEAF_LEVELS": ".levels",
+    "PALETTE_LIMIT": ".levels",
+    "REFERENCE_LEAF": ".levels",
+    "base_leaf": ".levels",
+    "is_clustered_leaf": ".levels",
+    "leaf_level": ".levels",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,11 +7,11 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InvalidInputError
-from ..fsutil import sha256_file
-from ..manifest import Manifest, now_iso
-from ..npu_compute import bound_layers_note, npu_compute_values
-from ..requirements import check_requirements
-from .tree import LEAF_LEVELS, REFERENCE_LEAF
+from edgedeploy.core.files import sha256_file
+from edgedeploy.core.manifest import Manifest, now_iso
+from edgedeploy.vela.compute import bound_layers_note, npu_compute_values
+from edgedeploy.config.requirements import check_requirements
+from edgedeploy.report.levels import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
 from .collect import _accuracy_values, _compile_values, _fit, _variants
@@ -147,7 +147,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "rows": rows,
         "pareto": pareto,
         "recommendations": recommendations,
-        "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.walk), when this run was one
+        "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.pipeline.walk), when this run was one
         "compression": _compression(manifest, variants) if compression else {},
         "npu_weights": npu_weight_layers(variants),
         "notes": notes,

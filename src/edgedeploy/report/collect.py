@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..manifest import Manifest, StageRecord
-from .tree import REFERENCE_LEAF, leaf_level
+from edgedeploy.core.manifest import Manifest, StageRecord
+from edgedeploy.report.levels import REFERENCE_LEAF, leaf_level
 from .columns import VELA_METRICS, from_metric, na, val, value_of
 
 

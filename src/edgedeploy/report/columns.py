@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..manifest import StageRecord
+from edgedeploy.core.manifest import StageRecord
 
 
 SCHEMA = "edgedeploy.report"
@@ -69,7 +69,7 @@ JUDGMENT_COLUMNS: tuple[Column, ...] = (
     Column("recommended", "Recommended", "", "text"),
 )
 ALL_COLUMNS = KEY_COLUMNS + VALUE_COLUMNS + JUDGMENT_COLUMNS
-# Leaves judged by another metric than accuracy (regression, reconstruction; edgedeploy.task): shown only in a
+# Leaves judged by another metric than accuracy (regression, reconstruction; edgedeploy.config.task): shown only in a
 # report with such a leaf, so classifier reports keep their columns and keys.
 METRIC_COLUMNS: tuple[Column, ...] = (
     Column("float_metric", "Float metric", "", "metric"),

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InvalidInputError
-from ..manifest import Manifest
-from .tree import PALETTE_LIMIT, is_clustered_leaf
+from edgedeploy.core.manifest import Manifest
+from edgedeploy.report.levels import PALETTE_LIMIT, is_clustered_leaf
 from .collect import _Variant, int8_model_path
 
 
@@ -20,7 +20,7 @@ def weight_diagnostics(model_path: Path) -> list[dict[str, Any]]:
     """Distinct int8 values per weight tensor (and per output channel) and the zero fraction."""
     import numpy as np
 
-    from ..tflite_model import read_weight_tensors
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     out = []
     for w in read_weight_tensors(model_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..manifest import Manifest
-from .tree import REFERENCE_LEAF, leaf_level
+from edgedeploy.core.manifest import Manifest
+from edgedeploy.report.levels import REFERENCE_LEAF, leaf_level
 from .columns import metric_label, quality_name, value_of
 from .limits import Requirements
 
@@ -245,7 +245,7 @@ def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[s
     value occurs: -128 to +64 bytes of 9,568 over nine DS-CNN runs). Each miss is added to its row's warnings
     and returned as a note.
     """
-    from ..recipe import LEAVES, nodes_for
+    from edgedeploy.config.recipe import LEAVES, nodes_for
 
     sweeps = {rec.variant: rec.details["sweep"] for rec in manifest.records.values()
               if rec.stage == "optimize" and rec.variant and isinstance(rec.details.get("sweep"), Mapping)

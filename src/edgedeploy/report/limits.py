@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..requirements import SIZE_UNITS, check_requirements, parse_size  # noqa: F401  (the one size reader)
-from ..settings import read_toml
+from edgedeploy.config.requirements import SIZE_UNITS, check_requirements, parse_size  # noqa: F401  (the one size reader)
+from edgedeploy.config.keys import read_toml
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..fsutil import LIMITS, check_input_file
+from edgedeploy.core.files import LIMITS, check_input_file
 from .collect import int8_model_path
 
 
@@ -98,7 +98,7 @@ def weight_stages(manifest) -> tuple[list[tuple[str, Any]], str | None, str | No
         match = [v for k, v in kernels.items() if layer in _segments(k) and v.size == base[sample_path].size]
         if match:
             stages.append((f"{node} (float)", max(match, key=lambda v: v.size)))
-    from ..tflite_model import read_weight_tensors
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     for leaf in INT8_CHAIN:
         recs = manifest.find(stage="convert", variant=leaf)

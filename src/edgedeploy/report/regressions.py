@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InvalidInputError, RegressionError
-from ..fsutil import read_input_text, short
+from edgedeploy.core.files import read_input_text, short
 from .columns import SCHEMA, SCHEMA_VERSION, value_of
 from .judge import _leaf_order
 from .limits import GATED, Tolerance

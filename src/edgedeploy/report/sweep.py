@@ -1,6 +1,6 @@
 """The report of a sweep (several models, one run folder each): one document comparing them.
 
-A sweep folder ``OUT`` holds ``sweep.json`` (written by :mod:`edgedeploy.sweep`: which models, which folders,
+A sweep folder ``OUT`` holds ``sweep.json`` (written by :mod:`edgedeploy.pipeline.sweep`: which models, which folders,
 each one's status and error) and one run folder per model. :func:`build_sweep_report` builds each member's
 report document from its own manifest (:func:`.build.build_report`, the same requirements for all), then
 :func:`compare_models` (a pure function of those documents) puts them side by side:
@@ -27,9 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from .. import __version__
 from ..errors import InvalidInputError, UsageError
-from ..fsutil import read_input_text, sha256_file, short
-from ..manifest import Manifest, now_iso
-from ..names import is_valid
+from edgedeploy.core.files import read_input_text, sha256_file, short
+from edgedeploy.core.manifest import Manifest, now_iso
+from edgedeploy.core.names import is_valid
 from .limits import Requirements, Tolerance
 from .recommend import dominates
 

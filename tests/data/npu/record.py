@@ -26,9 +26,9 @@ MODELS = {
 
 
 def vela_raw(model: Path, target_name: str, out: Path) -> Path:
-    from edgedeploy.proc import check, run_command
-    from edgedeploy.targets import get_target
-    from edgedeploy.vela import build_vela_args
+    from edgedeploy.core.proc import check, run_command
+    from edgedeploy.config.targets import get_target
+    from edgedeploy.vela.outputs import build_vela_args
 
     args = build_vela_args(model, get_target(target_name), out, "Performance", ("--output-format", "raw"))
     check(run_command([sys.executable, "-m", "ethosu.vela", *args], timeout=300), "vela")
@@ -44,9 +44,9 @@ def rows(data: Path, n: int) -> np.ndarray:
 
 
 def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from edgedeploy import tfenv
+    from edgedeploy.keras import tfenv
     from edgedeploy.export.golden import prepare_inputs
-    from edgedeploy.tflite_model import read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     tf = tfenv.load().tf
     typed, _ = prepare_inputs(x, read_tflite(model).inputs[0])

@@ -17,7 +17,7 @@ weights best, its largest weights clipped to ±127: :func:`fitted_scales`.) Beca
 value, so pruned weights stay zero. Batch norms are folded into the kernels first, so the converter has nothing
 left to fold.
 
-Nodes (see :data:`edgedeploy.tree.NODE_TABLE`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
+Nodes (see :data:`edgedeploy.config.tree.NODE_TABLE`): ``clustered_palette`` / ``pruned_clustered_palette`` cluster the baseline / the TFMOT
 pruned node straight onto per-tensor palettes, zeros kept (PTQ leaves of the same names; they replace TFMOT's
 clustering, whose per-tensor float clusters a folded batch norm would spread again), and ``cqat_palette`` /
 ``pcqat_palette`` run
@@ -79,7 +79,7 @@ from .plan import (  # noqa: F401
     sized_plan,
     start_options,
 )
-from .debugdb import (  # noqa: F401
+from edgedeploy.vela.debugdb import (
     WEIGHT_OPS,
     _TABLE_RE,
     _int,
@@ -106,7 +106,7 @@ from .models import (  # noqa: F401
     projection_method,
     scale_method,
 )
-from .sweep import (  # noqa: F401
+from edgedeploy.optimize.palette.sensitivity import (
     ALL_WEIGHTS,
     EXECUTORS,
     MEASURE_SAMPLES,

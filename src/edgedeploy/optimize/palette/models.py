@@ -7,8 +7,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ...keras_model import KERNEL_LAYERS
-from ...recipe import PALETTE_DEFAULTS
+from edgedeploy.keras.model import KERNEL_LAYERS
+from edgedeploy.config.recipe import PALETTE_DEFAULTS
 from .projection import project, project_compensated
 
 
@@ -21,8 +21,8 @@ def fold_batch_norm(model):
     The function is unchanged (inference mode); the converter then has no per-channel factor left to multiply
     into a palette kernel.
     """
-    from ... import tfenv
-    from ...keras_model import bypass_layers, inner
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.model import bypass_layers, inner
 
     keras = tfenv.load().keras
     if model.__class__.__name__ != "Functional":
@@ -84,7 +84,7 @@ def _bn_params(bn):
 
 def kernel_layers(model, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(layer name, kind) of every Conv2D/DepthwiseConv2D/Dense with a kernel, minus ``skip``."""
-    from ...keras_model import base_name, inner
+    from edgedeploy.keras.model import base_name, inner
 
     skip = set(skip)
     out = []
@@ -133,7 +133,7 @@ def layer_hessians(model, x: np.ndarray, layers: Sequence[str], batch_size: int 
     channel, shape (channels, k, k). Layers whose inputs cannot be read so (grouped convolutions, several
     inputs) are left out and keep the nearest-level projection.
     """
-    from ... import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tf, keras = env.tf, env.keras
@@ -162,7 +162,7 @@ def layer_hessians(model, x: np.ndarray, layers: Sequence[str], batch_size: int 
                 part = rows.T @ rows
             sums[layer.name] = sums.get(layer.name, 0.0) + part
             counts[layer.name] = counts.get(layer.name, 0) + rows.shape[0]
-    from ...keras_model import base_name
+    from edgedeploy.keras.model import base_name
 
     out = {}
     for layer in wanted:

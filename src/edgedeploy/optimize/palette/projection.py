@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import UsageError
-from ...recipe import PALETTE_CHOICES
+from edgedeploy.config.recipe import PALETTE_CHOICES
 
-PALETTE_LIMIT = 32
+from edgedeploy.vela.debugdb import PALETTE_LIMIT  # noqa: E402
 QMAX = 127
 
 

@@ -17,7 +17,7 @@ def _quantizer_classes():
     """The palette weight quantizer (a TFMOT LastValueQuantizer that snaps to the palette first)."""
     if _CLASSES:
         return _CLASSES[0], _CLASSES[1]
-    from ... import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     tf = env.tf
@@ -134,11 +134,11 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     convolution) to x7 (DS-CNN's depthwise ones); trained as folded, such a layer's steps are some 70x too
     large (each one moving a weight by up to a tenth of itself) or several times too small.
     """
-    from ... import tfenv
+    from edgedeploy.keras import tfenv
 
     env = tfenv.load()
     quant = env.tfmot.quantization.keras
-    from ...keras_model import clone, quantize_for_qat
+    from edgedeploy.keras.model import clone, quantize_for_qat
 
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)
@@ -160,7 +160,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     annotated.set_weights(base.get_weights())
     model = quantize_for_qat(annotated, custom_objects={"PaletteQuantizeConfig": config_cls,
                                                         "PaletteWeightsQuantizer": quantizer_cls}, what="palette QAT")
-    from ...keras_model import base_name
+    from edgedeploy.keras.model import base_name
 
     for layer, quantizer in palette_layers(model):
         kernel = parent.get_layer(base_name(layer.name)).get_weights()[0]
@@ -204,7 +204,7 @@ def kernel_variable(layer, quantizer):
 def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
                      folded: Mapping[str, Any] | None = None):
     """The trained QAT model of a palette node, its kernels snapped to their palettes (ready to convert)."""
-    from ... import tfenv
+    from edgedeploy.keras import tfenv
 
     parent = tfenv.load().keras.models.load_model(parent_path, compile=False)
     model = palette_qat_model(parent, plan, seed, folded)

@@ -11,17 +11,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...errors import InvalidInputError, PreservationError
-from ...fsutil import read_input_text
-from ...recipe import PALETTE_PLAN_VERSION
-from ...tree import LEAVES, NODE_TABLE, QAT_NODES
-from ..fit import fine_tune
+from edgedeploy.core.files import read_input_text
+from edgedeploy.config.recipe import PALETTE_PLAN_VERSION
+from edgedeploy.config.tree import LEAVES, NODE_TABLE, QAT_NODES
+from edgedeploy.optimize.finetune.fit import fine_tune
 from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, tfenv_seed
 from ..scoring import float_scores, metrics, task_of
 from ..techniques import start_qat_ranges
 from .projection import DAMP, PALETTE_LIMIT
-from .debugdb import WEIGHT_OPS, layer_of_tensor
+from edgedeploy.vela.debugdb import WEIGHT_OPS, layer_of_tensor
 from .models import HESSIAN_SAMPLES, _palette_opt, apply_plan, default_plan, fold_batch_norm, kernel_layers, layer_hessians, projection_method, scale_method
-from .sweep import sensitivity_sweep, sweep_holdout
+from edgedeploy.optimize.palette.sensitivity import sensitivity_sweep, sweep_holdout
 from .qat import load_palette_qat, palette_qat_model, qat_palettes
 
 PLAN_FILE = "palette.json"
@@ -67,8 +67,8 @@ def _fit_data(data, recipe):
 def int8_palette_rows(int8: bytes, model, plan: Mapping[str, Mapping[str, Any]], tmp: Path) -> list[dict[str, Any]]:
     """Per weight tensor of the int8 model: its Keras layer, distinct values, zeros (and those of the layer's kernel
     in ``model``, the Keras model it was converted from), and the palette it must fit."""
-    from ...keras_model import keras_weight_stats
-    from ...tflite_model import read_weight_tensors
+    from edgedeploy.keras.model import keras_weight_stats
+    from edgedeploy.tflite.reader import read_weight_tensors
 
     path = tmp / "_palette_probe.tflite"
     path.write_bytes(int8)
@@ -128,9 +128,9 @@ def check_palette(node: str, rows: Sequence[dict[str, Any]], tolerance: float) -
 
 def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, recipe, loss):
     """The stage of a palette node (the registry's "palette" and "palette_qat" techniques)."""
-    from ...keras_model import fuse_separate_relu, keras_weight_stats
-    from ...manifest import Metric
-    from ...stages import StageResult
+    from edgedeploy.keras.model import fuse_separate_relu, keras_weight_stats
+    from edgedeploy.core.manifest import Metric
+    from edgedeploy.core.stage import StageResult
 
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -220,7 +220,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
 
 def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):
     """The convert stage of a palette leaf (the registry's "palette_int8" conversion)."""
-    from ...manifest import Metric
+    from edgedeploy.core.manifest import Metric
 
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...lazy import lazy_exports
+from edgedeploy.core.lazy import lazy_exports
 
 FORMATS = ("table", "json", "csv", "markdown", "html")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..tree import PALETTE_LIMIT
+from edgedeploy.report.levels import PALETTE_LIMIT
 from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column, task_metric
 
 

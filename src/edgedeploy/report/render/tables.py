@@ -6,8 +6,8 @@ import json
 from typing import Any, Iterable, Sequence
 
 from ... import __version__
-from ...manifest import Manifest, StageRecord
-from ...targets import Target
+from edgedeploy.core.manifest import Manifest, StageRecord
+from edgedeploy.config.targets import Target
 
 COMPILE_SCHEMA = "edgedeploy.compile"
 COMPILE_SCHEMA_VERSION = 1

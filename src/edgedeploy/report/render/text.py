@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any, Mapping, Sequence
 
-from ..tree import PALETTE_LIMIT
+from edgedeploy.report.levels import PALETTE_LIMIT
 from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes, uncompiled_requirement_lines

@@ -1,0 +1,299 @@
+"""Real data for fine-tuning, calibration and evaluation, from an ``.npz`` file.
+
+Two layouts are understood:
+- ``x``, ``y`` and ``split`` (0 = fine-tune/calibrate, 1 = evaluate), optionally ``labels``;
+- ``x_train``, ``y_train``, ``x_test``, ``y_test``, optionally ``classes`` or ``labels``.
+
+``y`` holds class labels (or one-hot rows, or probability rows: fine-tuning learns the probabilities, accuracy
+is scored against their arg max) for a classifier, float targets shaped like the model's output for a
+regression model; without ``y`` (``x`` and ``split``, or ``x_train`` and ``x_test`` only) the model reconstructs
+its input. ``y_anomaly`` (one 0/1 value per sample of ``x``, or per evaluation sample) marks anomalous samples
+for the ROC AUC of the reconstruction error (see :mod:`edgedeploy.config.task`).
+
+Fine-tune samples without a label carry the label ``-1`` (in ``y`` where ``split == 0``, or in ``y_train``):
+distillation learns the float model's outputs on them, the hold-out and the plain recipe skip them, and
+they calibrate int8 conversion like any other sample. Every evaluation sample needs a label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgedeploy.errors import InvalidInputError
+from edgedeploy.core.files import sha256_file
+from edgedeploy.core.npz import check_finite, npz_members, read_npz
+
+FIT, EVAL = 0, 1
+UNLABELLED = -1
+
+
+@dataclass
+class Dataset:
+    path: Path
+    layout: str
+    x_fit: np.ndarray
+    y_fit: np.ndarray
+    x_eval: np.ndarray
+    y_eval: np.ndarray
+    labels: list[str] | None
+    sha256: str
+    reshaped_from: tuple[int, ...] | None = None
+    # the float model's log-probabilities (classifiers) or outputs on x_fit (set by optimize when it distils)
+    soft_targets: np.ndarray | None = None
+    kind: str = "classification"  # edgedeploy.config.task: classification, regression or reconstruction
+    task: Any = None  # the edgedeploy.config.task.Task it is scored for (set by optimize)
+    anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them
+    eval_set: str | None = None  # which evaluation samples (sources and class names), whatever their features
+    # probability targets of the fine-tune samples (rows summing to 1, not all one-hot): fine-tuning learns
+    # these; y_fit holds their arg max (hold-out strata, accuracy)
+    p_fit: np.ndarray | None = None
+    # calibration samples given apart from the fine-tune split (the file's ``x_calibration``, see
+    # edgedeploy.data_sources.memory); None: calibrate on fine-tune samples
+    x_calibration: np.ndarray | None = None
+
+    @property
+    def labelled(self) -> bool:
+        """Class labels (with -1 for unlabelled samples), rather than target values."""
+        return self.kind == "classification"
+
+    def calibration(self, n: int, seed: int = 0) -> tuple[np.ndarray, str]:
+        """``n`` fine-tune samples for int8 calibration, and where they come from.
+
+        A seeded random choice, not the first ``n``: data sets are often stored sorted by class, and ranges
+        calibrated on a few classes clip the others. All of the split when it has ``n`` or fewer samples.
+        """
+        if self.x_calibration is not None:
+            if n >= len(self.x_calibration):
+                return self.x_calibration, f"all {len(self.x_calibration)} given calibration samples (x_calibration)"
+            idx = np.sort(np.random.default_rng(seed).choice(len(self.x_calibration), n, replace=False))
+            return self.x_calibration[idx], f"{n} random samples of the given calibration samples (seed {seed})"
+        if n >= len(self.x_fit):
+            return self.x_fit, f"all {len(self.x_fit)} samples of the fine-tune split ({self.describe()['fit_split']})"
+        idx = np.sort(np.random.default_rng(seed).choice(len(self.x_fit), n, replace=False))
+        return self.x_fit[idx], (f"{n} random samples of the fine-tune split ({self.describe()['fit_split']}, "
+                                 f"seed {seed})")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path.resolve()),
+            "sha256": self.sha256,
+            "layout": self.layout,
+            "fit_split": "split == 0" if self.layout == "x/y/split" else "x_train",
+            "eval_split": "split == 1" if self.layout == "x/y/split" else "x_test",
+            "n_fit": int(len(self.x_fit)),
+            "n_fit_unlabelled": int(np.sum(self.y_fit < 0)) if self.labelled else 0,
+            "n_eval": int(len(self.x_eval)),
+            "eval_set": self.eval_set,
+            "labels": self.labels,
+            "input_shape": list(self.x_fit.shape[1:]),
+            "reshaped_from": list(self.reshaped_from) if self.reshaped_from else None,
+            **({"task": self.kind, "targets": "the inputs" if self.kind == "reconstruction" else "y (values)",
+                "anomaly_labels": None if self.anomaly is None else int(np.sum(self.anomaly))}
+               if not self.labelled else {}),
+        }
+
+
+def _fail(path: Path, what: str, hint: str) -> InvalidInputError:
+    return InvalidInputError(f"{path}: {what}", hint)
+
+
+def read_targets(path: Path | str) -> tuple[np.ndarray | None, bool]:
+    """The fine-tune targets of ``path`` as stored (None when the file has none), to decide the task, and whether
+    the file has anomaly labels."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
+    arrays = read_npz(path, "data file", "data", keys=("y", "split", "y_train", "y_test"))
+    for key, a in arrays.items():  # the targets decide the task: NaN there must not pass for regression
+        check_finite(path, key, a)
+    anomaly = any(k in npz_members(path) for k in ANOMALY_KEYS)
+    if "y" in arrays and "split" in arrays:
+        y, split = arrays["y"], arrays["split"]
+        if y.ndim == 0 or split.ndim == 0:
+            raise _fail(path, "'y' or 'split' is a single value, not an array of samples", "store one entry per sample")
+        return (y[split == FIT] if split.shape == (len(y),) else y), anomaly
+    if "y_train" in arrays:
+        return arrays["y_train"], anomaly
+    return None, anomaly
+
+
+def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification"
+                 ) -> Dataset:
+    """Load and check ``path`` against a model's input shape (without batch) and class count (``kind``:
+    classification; regression and reconstruction take target values, see :mod:`edgedeploy.config.task`)."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
+    # a regular file within the size limit, of .npy arrays only (edgedeploy.core.npz)
+    arrays = read_npz(path, "data file", "data")
+    for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
+        if key in arrays and arrays[key].ndim == 0:
+            raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
+    for key in ("x", "x_train", "x_test"):
+        a = arrays.get(key)
+        if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
+                              or np.issubdtype(a.dtype, np.complexfloating)):
+            raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
+    for key in ("x", "y", "x_train", "y_train", "x_test", "y_test", *ANOMALY_KEYS):  # samples, targets, labels
+        if key in arrays:
+            check_finite(path, key, arrays[key])
+    keys = set(arrays)
+    hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
+    if {"x", "split"} <= keys and "y" not in keys:
+        arrays["y"] = None  # no targets: reconstruction
+    if {"x_train", "x_test"} <= keys and not ({"y_train", "y_test"} & keys):
+        arrays["y_train"] = arrays["y_test"] = None
+        keys |= {"y_train", "y_test"}
+    if {"x", "split"} <= keys and arrays.get("y", 0) is None:
+        split = arrays["split"]
+        if split.shape != (len(arrays["x"]),):
+            raise _fail(path, "x and split have different lengths", "give one split value per sample")
+        x_fit, x_eval, y_fit, y_eval = arrays["x"][split == FIT], arrays["x"][split == EVAL], None, None
+        layout = "x/y/split"
+    elif {"x", "y", "split"} <= keys:
+        split = arrays["split"]
+        if split.shape != (len(arrays["x"]),) or len(arrays["y"]) != len(arrays["x"]):
+            raise _fail(path, "x, y and split have different lengths", "give one split value and one label per sample")
+        unknown = sorted(set(np.unique(split).tolist()) - {FIT, EVAL})
+        if unknown:
+            raise _fail(path, f"split has values {unknown}; allowed values: 0 (fine-tune), 1 (evaluate)", hint_layout)
+        x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
+        x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
+        layout = "x/y/split"
+        files = arrays.get("files")
+        eval_files = files[split == EVAL] if files is not None and getattr(files, "shape", None) == split.shape else None
+    elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
+        x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
+        eval_files = None
+        layout = "train/test"
+        if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
+            raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
+    else:
+        raise _fail(path, f"has arrays {sorted(keys)}, not a layout edgedeploy reads", hint_layout)
+    if len(x_fit) == 0:
+        raise _fail(path, "the fine-tune split is empty", "put samples with split == 0 (or x_train) in the file")
+    if len(x_eval) == 0:
+        raise _fail(path, "the evaluation split is empty", "put samples with split == 1 (or x_test) in the file")
+
+    reshaped_from = None
+    sample_shape = tuple(x_fit.shape[1:])
+    if sample_shape != tuple(input_shape):
+        squeeze = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
+        if squeeze(sample_shape) == squeeze(tuple(input_shape)):
+            reshaped_from = sample_shape
+            x_fit = x_fit.reshape((len(x_fit), *input_shape))
+            x_eval = x_eval.reshape((len(x_eval), *input_shape))
+        else:
+            raise _fail(
+                path,
+                f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
+                "give data shaped like the model input (without the batch axis)",
+            )
+    x_calibration = arrays.get("x_calibration")
+    if x_calibration is not None:
+        if x_calibration.ndim < 1 or len(x_calibration) == 0 or not np.issubdtype(x_calibration.dtype, np.number) \
+                or not np.isfinite(x_calibration).all():
+            raise _fail(path, "'x_calibration' is not an array of finite samples", "store float32 samples")
+        if tuple(x_calibration.shape[1:]) != tuple(input_shape):
+            if x_calibration.shape[1:] != sample_shape:
+                raise _fail(path, f"'x_calibration' samples have shape {list(x_calibration.shape[1:])}, the other "
+                            f"samples {list(sample_shape)}", "give calibration samples shaped like the others")
+            x_calibration = x_calibration.reshape((len(x_calibration), *input_shape))
+        x_calibration = np.ascontiguousarray(x_calibration, dtype=np.float32)
+    anomaly = _anomaly(path, arrays, len(x_eval), layout)
+    p_fit = None
+    if kind == "classification":
+        p_fit = probability_rows(y_fit, num_classes)
+        y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
+        y_eval = _labels(path, y_eval, num_classes, "evaluation")
+    elif y_fit is None or kind == "reconstruction":
+        # reconstruction: the targets are the inputs
+        y_fit, y_eval = (np.ascontiguousarray(x_fit, dtype=np.float32), np.ascontiguousarray(x_eval, dtype=np.float32))
+    else:
+        y_fit = np.asarray(y_fit, np.float32).reshape((len(y_fit), -1)) if y_fit.ndim == 1 else np.asarray(y_fit, np.float32)
+        y_eval = np.asarray(y_eval, np.float32).reshape((len(y_eval), -1)) if y_eval.ndim == 1 else np.asarray(y_eval, np.float32)
+    names = None
+    for key in ("labels", "classes") if kind == "classification" else ():
+        if key in arrays and arrays[key].ndim == 1:
+            names = [str(v) for v in arrays[key].tolist()]
+            if len(names) != num_classes:
+                raise _fail(path, f"'{key}' names {len(names)} classes but the model has {num_classes} outputs",
+                            "use the data set that matches the model")
+            break
+    return Dataset(
+        path=path,
+        layout=layout,
+        x_fit=np.ascontiguousarray(x_fit, dtype=np.float32),
+        y_fit=y_fit,
+        x_eval=np.ascontiguousarray(x_eval, dtype=np.float32),
+        y_eval=y_eval,
+        labels=names,
+        sha256=sha256_file(path),
+        reshaped_from=reshaped_from,
+        kind=kind,
+        anomaly=anomaly,
+        eval_set=_eval_set(eval_files, y_eval, names) if kind == "classification" else None,
+        p_fit=p_fit,
+        x_calibration=x_calibration,
+    )
+
+
+def _eval_set(files: np.ndarray | None, y_eval: np.ndarray, names: list[str] | None) -> str | None:
+    """Which evaluation samples these are, whatever features they are stored as: the sha256 of each sample's
+    source (the file's ``files`` array) with its class name, in sorted order. Two data files of the same clips
+    through different front ends (and class orders) get the same value; None without ``files`` or names."""
+    if files is None or names is None or len(files) != len(y_eval):
+        return None
+    pairs = sorted(f"{f}\t{names[int(c)]}" for f, c in zip(np.asarray(files).astype(str).tolist(), y_eval.tolist()))
+    return hashlib.sha256("\n".join(pairs).encode("utf-8")).hexdigest()
+
+
+def probability_rows(y: Any, num_classes: int) -> np.ndarray | None:
+    """``y`` as float32 when it holds probability targets: one row of ``num_classes`` non-negative values summing
+    to 1 per sample, not all of them one-hot (one-hot rows are class labels). None otherwise."""
+    if y is None or np.ndim(y) != 2 or np.shape(y)[1] != num_classes or num_classes < 2:
+        return None
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.floating):
+        return None
+    if not (np.all(y >= 0) and np.allclose(y.sum(axis=1), 1.0, atol=1e-3)) or np.all((y == 0) | (y == 1)):
+        return None
+    return np.ascontiguousarray(y, dtype=np.float32)
+
+
+ANOMALY_KEYS = ("y_anomaly", "anomaly", "y_test_anomaly")
+
+
+def _anomaly(path: Path, arrays: dict[str, Any], n_eval: int, layout: str) -> np.ndarray | None:
+    key = next((k for k in ANOMALY_KEYS if k in arrays), None)
+    if key is None:
+        return None
+    a = np.asarray(arrays[key]).reshape(-1)
+    if layout == "x/y/split" and len(a) == len(arrays["split"]):
+        a = a[arrays["split"] == EVAL]
+    if len(a) != n_eval or not np.all((a == 0) | (a == 1)):
+        raise _fail(path, f"'{key}' ({list(np.shape(arrays[key]))} {np.asarray(arrays[key]).dtype}) is not one 0/1 "
+                    f"value per evaluation sample ({n_eval})", "give 1 for anomalous and 0 for normal samples")
+    return a.astype(np.int64)
+
+
+def _labels(path: Path, y: np.ndarray, num_classes: int, which: str, unlabelled_ok: bool = False) -> np.ndarray:
+    if y.ndim == 2 and y.shape[1] == num_classes:  # one-hot
+        y = y.argmax(axis=1)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise _fail(path, f"{which} labels must be integer class indices (or one-hot rows), got {y.dtype} {list(y.shape)}",
+                    "store class indices 0..C-1")
+    labelled = y[y != UNLABELLED] if unlabelled_ok else y
+    if unlabelled_ok and len(labelled) == 0:
+        return y.astype(np.int64)
+    lo, hi = int(labelled.min()), int(labelled.max())
+    if lo < 0 or hi >= num_classes:
+        raise _fail(path, f"{which} labels range from {lo} to {hi} but the model has {num_classes} classes (0..{num_classes - 1})",
+                    "use the data set that matches the model, or fix the labels"
+                    + (" (-1 marks an unlabelled fine-tune sample)" if unlabelled_ok else ""))
+    return y.astype(np.int64)

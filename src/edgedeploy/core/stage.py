@@ -1,0 +1,224 @@
+"""The stage interface shared by optimize, convert, compile, export and fvp.
+
+A stage is a function ``run(ctx, inputs, cfg) -> StageResult`` that writes only
+inside the folder it is given. :func:`run_stage` gives it a fresh staging
+folder, renames that into place when the stage succeeds, records a
+:class:`~edgedeploy.core.manifest.StageRecord` and saves the manifest. A stage
+whose inputs, parameters and tool versions are unchanged is not run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from edgedeploy.errors import EdgeDeployError, InvalidInputError, UsageError
+from edgedeploy.core.files import lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
+from edgedeploy.core.names import check_name, is_valid
+from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
+
+log = logging.getLogger("edgedeploy")
+
+
+@dataclass
+class RunContext:
+    """Where a run writes, and its manifest."""
+
+    run_dir: Path
+    manifest: Manifest
+
+    @classmethod
+    def open(cls, run_dir: Path) -> "RunContext":
+        """The run folder, locked for this process (another command writing it is waited for), and its manifest."""
+        run_dir = Path(run_dir)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"output folder {run_dir} is a file", "pass a folder path with -o/--out")
+        try:
+            lock_run_dir(run_dir, log)
+        except OSError as exc:
+            raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
+                             "check the path and its permissions") from exc
+        return cls(run_dir, Manifest.open(run_dir))
+
+    def stage_dir(self, stage_id: str) -> Path:
+        """The folder of one stage: every part of its id a checked name, so it always lies inside the run."""
+        parts = stage_id.split("/")
+        for part in parts:
+            if not is_valid("target", part):
+                check_name("target", part, f"{self.run_dir}: stage {stage_id!r}: name", UsageError)
+        for depth in range(1, len(parts)):  # a link on the way would put the stage's files outside the run
+            folder = self.run_dir.joinpath(*parts[:depth])
+            if folder.is_symlink():
+                raise InvalidInputError(f"{folder} is a link; the folders inside a run folder must be its own",
+                                        "remove the link (edgedeploy writes nothing through it)")
+        return self.run_dir.joinpath(*parts)
+
+
+@dataclass
+class StageResult:
+    """What a stage produced: output files (inside its folder), facts and notes."""
+
+    outputs: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    tool: ToolInfo | None = None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Identity of one stage run: which stage, on what, with which settings."""
+
+    stage: str
+    variant: str | None
+    target: str | None = None
+    parent: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    tool_versions: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return "/".join(p for p in (self.stage, self.variant, self.target) if p)
+
+    def cache_key(self, inputs: Mapping[str, Path]) -> str:
+        return sha256_json(
+            {
+                "stage": self.stage,
+                "params": dict(self.params),
+                "tools": dict(self.tool_versions),
+                "inputs": {role: sha256_file(p) for role, p in sorted(inputs.items())},
+            }
+        )
+
+
+def cached_record(ctx: RunContext, spec: StageSpec, key: str) -> StageRecord | None:
+    """The saved record of ``spec`` if it was made from the same inputs and its outputs are intact."""
+    rec = ctx.manifest.records.get(spec.id)
+    if rec is None or rec.status == "failed" or rec.cache_key != key:
+        return None
+    if not artifacts_intact(ctx.manifest, rec.outputs):
+        return None
+    return rec
+
+
+def commit_stage(
+    ctx: RunContext,
+    spec: StageSpec,
+    key: str,
+    inputs: Mapping[str, Path],
+    result: StageResult,
+    staged: Path,
+    started: str,
+    seconds: float,
+) -> StageRecord:
+    """Record a finished stage whose outputs are still in ``staged`` (already renamed into place)."""
+    final = ctx.stage_dir(spec.id)
+    outputs = [
+        Artifact.of(role, final / Path(p).resolve().relative_to(staged.resolve()), ctx.run_dir)
+        for role, p in result.outputs.items()
+    ]
+    rec = StageRecord(
+        id=spec.id,
+        stage=spec.stage,
+        status="ok",
+        variant=spec.variant,
+        target=spec.target,
+        parent=spec.parent,
+        tool=result.tool,
+        inputs=[Artifact.of(role, p, ctx.run_dir) for role, p in inputs.items()],
+        outputs=outputs,
+        params=dict(spec.params),
+        metrics=result.metrics,
+        details=result.details,
+        warnings=result.warnings,
+        cache_key=key,
+        started=started,
+        seconds=round(seconds, 3),
+    )
+    ctx.manifest.record(rec)
+    return rec
+
+
+def record_failure(ctx: RunContext, spec: StageSpec, key: str, error: EdgeDeployError, started: str, seconds: float) -> None:
+    ctx.manifest.record(
+        StageRecord(
+            id=spec.id,
+            stage=spec.stage,
+            status="failed",
+            variant=spec.variant,
+            target=spec.target,
+            parent=spec.parent,
+            params=dict(spec.params),
+            error=error.one_line(),
+            cache_key=key,
+            started=started,
+            seconds=round(seconds, 3),
+        )
+    )
+
+
+@dataclass
+class PendingStage:
+    """A stage begun by :func:`begin_stage`: its work writes into ``staged``; :func:`end_stage` records it."""
+
+    spec: StageSpec
+    key: str
+    inputs: Mapping[str, Path]
+    staged: Path
+    started: str
+    t0: float
+
+
+def begin_stage(ctx: RunContext, spec: StageSpec, inputs: Mapping[str, Path], *,
+                reuse: bool = True) -> StageRecord | PendingStage:
+    """The first half of :func:`run_stage`: the earlier record when it can be reused, else a fresh staging folder
+    for the stage's work (which may run elsewhere: in a worker process or a Ray task)."""
+    key = spec.cache_key(inputs)
+    if reuse:
+        rec = cached_record(ctx, spec, key)
+        if rec is not None:
+            log.info("stage %s: unchanged, reusing the previous result", spec.id)
+            return rec
+    log.info("stage %s: running", spec.id)
+    staged = new_staging_dir(ctx.stage_dir(spec.id))
+    return PendingStage(spec, key, dict(inputs), staged, now_iso(), time.perf_counter())
+
+
+def end_stage(ctx: RunContext, pending: PendingStage,
+              work: Callable[[], tuple[StageResult, str | None, float | None]]) -> StageRecord:
+    """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
+    it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
+    recorded, an error is recorded and raised again, its staging folder removed."""
+    spec = pending.spec
+    try:
+        result, started, seconds = work()
+        promote(pending.staged, ctx.stage_dir(spec.id))
+    except EdgeDeployError as exc:
+        shutil.rmtree(pending.staged, ignore_errors=True)
+        record_failure(ctx, spec, pending.key, exc, pending.started, time.perf_counter() - pending.t0)
+        raise
+    except BaseException:
+        shutil.rmtree(pending.staged, ignore_errors=True)
+        raise
+    return commit_stage(ctx, spec, pending.key, pending.inputs, result, pending.staged, started or pending.started,
+                        time.perf_counter() - pending.t0 if seconds is None else seconds)
+
+
+def run_stage(
+    ctx: RunContext,
+    spec: StageSpec,
+    inputs: Mapping[str, Path],
+    fn: Callable[[Path], StageResult],
+    *,
+    reuse: bool = True,
+) -> StageRecord:
+    """Run ``fn(out_dir)`` unless an identical earlier run is recorded; record the result."""
+    begun = begin_stage(ctx, spec, inputs, reuse=reuse)
+    if not isinstance(begun, PendingStage):
+        return begun
+    return end_stage(ctx, begun, lambda: (fn(begun.staged), None, None))
+

@@ -1,0 +1,1 @@
+"""Keras: the one TensorFlow import, loading, the Keras 3 rebuild and graph rewrites."""

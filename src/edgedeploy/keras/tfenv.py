@@ -1,0 +1,135 @@
+"""The one module that imports TensorFlow, tf_keras and TFMOT.
+
+TFMOT works only with Keras 2 (``tf_keras``); ``TF_USE_LEGACY_KERAS=1`` must be
+set before TensorFlow is first imported, or ``tf.keras`` stays Keras 3 and
+TFMOT rejects the model. Everything else gets TensorFlow from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from types import SimpleNamespace
+
+from edgedeploy.errors import InvalidInputError, ToolMissingError
+
+EXPECTED = {"tensorflow": "2.21.0", "tf-keras": "2.21.0", "tensorflow-model-optimization": "0.8.1"}
+
+
+@lru_cache(maxsize=1)
+def load() -> SimpleNamespace:
+    """Import TF, tf_keras and TFMOT once, configured for Keras 2, and check their versions."""
+    if "tensorflow" in sys.modules and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        import tensorflow as tf_already
+
+        if not tf_already.keras.__version__.startswith("2."):
+            raise InvalidInputError(
+                "TensorFlow was imported before edgedeploy with Keras 3 as tf.keras",
+                "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
+            )
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
+    warnings.filterwarnings("ignore", message=".*saving your model as an HDF5 file.*")
+    try:
+        with quiet_native_stderr():
+            import tensorflow as tf
+            import tf_keras
+            import tensorflow_model_optimization as tfmot
+    except ImportError as exc:
+        raise ToolMissingError(
+            f"TensorFlow stack is not installed ({exc.name})",
+            "pip install tensorflow==2.21.0 tf-keras==2.21.0 tensorflow-model-optimization==0.8.1",
+        ) from exc
+    tf.get_logger().setLevel("ERROR")
+    return SimpleNamespace(tf=tf, keras=tf_keras, tfmot=tfmot, versions=versions())
+
+
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Hide the C++ start-up chatter TensorFlow writes straight to fd 2 (absl, CUDA probing) while importing.
+
+    Python exceptions still propagate; ``-vv`` (debug logging) or ``EDGEDEPLOY_TF_LOGS=1`` shows everything.
+    """
+    if os.environ.get("EDGEDEPLOY_TF_LOGS") == "1" or logging.getLogger("edgedeploy").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+XNNPACK_NOTICE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+
+
+@contextlib.contextmanager
+def without_xnnpack_notice():
+    """Drop the one line TFLite writes straight to fd 2 the first time it applies its XNNPACK delegate; whatever
+    else reaches fd 2 meanwhile (a real error) is passed on when the block ends. ``-vv`` or
+    ``EDGEDEPLOY_TF_LOGS=1`` keeps the line."""
+    if os.environ.get("EDGEDEPLOY_TF_LOGS") == "1" or logging.getLogger("edgedeploy").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            rest = b"".join(line for line in caught.read().splitlines(keepends=True)
+                            if line.rstrip(b"\r\n") != XNNPACK_NOTICE)
+            while rest:
+                rest = rest[os.write(2, rest):]
+
+
+def allocate(interpreter) -> None:
+    """``interpreter.allocate_tensors()`` without TFLite's XNNPACK notice on stderr (see above)."""
+    with without_xnnpack_notice():
+        interpreter.allocate_tensors()
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in EXPECTED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and TensorFlow, and ask TF for deterministic kernels."""
+    import random
+
+    import numpy as np
+
+    env = load()
+    random.seed(seed)
+    np.random.seed(seed)
+    env.tf.random.set_seed(seed)
+    env.keras.utils.set_random_seed(seed)
+    try:
+        env.tf.config.experimental.enable_op_determinism()
+    except Exception:  # not available on every build; results are then seeded but not bit-exact
+        pass

@@ -1,0 +1,324 @@
+"""The public fine-tuning loop every trained node of the tree runs (:func:`fine_tune`), and what it trains on.
+
+Distillation, the learning-rate schedule, frozen batch norm and best-epoch selection on a hold-out follow the
+recipe; their pure parts are in :mod:`edgedeploy.optimize.finetune.loop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgedeploy.config.data import Dataset
+from edgedeploy.errors import InvalidInputError
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.config.task import Task
+
+Loss = Task  # what fine_tune trains for: the task, its loss and its metric (edgedeploy.config.task)
+
+log = logging.getLogger("edgedeploy")
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel, where rich draws its progress bars as a widget (ipywidgets)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from rich.console import Console
+
+    return Console().is_jupyter
+
+
+class Progress:
+    """A rich progress bar for Keras training (shown when stderr is a terminal, and in a Jupyter notebook)."""
+
+    def __init__(self, keras, title: str, epochs: int, steps: int) -> None:
+        self.keras, self.title, self.epochs, self.steps = keras, title, epochs, steps
+
+    def callback(self):
+        keras, title, total = self.keras, self.title, self.epochs * self.steps
+        enabled = (sys.stderr.isatty() or in_notebook()) and log.getEffectiveLevel() <= logging.WARNING
+
+        class CB(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.bar = None
+                if enabled:
+                    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                    self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                        TimeRemainingColumn(), transient=True)
+                    self.bar.start()
+                    self.task = self.bar.add_task(title, total=total)
+
+            def on_train_batch_end(self, batch, logs=None):
+                if self.bar is not None:
+                    self.bar.advance(self.task)
+
+            def on_epoch_end(self, epoch, logs=None):
+                logs = logs or {}
+                log.info("%s epoch %d: loss %.4f accuracy %.4f", title, epoch + 1, logs.get("loss", math.nan),
+                         logs.get("accuracy", math.nan))
+
+            def on_train_end(self, logs=None):
+                if self.bar is not None:
+                    self.bar.stop()
+
+        return CB()
+
+
+@dataclass
+class TrainingSet:
+    """What one stage trains and selects on: the fine-tune split less a stratified hold-out."""
+
+    x: np.ndarray
+    y: np.ndarray  # integer labels (-1: unlabelled)
+    teacher: np.ndarray | None  # the float baseline's log-probabilities, or None without distillation
+    x_val: np.ndarray
+    y_val: np.ndarray
+    teacher_val: np.ndarray | None
+    notes: list[str] = field(default_factory=list)
+    p: np.ndarray | None = None  # probability targets (y: their arg max), trained on as they are
+    p_val: np.ndarray | None = None
+
+    @property
+    def distill(self) -> bool:
+        return self.teacher is not None
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return max(1, math.ceil(len(self.x) / batch_size))
+
+
+def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
+    """Split the fine-tune samples into training and hold-out (seeded; stratified, labelled samples only, for a
+    classifier; a seeded random slice for target values)."""
+    from edgedeploy.optimize.finetune.loop import holdout_split
+
+    teacher = getattr(data, "soft_targets", None) if recipe.distill else None
+    notes = []
+    if recipe.distill and teacher is None:
+        notes.append("distillation requested but no soft targets were computed; trained on labels only")
+    labelled = getattr(data, "labelled", True)
+    strata = data.y_fit if labelled else np.zeros(len(data.y_fit), np.int64)
+    train_idx, val_idx = holdout_split(strata, recipe.validation_fraction, recipe.seed)
+    if teacher is None and labelled:
+        unlabelled = train_idx[data.y_fit[train_idx] < 0]
+        if len(unlabelled):
+            notes.append(f"{len(unlabelled)} unlabelled samples not used (they need distillation)")
+            train_idx = train_idx[data.y_fit[train_idx] >= 0]
+    if len(train_idx) == 0:
+        raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
+                                "give labelled samples, or turn distillation on for unlabelled ones")
+    p = getattr(data, "p_fit", None) if labelled else None
+    return TrainingSet(
+        x=data.x_fit[train_idx], y=data.y_fit[train_idx],
+        teacher=None if teacher is None else teacher[train_idx],
+        x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx],
+        teacher_val=None if teacher is None else teacher[val_idx], notes=notes,
+        p=None if p is None else p[train_idx], p_val=None if p is None else p[val_idx],
+    )
+
+
+def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, title: str, callbacks=(), *,
+              train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
+    """Fine-tune ``model`` in place for one stage; returns (and fills ``record`` with) what was done.
+
+    Distillation, the learning-rate schedule, frozen batch norm and best-epoch selection on the hold-out
+    follow the recipe (see :mod:`edgedeploy.optimize.finetune.loop`). ``eligible_from`` is the first epoch (1-based) the
+    hold-out may select, e.g. the one where pruning reaches its target.
+    """
+    from edgedeploy.optimize.finetune.loop import (
+        batch_norm_wrapped,
+        distillation_loss,
+        learning_rate_at,
+        pack_targets,
+        schedule_object,
+        Selector,
+        set_batch_norm_frozen,
+        validation_callback,
+    )
+
+    keras, tf = env.keras, env.tf
+    settings = recipe.stage(kind)
+    report: dict[str, Any] = record if record is not None else {}
+    if settings.epochs == 0:
+        report.update(epochs=0)
+        return report
+    ts = train_set or training_set(data, recipe)
+    num_classes = int(model.output_shape[-1])
+    classifier = getattr(loss, "classifier", True)
+    steps = ts.steps_per_epoch(recipe.batch_size)
+    total = steps * settings.epochs
+    warmup = int(round(total * recipe.warmup_fraction))
+    if recipe.lr_schedule == "constant" and warmup == 0:
+        lr: Any = settings.learning_rate
+    else:
+        lr = schedule_object(keras, tf, base=settings.learning_rate, total_steps=total, schedule=recipe.lr_schedule,
+                             warmup_steps=warmup)
+    if ts.distill and not classifier:
+        # the float model's outputs as soft targets, packed after the targets on the last axis
+        train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
+        y_train = np.concatenate([ts.y, ts.teacher], axis=-1)
+        metrics: list[Any] = []
+        val_loss = lambda out: float(train_loss(np.concatenate([ts.y_val, ts.teacher_val], axis=-1), out))  # noqa: E731
+    elif ts.distill and ts.p is not None:
+        # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits,
+                                       probabilities=num_classes)
+        y_train = np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32)
+
+        def accuracy(y_true, y_pred):  # against the arg max of the target probabilities
+            hit = tf.equal(tf.argmax(y_pred, axis=-1), tf.argmax(y_true[:, :num_classes], axis=-1))
+            return tf.reduce_mean(tf.cast(hit, tf.float32))
+
+        metrics = [accuracy]
+        val_loss = lambda out: float(train_loss(  # noqa: E731
+            np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32), out))
+    elif ts.distill:
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
+        y_train = pack_targets(ts.y, ts.teacher, num_classes)
+
+        def accuracy(y_true, y_pred):
+            label = tf.cast(y_true[:, 0], tf.int64)
+            mask = tf.cast(label >= 0, tf.float32)
+            hit = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), label), tf.float32)
+            return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+        metrics = [accuracy]
+        val_loss = lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out))  # noqa: E731
+    elif ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
+        train_loss = loss.build(keras, probabilities=True)
+        y_train = ts.p
+        metrics = ["accuracy"]  # (categorical: the arg max of the probabilities)
+        val_loss = lambda out: float(train_loss(ts.p_val, out))  # noqa: E731
+    else:
+        train_loss = loss.build(keras)
+        y_train = ts.y
+        metrics = ["accuracy"] if classifier else []
+        val_loss = lambda out: float(train_loss(ts.y_val, out))  # noqa: E731
+
+    freeze_at = recipe.freeze_batch_norm_after if recipe.freeze_batch_norm else None
+    if freeze_at is not None and freeze_at >= settings.epochs:
+        freeze_at = None
+    eligible_from = max(eligible_from, 1)
+    curve: list[dict[str, Any]] = []
+    selection_metric = recipe.selection_metric if classifier else "loss"
+    if selection_metric != recipe.selection_metric:
+        ts.notes.append(f"hold-out selection by loss: a {loss.kind} model has no accuracy to select on")
+    selector = Selector(patience=recipe.patience if recipe.validation_fraction > 0 else 0, metric=selection_metric)
+    validate = None
+    if recipe.validation_fraction > 0 and len(ts.x_val):
+        def on_epoch(epoch: int, logs: dict, row: dict) -> None:
+            row.update(loss=round(float(logs.get("loss", math.nan)), 5),
+                       **({"accuracy": round(100 * float(logs.get("accuracy", math.nan)), 3)} if classifier else {}),
+                       learning_rate=float(f"{learning_rate_at(epoch * steps - 1, total, settings.learning_rate, recipe.lr_schedule, warmup):.3g}"))
+            curve.append(row)
+            if not classifier:
+                row.pop("val_accuracy", None)
+            log.info("%s epoch %d: val accuracy %s val loss %.4f%s", title, epoch, row.get("val_accuracy", "-"),
+                     row["val_loss"], "" if row["eligible"] else " (not selectable yet)")
+
+        validate = validation_callback(
+            keras, x_val=ts.x_val, y_val=ts.y_val, t_val=ts.teacher_val, loss_fn=lambda _p, out: val_loss(out),
+            selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch,
+            score=None if classifier else (lambda out: math.nan),
+            # an epoch counts once the technique is fully in place and batch norm is as it will stay
+            eligible=lambda e: e >= eligible_from and (freeze_at is None or e > freeze_at))
+    optimizer = keras.optimizers.Adam(lr)
+    progress = Progress(keras, title, settings.epochs, steps).callback()
+    all_callbacks = [*callbacks, *([validate] if validate else []), progress]
+    frozen = 0
+    try:
+        segments = [(0, settings.epochs)] if freeze_at in (None, 0) else [(0, freeze_at), (freeze_at, settings.epochs)]
+        if freeze_at == 0:
+            frozen = set_batch_norm_frozen(model, True)
+        for i, (first, last) in enumerate(segments):
+            if i == 1:
+                frozen = set_batch_norm_frozen(model, True)
+            model.compile(optimizer=optimizer, loss=train_loss, metrics=metrics)
+            history = model.fit(ts.x, y_train, batch_size=recipe.batch_size, initial_epoch=first, epochs=last,
+                                shuffle=True, verbose=0, callbacks=all_callbacks)
+            if validate is None:
+                accuracies = history.history.get("accuracy", [math.nan] * len(history.history.get("loss", [])))
+                for j, (l_, a_) in enumerate(zip(history.history.get("loss", []), accuracies)):
+                    curve.append({"epoch": first + j + 1, "loss": round(float(l_), 5),
+                                  **({"accuracy": round(100 * float(a_), 3)} if classifier else {})})
+            if model.stop_training:
+                break
+        if validate is not None:
+            validate.restore()
+    finally:
+        if frozen:
+            set_batch_norm_frozen(model, False)
+    ran = len(selector.history) if validate is not None else settings.epochs
+    report.update({
+        "epochs": settings.epochs,
+        "epochs_run": ran,
+        "train_samples": int(len(ts.x)),
+        "unlabelled_samples": int(np.sum(ts.y < 0)) if classifier else 0,
+        "validation_samples": int(len(ts.x_val)),
+        "steps_per_epoch": steps,
+        "batch_size": recipe.batch_size,
+        "optimizer": "Adam",
+        "learning_rate": {"peak": settings.learning_rate, "schedule": recipe.lr_schedule,
+                          "warmup_steps": warmup, "total_steps": total},
+        "distillation": (({"teacher": "baseline (float)", "temperature": recipe.distill_temperature,
+                           "label_weight": recipe.distill_label_weight, "on": "log-probabilities"} if classifier else
+                          {"teacher": "baseline (float)", "label_weight": recipe.distill_label_weight,
+                           "on": f"outputs ({loss.loss} to them beside the targets)"})
+                         if ts.distill else None),
+        "batch_norm": ("statistics frozen from the start" if freeze_at == 0 else
+                       f"trained for {freeze_at} epochs, then statistics frozen" if freeze_at else
+                       "trained (batch statistics, moving averages updated)")
+        + (f" ({frozen} layers; " + ("scale and offset still trained inside TFMOT's quantize wrappers)"
+                                     if batch_norm_wrapped(model) else "scale and offset frozen too)") if frozen else ""),
+        "selection": None if validate is None else {
+            "metric": ("hold-out loss" + (" (distillation)" if ts.distill else
+                                          " (cross-entropy)" if classifier else f" ({loss.loss})")
+                       if selection_metric == "loss" else "hold-out accuracy (ties: lower hold-out loss)"),
+            "hold_out": (f"{recipe.validation_fraction:.0%} of the fine-tune split, "
+                         f"{'stratified' if classifier else 'random'}, seed {recipe.seed}"),
+            "selectable_from_epoch": max(eligible_from, (freeze_at or 0) + 1),
+            "best_epoch": selector.best_epoch,
+            "best_val_accuracy": None if selector.best is None or not classifier else round(selector.best[0], 3),
+            "best_val_loss": None if selector.best is None else round(selector.best[1], 5),
+            "restored_best": bool(recipe.restore_best and selector.best_epoch is not None),
+            "stopped_early": bool(validate.stopped_early),
+            "patience": recipe.patience,
+        },
+        "curve": curve,
+        "notes": ts.notes,
+        **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
+           if ts.p is not None else {}),
+    })
+    return report
+
+
+
+def teacher_targets(model, x: np.ndarray, from_logits: bool, classifier: bool = True) -> np.ndarray:
+    """The float model's log-probabilities (a classifier) or outputs on ``x`` (inference mode): the soft targets
+    of distillation."""
+    from edgedeploy.optimize.finetune.loop import log_probs
+
+    out = model.predict(x, batch_size=256, verbose=0)
+    return log_probs(out, from_logits) if classifier else np.asarray(out, np.float32)
+
+
+def value_distillation_loss(tf, base, label_weight: float):
+    """A Keras loss over targets packed as ``[targets, teacher outputs]`` on the last axis:
+    ``w * base(targets, out) + (1 - w) * base(teacher, out)`` (regression and reconstruction distillation)."""
+    w = float(label_weight)
+
+    def loss(y_true, y_pred):
+        y_true = tf.cast(y_true, tf.float32)
+        half = tf.shape(y_true)[-1] // 2
+        target, teacher = y_true[..., :half], y_true[..., half:]
+        return w * tf.reduce_mean(base(target, y_pred)) + (1.0 - w) * tf.reduce_mean(base(teacher, y_pred))
+
+    loss.__name__ = "value_distillation_loss"
+    return loss

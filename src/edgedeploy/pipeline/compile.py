@@ -1,0 +1,493 @@
+"""The compile stage: int8 TFLite -> Vela, for each (variant, target) pair.
+
+Facts only: this module runs Vela and records what it reports. Judging the
+results (fits, Pareto front, recommendation) is the reporter's job.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
+from edgedeploy.core.files import clear_staging_dir, new_staging_dir, prepare_lock, promote, sha256_file
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
+from edgedeploy.core.stage import (
+    RunContext,
+    StageResult,
+    StageSpec,
+    cached_record,
+    commit_stage,
+    record_failure,
+    run_stage,
+)
+from edgedeploy.config.targets import Target, get_target
+from edgedeploy.vela.compute import compute_facts
+from edgedeploy.tflite.reader import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
+from edgedeploy.vela import outputs as vela_backend
+from edgedeploy.vela.pool import MAX_JOBS, VelaPool, default_jobs
+
+log = logging.getLogger("edgedeploy")
+
+INT8_MODEL = "model_int8.tflite"
+
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    optimise: str = "Performance"
+    jobs: int | None = None
+    allow_cpu_ops: bool = False
+    extra_vela_args: tuple[str, ...] = ()
+    executor: str = "local"  # "local" process pool, or "ray" tasks
+    ray_address: str | None = None
+    debug_db: bool = False  # Vela's debug database: per-layer encoded weights and weight-read cycles
+
+    def vela_extra(self) -> tuple[str, ...]:
+        """Vela arguments beyond the target's: ``extra_vela_args``, plus ``--enable-debug-db`` when asked."""
+        flag = "--enable-debug-db"
+        return self.extra_vela_args + ((flag,) if self.debug_db and flag not in self.extra_vela_args else ())
+
+    def check(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor is '{self.executor}'", f"use one of {', '.join(EXECUTORS)}")
+        if self.optimise not in vela_backend.OPTIMISE_CHOICES:
+            raise UsageError(
+                f"--optimise is '{self.optimise}'", f"use one of {', '.join(vela_backend.OPTIMISE_CHOICES)}"
+            )
+        if self.jobs is not None and not 1 <= self.jobs <= MAX_JOBS:
+            raise UsageError(f"--jobs is {self.jobs}", f"use a number of worker processes from 1 to {MAX_JOBS}")
+
+
+@dataclass
+class CompileOutcome:
+    run_dir: Path
+    records: list[StageRecord] = field(default_factory=list)
+    cached_ids: set[str] = field(default_factory=set)
+
+    @property
+    def compiled(self) -> int:
+        return len(self.records) - len(self.cached_ids)
+
+
+def make_executor(options: CompileOptions, n_tasks: int):
+    """Where Vela runs: the local worker pool (default) or Ray tasks."""
+    if options.executor == "ray":
+        from edgedeploy.vela.ray import RayExecutor
+
+        return RayExecutor(options.ray_address, options.jobs)
+    return VelaPool(min(options.jobs, max(1, n_tasks)) if options.jobs else default_jobs(n_tasks))
+
+
+def resolve_targets(names: Sequence[str]) -> list[Target]:
+    if not names:
+        raise UsageError("no target given", "pass --target NAME (see `edgedeploy targets list`)")
+    targets, seen = [], set()
+    for name in names:
+        t = get_target(name)
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        targets.append(t)
+    return targets
+
+
+def variant_names(models: Sequence[Path]) -> list[str]:
+    """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
+    ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
+    bases = [_safe_name(m.stem.removesuffix("_int8") or m.stem) for m in models]
+    names: list[str] = []
+    for m, base in zip(models, bases):
+        if bases.count(base) > 1 and m.parent.name:
+            base = _safe_name(m.parent.name if base == "model" else f"{m.parent.name}_{base}")
+        name, i = base, 2
+        while name in names:
+            name, i = f"{base}_{i}", i + 1
+        names.append(name)
+    return names
+
+
+def keep_apart(models: Sequence[Path], names: Sequence[str],
+               earlier: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+    """Names for ``models`` in a run folder that already holds the variants ``earlier`` (variant -> the file it was
+    imported from; None for a leaf of ``optimize``), each with the variant it would have replaced, or None.
+
+    A model imported before keeps its variant (a re-compile of an edited file replaces it); a model whose name is
+    another model's variant of the run gets a distinct name instead of replacing it.
+    """
+    by_source = {src: v for v, src in earlier.items() if src}
+    taken = set(earlier)
+    out: list[tuple[str, str | None]] = []
+    used: set[str] = set()
+    for m, name in zip(models, names):
+        source = str(m.resolve())
+        if by_source.get(source) and by_source[source] not in used:
+            name, clash = by_source[source], None
+        elif name in taken and earlier.get(name) != source:
+            clash = name
+            base = _safe_name(f"{m.parent.name}_{name}") if m.parent.name else name
+            name, i = base, 2
+            while name in taken or name in used:
+                name, i = f"{base}_{i}", i + 1
+        else:
+            clash = None
+        used.add(name)
+        out.append((name, clash))
+    return out
+
+
+def _safe_name(text: str) -> str:
+    """A variant name made from a file name: characters other than letters, digits, '-' and '_' become '_'."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text).lstrip("_-")[:56].rstrip("_-")
+    return name or "model"
+
+
+def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:
+    """Copy a user's (already checked) int8 model into the run, as the variant's int8 model."""
+    spec = StageSpec("import", variant, params={"source": str(model.resolve())})
+
+    def run(out: Path) -> StageResult:
+        dest = out / INT8_MODEL
+        shutil.copyfile(model, dest)
+        return StageResult(outputs={"int8_model": dest}, metrics={"tflite_bytes": Metric(dest.stat().st_size, "B", "measured")})
+
+    return run_stage(ctx, spec, {"model": model}, run)
+
+
+def compile_spec(variant: str, target: Target, options: CompileOptions, parent: str | None) -> StageSpec:
+    return StageSpec(
+        "compile",
+        variant,
+        target.name,
+        parent=parent,
+        params={
+            "optimise": options.optimise,
+            "extra_vela_args": list(options.extra_vela_args),
+            "target_fingerprint": target.fingerprint(),
+            **({"debug_db": True} if options.debug_db else {}),
+        },
+        tool_versions={"ethos-u-vela": vela_backend.vela_version()},
+    )
+
+
+def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path,
+                   misbiased: Sequence[str] = ()) -> StageResult:
+    stdout = log_path.read_text(encoding="utf-8", errors="replace")
+    found = vela_backend.find_vela_outputs(staged, model.stem)
+    missing = {"vela_model", "summary_csv"} - set(found)
+    if missing:
+        raise ToolFailedError(
+            f"Vela wrote no {' or '.join(sorted(missing))} for {model} on {target.name}",
+            f"read {log_path.name} in the compile output folder",
+        )
+    summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
+    layers = (
+        vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
+        if "per_layer_csv" in found
+        else []
+    )
+    cpu_ops = vela_backend.parse_cpu_operators(stdout)
+    counts = vela_backend.parse_operator_counts(stdout)
+    metrics = vela_backend.summary_metrics(summary, target, layers)
+    metrics["cpu_operators"] = Metric(len(cpu_ops), "count", "estimated")
+    metrics["npu_operators"] = (
+        Metric(counts["npu"], "count", "estimated")
+        if "npu" in counts
+        else Metric.missing("count", "estimated", "Vela printed no operator count")
+    )
+    warnings = [f"{o.op} '{o.name}' runs on the CPU: {o.reason}" for o in cpu_ops]
+    warnings += [f"{op} has a bias quantized for another input scale, so the int8 model computes something other "
+                 "than its float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
+                 for op in misbiased]
+    outputs = dict(found)
+    outputs["log"] = log_path
+    details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.vela.compute)
+    details["npu_compute"] = compute_facts(layers)
+    for bound in ("compute", "memory"):
+        metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
+                                                  "estimated")
+    debug_db = staged / f"{model.stem}_debug.xml"
+    if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
+        from edgedeploy.vela.debugdb import npu_weight_report
+
+        outputs["debug_db"] = debug_db
+        details["npu_weights"] = npu_weight_report(debug_db, model)
+        totals = details["npu_weights"]["summary"]
+        for key in ("weight_read_cycles", "weight_transfer_cycles"):
+            metrics[key] = (Metric(totals[key], "cycles", "estimated") if totals[key] is not None
+                            else Metric.missing("cycles", "estimated", "Vela's debug database has no value"))
+    return StageResult(
+        outputs=outputs,
+        metrics=metrics,
+        details=details,
+        warnings=warnings,
+        tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *args]),
+    )
+
+
+@dataclass
+class PendingCompile:
+    """One compile begun by :func:`start_compile`: Vela (and the bias check) running in a worker."""
+
+    spec: StageSpec
+    key: str
+    model: Path
+    target: Target
+    staged: Path
+    args: list[str]
+    log_path: Path
+    started: str
+    t0: float
+    job: Future
+    misbiased: Future
+
+
+def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None, target: Target,
+                  options: CompileOptions, get_pool: Callable[[], VelaPool], *,
+                  misbiased: Future | None = None) -> StageRecord | PendingCompile:
+    """One (variant, target) compile of a task graph: the earlier record when unchanged, else Vela started in
+    ``get_pool()`` (a :class:`VelaPool` or a Ray executor, asked for only when something compiles);
+    :func:`finish_compile` records it."""
+    ctx.manifest.targets[target.name] = target.to_dict()
+    spec = compile_spec(variant, target, options, parent)
+    key = spec.cache_key({"model": model})
+    rec = cached_record(ctx, spec, key)
+    if rec is not None:
+        return rec
+    staged = new_staging_dir(ctx.stage_dir(spec.id))
+    args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
+    log_path = staged / "vela.log"
+    started, t0 = now_iso(), time.perf_counter()
+    pool = get_pool()
+    # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by the
+    # time Vela is, whichever worker takes it.
+    if misbiased is None:
+        misbiased = pool.call(misbiased_descriptions, str(model))
+    job = pool.submit(args, log_path)
+    return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job, misbiased)
+
+
+def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
+    """Parse and record a finished compile (raises its error, recorded, when Vela failed)."""
+    spec, target, model, log_path = item.spec, item.target, item.model, item.log_path
+    shown = _source_of(ctx, spec.parent) or model  # the model the user gave, not its copy in the run folder
+    try:
+        try:
+            job = item.job.result()
+            misbiased = item.misbiased.result()
+        except BrokenProcessPool:
+            raise ToolFailedError(
+                f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
+                "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
+                "compiles went on") from None
+        if job.returncode != 0:
+            tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+            raise ToolFailedError(
+                f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
+                f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
+                f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
+        result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
+        final = ctx.stage_dir(spec.id)
+        result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
+        promote(item.staged, final)
+    except EdgeDeployError as exc:
+        shutil.rmtree(item.staged, ignore_errors=True)
+        record_failure(ctx, spec, item.key, exc, item.started, time.perf_counter() - item.t0)
+        raise
+    return commit_stage(ctx, spec, item.key, {"model": model}, result, item.staged, item.started, job.seconds)
+
+
+def end_compiles(ctx: RunContext, records: Iterable[StageRecord], options: CompileOptions) -> None:
+    """After the compiles of a task graph: Vela's version in the manifest, and
+    :class:`~edgedeploy.errors.CpuFallbackError` when an operator runs on the CPU and that was not allowed."""
+    ctx.manifest.tools["ethos-u-vela"] = vela_backend.vela_version()
+    ctx.manifest.save()
+    if not options.allow_cpu_ops:
+        _check_cpu_fallback(ctx, records)
+
+
+def compile_variants(
+    ctx: RunContext,
+    variants: Sequence[tuple[str, Path, str | None]],
+    targets: Sequence[Target],
+    options: CompileOptions,
+    pool: VelaPool | None = None,
+    read: Mapping[Path, Future] | None = None,
+) -> CompileOutcome:
+    """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers
+    (:func:`start_compile` and :func:`finish_compile` for each pair). ``read``: the models' misbiased operators
+    (:func:`~edgedeploy.tflite.reader.misbiased_descriptions`) already asked of ``pool``'s workers."""
+    options.check()
+    # Vela's version (part of every cache key): read by a worker already started, which has it at hand; else
+    # here, so that a re-run that reuses every result starts no worker
+    vela_backend.vela_version(pool if getattr(pool, "workers", 0) else None)
+    outcome = CompileOutcome(ctx.run_dir)
+    own: list[VelaPool] = []
+
+    def get_pool() -> VelaPool:
+        if pool is not None:
+            return pool
+        if not own:
+            own.append(make_executor(options, len(variants) * len(targets)))
+        return own[0]
+
+    try:
+        items: list[PendingCompile] = []
+        for variant, model, parent in variants:
+            for target in targets:
+                got = start_compile(ctx, variant, model, parent, target, options, get_pool,
+                                    misbiased=(read or {}).get(model))
+                if isinstance(got, PendingCompile):
+                    items.append(got)
+                else:
+                    outcome.records.append(got)
+                    outcome.cached_ids.add(got.id)
+        first_error: EdgeDeployError | None = None
+        lost = []  # compiles whose worker process died (every job of a broken pool fails with it)
+        for item in items:
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in (item.job, item.misbiased)):
+                lost.append(item)
+                continue
+            try:
+                outcome.records.append(finish_compile(ctx, item))
+            except EdgeDeployError as exc:
+                first_error = first_error or exc
+        # A worker died: its pool is gone with every job still in it. Each of those runs again, one at a time on
+        # a fresh worker, so the model that kills a worker is the one named and the others finish.
+        for item in lost:
+            clear_staging_dir(item.staged)
+            workers = get_pool()
+            workers.restart()
+            item.job = workers.submit(item.args, item.log_path)
+            if isinstance(item.job.exception(), BrokenProcessPool):  # run alone: this model kills the worker
+                item.misbiased = item.job
+            else:
+                item.misbiased = workers.call(misbiased_descriptions, str(item.model))
+            try:
+                outcome.records.append(finish_compile(ctx, item))
+            except EdgeDeployError as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+    finally:
+        for workers in own:
+            workers.close()
+    end_compiles(ctx, outcome.records, options)
+    return outcome
+
+
+def _source_of(ctx: RunContext, parent: str | None) -> str | None:
+    rec = ctx.manifest.records.get(parent) if parent else None
+    return rec.params.get("source") if rec is not None else None
+
+
+def _check_cpu_fallback(ctx: RunContext, records: Iterable[StageRecord]) -> None:
+    bad = []
+    for rec in records:
+        for op in rec.details.get("cpu_operators", []):
+            if op["op"].upper() not in BOUNDARY_OPS:
+                bad.append((rec, op))
+    if bad:
+        rec, op = bad[0]
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        model = _source_of(ctx, rec.parent) or (rec.inputs[0].path if rec.inputs else rec.variant)
+        raise CpuFallbackError(
+            f"{model}: operator {op['op']} '{op['name']}' falls back to the CPU on {rec.target}{more} "
+            f"({op['reason']})",
+            "change the layer to one the NPU supports (see `vela --supported-ops-report`), "
+            "or pass --allow-cpu-ops to accept CPU execution",
+        )
+
+
+def compile_tflite(
+    models: Sequence[Path],
+    target_names: Sequence[str],
+    out: Path,
+    options: CompileOptions = CompileOptions(),
+    pool: VelaPool | None = None,
+) -> CompileOutcome:
+    """``edgedeploy compile MODEL.tflite ...``: check inputs, import the models, compile them."""
+    options.check()
+    if not models:
+        raise UsageError("no model given", "pass a .tflite file or an edgedeploy.toml project file")
+    models = [Path(m) for m in models]
+    targets = resolve_targets(target_names)
+    # read only: nothing is written (not even the run folder) until every model passed its checks
+    earlier = Manifest.open(out) if Path(out).is_dir() else Manifest(Path(out))
+    imported = {a.sha256 for r in earlier.find(stage="import") if r.status == "ok" for a in r.inputs}
+    own_pool = pool is None
+    pool = pool or make_executor(options, len(models) * len(targets))
+    try:
+        # A model this run folder imported before was checked then. The others are checked in workers, which
+        # have the flatbuffer reader's dependencies loaded already; all at once, in model order.
+        checks = {m: pool.call(check_int8_model, str(m)) for m in models
+                  if not (m.is_file() and sha256_file(m) in imported)}
+        misbiased = {}
+        if not own_pool or checks:  # workers are starting anyway: they also read Vela's version and what
+            # Vela's report needs from each model, while this process imports the models (a re-run that
+            # reuses every result starts none)
+            vela_backend.ask_vela_version(pool)
+            misbiased = {m: pool.call(misbiased_descriptions, str(m)) for m in models}
+        prepare_lock()  # while the workers read the models (they may still be importing Vela)
+        for m, check in checks.items():
+            try:
+                check.result()
+            except BrokenProcessPool as exc:
+                pool.restart()
+                raise ToolFailedError(f"{m}: the worker process reading it died (killed by a signal, a crash "
+                                      "or lack of memory)", "check that it is an intact .tflite file") from exc
+        ctx = RunContext.open(out)
+        variants = []
+        earlier = {v: None for v in ctx.manifest.variants()}
+        earlier.update({r.variant: r.params.get("source") for r in ctx.manifest.find(stage="import") if r.variant})
+        for model, (name, clash) in zip(models, keep_apart(models, variant_names(models), earlier)):
+            if clash:
+                shown = f"another model ({earlier[clash]})" if earlier[clash] else "a leaf of `edgedeploy optimize`"
+                log.warning("%s: variant '%s' of %s is %s; this one is compiled as '%s' beside it",
+                            model, clash, out, shown, name)
+            rec = import_tflite(ctx, name, model)
+            variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
+            if model in misbiased:
+                misbiased[variants[-1][1]] = misbiased[model]
+        return compile_variants(ctx, variants, targets, options, pool, read=misbiased)
+    finally:
+        if own_pool:
+            pool.close(now=True)
+
+
+def compile_run(
+    run_dir: Path,
+    target_names: Sequence[str],
+    options: CompileOptions = CompileOptions(),
+    pool: VelaPool | None = None,
+) -> CompileOutcome:
+    """``edgedeploy compile RUN_DIR``: every int8 leaf ``edgedeploy optimize`` converted into ``RUN_DIR``, compiled
+    into that same folder, so that ``report RUN_DIR`` sets each leaf's int8 accuracy beside its NPU figures."""
+    options.check()
+    run_dir = Path(run_dir)
+    manifest = Manifest.load(run_dir)
+    leaves = [r for r in manifest.find(stage="convert") if r.status == "ok" and r.output("int8_model") is not None]
+    if not leaves:
+        raise InvalidInputError(f"{run_dir} holds no int8 leaves",
+                                f"run `edgedeploy optimize MODEL.h5 --data DATA.npz -o {run_dir}` first, "
+                                "or pass .tflite files")
+    targets = resolve_targets(target_names)
+    ctx = RunContext.open(run_dir)
+    variants = []
+    for rec in leaves:
+        model = ctx.manifest.resolve(rec.output("int8_model"))
+        if not model.is_file():
+            raise InvalidInputError(f"{model} (leaf {rec.variant}) is missing",
+                                    f"re-run `edgedeploy optimize` into {run_dir}")
+        variants.append((rec.variant, model, rec.id))
+    return compile_variants(ctx, variants, targets, options, pool)

@@ -1,0 +1,246 @@
+"""Project files (``edgedeploy.toml``): model, data, recipe, targets and requirements in one place.
+
+``edgedeploy compile edgedeploy.toml`` runs optimize -> convert -> Vela in one command; stages whose
+inputs and settings are unchanged are reused from the run folder.
+
+    model = "dscnn_mlperf_float.h5"      # paths are relative to the project file
+    data = "speech_commands_subset.npz"
+    out = "edgedeploy-out"
+    targets = ["ethos-u55-128", "ethos-u85-256"]
+    trust_lambda = false
+
+    [recipe]                             # the keys of a recipe file
+    leaves = ["ptq", "pcqat"]
+    epochs = 2
+
+    [compile]
+    optimise = "Performance"
+    allow_cpu_ops = false
+
+    [requirements]                       # read by `edgedeploy report --project`
+    max_accuracy_drop = 1.0
+
+Several models in one file (a sweep): one ``[[models]]`` table per model instead of the top-level ``model``.
+Each runs into its own run folder ``OUT/NAME`` (see :mod:`edgedeploy.pipeline.sweep`); ``data`` and ``trust_lambda``
+default to the top-level ones, and a ``recipe`` table overrides keys of the shared ``[recipe]``.
+
+    data = "speech_commands_subset.npz"
+    [[models]]
+    name = "dscnn"
+    model = "dscnn_mlperf_float.h5"
+    [[models]]
+    name = "dscnn_sparse"
+    model = "dscnn_mlperf_float.h5"
+    recipe = { sparsity = 0.75 }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, resolve_targets
+from edgedeploy.errors import UsageError
+from edgedeploy.core.names import check_name
+from edgedeploy.config.recipe import RECIPE_KEYS, Recipe, load_recipe
+from edgedeploy.config.requirements import BOUNDS, check_requirements
+from edgedeploy.config.keys import Key, lookup, read_toml, validate
+from edgedeploy.vela.outputs import OPTIMISE_CHOICES
+
+_P = "fix the project file"
+PROJECT_KEYS: tuple[Key, ...] = (
+    Key("model", str, None, "the float Keras model (.h5 or .keras), relative to the project file",
+        required_when="a project without [[models]]"),
+    Key("data", str, None, "the data (.npz, or a folder with a subfolder per class), relative to the project file",
+        required_when="a project without [[models]], or a [[models]] table without data"),
+    Key("out", str, "edgedeploy-out", "the run folder, relative to the project file"),
+    Key("targets", list, [], "target names or target files (.toml, relative to the project file)", items=str),
+    Key("trust_lambda", bool, False, "load Lambda layers (runs code stored in the model file)"),
+    *(k.under("recipe") for k in RECIPE_KEYS),
+    Key("compile.optimise", str, "Performance", "Vela's --optimise", choices=OPTIMISE_CHOICES),
+    Key("compile.allow_cpu_ops", bool, False, "accept operators that fall back to the CPU"),
+    Key("compile.jobs", int, None, "Vela worker processes (default: one per core)", minimum=1, maximum=256),
+    Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
+    # the bounds are edgedeploy.config.requirements.BOUNDS, the same for the report and walk flags
+    Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf",
+        minimum=BOUNDS["max_accuracy_drop"].low, maximum=BOUNDS["max_accuracy_drop"].high),
+    Key("requirements.max_metric_drop", float, None, "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, "
+        "in its unit", minimum=BOUNDS["max_metric_drop"].low, maximum=BOUNDS["max_metric_drop"].high),
+    Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB (1 B to 1 TiB)",
+        numbers_ok=True),
+    Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB (1 B to 1 TiB)",
+        numbers_ok=True),
+    Key("requirements.max_latency_ms", float, None, "milliseconds per inference",
+        minimum=0, exclusive_minimum=True, maximum=BOUNDS["max_latency_ms"].high),
+    Key("requirements.max_npu_cycles", int, None, "NPU cycles per inference (Vela's estimate)", minimum=1),
+    # [[models]]: one table per model of a sweep (checked one table at a time by load_project)
+    Key("models.name", str, None, "[[models]]: the model's name, its run folder OUT/NAME (letters, digits, "
+        "'-', '_')", required_when="each [[models]] table"),
+    Key("models.model", str, None, "[[models]]: the float Keras model, relative to the project file",
+        required_when="each [[models]] table"),
+    Key("models.data", str, None, "[[models]]: the model's data (.npz); default: the top-level data"),
+    Key("models.trust_lambda", bool, None, "[[models]]: load Lambda layers; default: the top-level trust_lambda"),
+    Key("models.recipe", dict, None, "[[models]]: keys of [recipe] that differ for this model, e.g. "
+        "recipe = { sparsity = 0.75 }"),
+)
+MODEL_KEYS: tuple[Key, ...] = tuple(
+    replace(k, path=k.path.removeprefix("models."), required=k.path in ("models.name", "models.model"),
+            required_when="") for k in PROJECT_KEYS if k.path.startswith("models."))
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a project: its name (the run folder under ``out``), files, recipe and trust."""
+
+    name: str
+    model: Path
+    data: Path
+    recipe: Recipe
+    trust_lambda: bool
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path
+    model: Path | None  # None when the file lists [[models]]
+    data: Path | None
+    out: Path
+    targets: tuple[str, ...]
+    recipe: Recipe
+    trust_lambda: bool
+    compile: CompileOptions
+    requirements: dict[str, Any]
+    models: tuple[ModelEntry, ...] = ()  # the [[models]] tables, in file order (empty: the one-model form)
+
+    @property
+    def is_sweep(self) -> bool:
+        return bool(self.models)
+
+
+def _merged(shared: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``shared`` with the keys of ``over`` replacing its own (tables merged key by key)."""
+    out = dict(shared)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _load_recipe(path: Path, table: Mapping[str, Any], where: str) -> Recipe:
+    try:
+        return load_recipe(table=table)
+    except UsageError as exc:  # the checks across keys, and a [[models]] recipe's own keys
+        raise UsageError(exc.message.replace("recipe:", f"{path} {where}:", 1), exc.hint) from exc
+
+
+def _model_entries(path: Path, doc: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[ModelEntry, ...]:
+    """The [[models]] tables, each checked against MODEL_KEYS; names unique; data given somewhere."""
+    tables = doc.get("models")
+    if tables is None:
+        return ()
+    hint = "write one [[models]] table per model, each with name and model"
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise UsageError(f"{path}: `models` must be an array of tables ([[models]] with name and model)", hint)
+    if "model" in values:
+        raise UsageError(f"{path}: both `model` and [[models]] are given",
+                         "move the top-level model into a [[models]] table, or remove the [[models]] tables")
+    base = path.resolve().parent
+    entries: list[ModelEntry] = []
+    for i, table in enumerate(tables, 1):
+        got = validate(table, MODEL_KEYS, f"{path} [[models]] #{i}", UsageError, _P)
+        name = check_name("model", got["name"], f"{path}: [[models]] #{i} `name`")
+        if any(e.name.lower() == name.lower() for e in entries):  # one folder on a case-insensitive disk
+            raise UsageError(f"{path}: two [[models]] tables are named '{name}'", "give each model its own name")
+        data = got.get("data", values.get("data"))
+        if data is None:
+            raise UsageError(f"{path}: [[models]] '{name}' has no data, and the file no top-level `data`",
+                             f"set data = \"FILE.npz\" in the [[models]] table '{name}' or at the top")
+        recipe = _load_recipe(path, _merged(doc.get("recipe", {}), got.get("recipe", {})),
+                              f"[[models]] '{name}' recipe")
+        entries.append(ModelEntry(name=name, model=(base / got["model"]).resolve(), data=(base / data).resolve(),
+                                  recipe=recipe, trust_lambda=got.get("trust_lambda",
+                                                                      values.get("trust_lambda", False))))
+    return tuple(entries)
+
+
+def load_project(path: Path) -> Project:
+    path = Path(path)
+    doc = read_toml(path, "project file", UsageError)
+    values = validate({k: v for k, v in doc.items() if k != "models"}, PROJECT_KEYS, str(path), UsageError, _P)
+    check_requirements({k.removeprefix("requirements."): v for k, v in values.items() if k.startswith("requirements.")},
+                       f"{path}: `requirements.{{name}}`", UsageError, _P)  # the bounds flags are checked against
+    models = _model_entries(path, doc, values)
+    if not models and "model" not in values:
+        raise UsageError(f"{path}: `model` is missing; it must be a string", _P + " (or list [[models]] tables)")
+    if not models and "data" not in values:
+        raise UsageError(f"{path}: `data` is missing; it must be a string", _P)
+    base = path.resolve().parent
+
+    def file_key(key: str) -> Path | None:
+        if key not in values:
+            return None
+        return (base / values[key]).resolve()
+
+    # a target given as a path is relative to the project file
+    targets = [str((base / t).resolve()) if t.endswith(".toml") else t for t in values.get("targets", [])]
+    recipe = _load_recipe(path, doc.get("recipe", {}), "[recipe]")
+    get = lambda key: values.get(key, lookup(PROJECT_KEYS, key).default)  # noqa: E731
+    return Project(
+        path=path,
+        model=file_key("model"),
+        data=file_key("data"),
+        out=(base / get("out")).resolve(),
+        targets=tuple(targets),
+        recipe=recipe,
+        trust_lambda=get("trust_lambda"),
+        compile=CompileOptions(
+            optimise=get("compile.optimise"),
+            allow_cpu_ops=get("compile.allow_cpu_ops"),
+            jobs=get("compile.jobs"),
+            # Vela's debug database (per-layer encoded weights): on by default when a palette leaf is asked for
+            debug_db=values.get("compile.debug_db", any("palette" in leaf for r in (recipe, *(m.recipe for m in models))
+                                                        for leaf in r.leaves)),
+        ),
+        requirements=dict(doc.get("requirements", {})),
+        models=models,
+    )
+
+
+def merged_options(project: Project, options: CompileOptions | None) -> CompileOptions:
+    """The project's compile options, with command-line options that differ from the defaults winning."""
+    opts = project.compile
+    if options is not None:
+        defaults = CompileOptions()
+        opts = replace(opts, **{k: getattr(options, k) for k in ("optimise", "jobs", "allow_cpu_ops", "executor", "ray_address",
+                                                         "debug_db")
+                                if getattr(options, k) != getattr(defaults, k)})
+    opts.check()
+    return opts
+
+
+def run_project(
+    path: Path,
+    extra_targets: Sequence[str] = (),
+    out: Path | None = None,
+    options: CompileOptions | None = None,
+) -> CompileOutcome:
+    """Optimize, convert and compile every leaf of the project's recipe for its targets (a project listing
+    [[models]] runs with :func:`edgedeploy.pipeline.sweep.run_sweep`)."""
+    project = load_project(path)
+    if project.is_sweep:
+        raise UsageError(f"{path} lists [[models]]: it is a sweep, one run folder per model",
+                         "run it with `edgedeploy compile PROJECT.toml` (edgedeploy.pipeline.sweep.run_sweep)")
+    return run_model(project.model, project.data, out or project.out, project.recipe,
+                     resolve_targets([*project.targets, *extra_targets]), merged_options(project, options),
+                     trust_lambda=project.trust_lambda)
+
+
+def run_model(model: Path, data: Path, run_dir: Path, recipe: Recipe, targets: Sequence, opts: CompileOptions, *,
+              trust_lambda: bool = False, runner=None) -> CompileOutcome:
+    """One model's pipeline: its tree (optimize), then every leaf compiled for every target, into ``run_dir``.
+    ``runner`` (:func:`edgedeploy.pipeline.tree_run.make_runner`) lets several models share one Ray or worker pool."""
+    from edgedeploy.pipeline.tree_run import optimize
+
+    # one task graph: each leaf compiles for every target as soon as it is converted (edgedeploy.core.graph)
+    return optimize(model, data, run_dir, recipe, trust_lambda=trust_lambda, executor=opts.executor,
+                    ray_address=opts.ray_address, targets=targets, compile_options=opts, runner=runner).compiled

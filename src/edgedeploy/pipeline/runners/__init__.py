@@ -1,0 +1,1 @@
+"""Where stage work runs: in this process or a process pool (local) or on Ray."""

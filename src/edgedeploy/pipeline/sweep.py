@@ -1,0 +1,189 @@
+"""A sweep: every model of a project file's ``[[models]]`` tables through one pipeline, into ``OUT/NAME``.
+
+``edgedeploy compile PROJECT.toml`` on a project listing ``[[models]]`` runs each model in file order with
+:func:`edgedeploy.pipeline.project.run_model` (or, with ``--walk``, :func:`edgedeploy.pipeline.walk.walk`) into its own run
+folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
+models share the project's targets, compile options and requirements; each has its own recipe.
+
+What a failure does: a model whose run raises one of edgedeploy's errors is recorded as failed and the others
+still run; the sweep ends with the first failed model's error (so its exit code), naming every model that
+failed. A walk that meets nothing (exit 8) is such a failure, with its walk recorded in the model's manifest.
+
+The sweep's own record, ``OUT/sweep.json`` (:mod:`edgedeploy.report.sweep`), lists the models, their folders
+and each one's status, error and time; it is written atomically before the first model starts and after each
+model, so an interrupted sweep says how far it got. Facts about the models stay in their manifests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, resolve_targets
+from edgedeploy.errors import BudgetExceededError, EdgeDeployError, InvalidInputError, UsageError
+from edgedeploy.core.files import atomic_write_text
+from edgedeploy.core.manifest import Manifest, now_iso
+from edgedeploy.pipeline.project import ModelEntry, Project, load_project, merged_options, run_model
+from edgedeploy.report import Requirements, requirements_from_project
+from edgedeploy.report.sweep import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
+
+log = logging.getLogger("edgedeploy")
+
+
+@dataclass
+class MemberOutcome:
+    """One model of a sweep: its run folder, and its compile outcome or its error."""
+
+    name: str
+    run_dir: Path
+    outcome: CompileOutcome | None = None
+    walk: dict[str, Any] | None = None
+    error: EdgeDeployError | None = None
+
+
+@dataclass
+class SweepOutcome:
+    out: Path
+    record: dict[str, Any]
+    members: list[MemberOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[MemberOutcome]:
+        return [m for m in self.members if m.error is not None]
+
+    def raise_first_failure(self) -> None:
+        """The first failed model's error (same class, so the same exit code), naming every failed model."""
+        failed = self.failed
+        if not failed:
+            return
+        first = failed[0]
+        done = [m.name for m in self.members if m.error is None]
+        also = [m.name for m in failed[1:]]
+        text = (f"model '{first.name}' of the sweep failed: {first.error.message}"
+                + (f"; also failed: {', '.join(also)}" if also else "")
+                + (f"; finished: {', '.join(done)}" if done else ""))
+        hint = (first.error.hint or "") + (f" (each model's outcome is in {self.out / SWEEP_FILE})")
+        raise type(first.error)(text, hint.strip()) from first.error
+
+
+def write_record(out: Path, record: dict[str, Any]) -> None:
+    import json
+
+    atomic_write_text(Path(out) / SWEEP_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def check_files(project: Project) -> None:
+    """Every model and data file a sweep will read exists (before anything is written)."""
+    from edgedeploy.core.files import check_input_file
+
+    for m in project.models:
+        for what, p in (("model", m.model), ("data", m.data)):
+            if not p.exists():
+                raise InvalidInputError(f"{project.path}: [[models]] '{m.name}': {what} file {p} does not exist",
+                                        f"fix `{what}` of that table (paths are relative to the project file)")
+            try:  # a regular file of bounded size
+                check_input_file(p, f"[[models]] '{m.name}': {what} file", what)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{project.path}: {exc.message}", exc.hint) from None
+
+
+def _entry(m: ModelEntry) -> dict[str, Any]:
+    return {"name": m.name, "folder": m.name, "model": str(m.model), "data": str(m.data),
+            "leaves": list(m.recipe.leaves), "status": "pending"}
+
+
+def run_sweep(
+    path: Path,
+    extra_targets: Sequence[str] = (),
+    out: Path | None = None,
+    options: CompileOptions | None = None,
+    *,
+    walk: bool = False,
+    requirements: Requirements | None = None,
+) -> SweepOutcome:
+    """Run every ``[[models]]`` table of the project file at ``path`` into ``OUT/NAME``; see the module text.
+
+    Failed models do not stop the others: call :meth:`SweepOutcome.raise_first_failure` after using the outcome.
+    """
+    path = Path(path)
+    project = load_project(path)
+    if not project.is_sweep:
+        raise UsageError(f"{path} lists no [[models]] tables", "run a one-model project with `edgedeploy compile`")
+    out = Path(out or project.out)
+    targets = resolve_targets([*project.targets, *extra_targets])
+    opts = merged_options(project, options)
+    check_files(project)
+    if (out / "manifest.json").exists():
+        raise UsageError(f"{out} is the run folder of one model (it holds manifest.json), not a sweep's folder",
+                         "give the sweep its own folder: set out in the project file or pass --out")
+    req = Requirements()
+    if walk:
+        if not targets:
+            raise UsageError("a walk compiles each leaf for its targets, and none was given",
+                             "name targets in the project file or with --target")
+        req = requirements_from_project(path)
+        if requirements is not None:
+            req = requirements.over(req)
+    record: dict[str, Any] = {
+        "schema": SWEEP_SCHEMA,
+        "schema_version": SWEEP_SCHEMA_VERSION,
+        "project": str(path.resolve()),
+        "mode": "walk" if walk else "compile",
+        "targets": [t.name for t in targets],
+        "started": now_iso(),
+        "finished": None,
+        "models": [_entry(m) for m in project.models],
+    }
+    outcome = SweepOutcome(out, record)
+    write_record(out, record)
+    from edgedeploy.pipeline.tree_run import make_runner
+
+    # one runner for every model: Ray (or the stage workers) start once per sweep
+    runner = make_runner(opts.executor, opts.ray_address, max(m.recipe.jobs for m in project.models))
+    try:
+        _run_members(project, record, outcome, targets, opts, req, walk, runner)
+    finally:
+        runner.close()
+    record["finished"] = now_iso()
+    write_record(out, record)
+    return outcome
+
+
+def _run_members(project: Project, record: dict[str, Any], outcome: SweepOutcome, targets, opts: CompileOptions,
+                 req: Requirements, walk: bool, runner) -> None:
+    out = outcome.out
+    for entry, rec in zip(project.models, record["models"]):
+        member = MemberOutcome(entry.name, out / entry.name)
+        outcome.members.append(member)
+        log.info("sweep: model %s -> %s", entry.name, member.run_dir)
+        rec["status"], t0 = "running", time.perf_counter()
+        write_record(out, record)
+        try:
+            if walk:
+                from edgedeploy.pipeline.walk import walk as walk_model
+
+                walked = walk_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, req, opts,
+                                    trust_lambda=entry.trust_lambda, runner=runner)
+                member.outcome, member.walk = CompileOutcome(walked.run_dir, walked.compiled), walked.record
+            else:
+                member.outcome = run_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, opts,
+                                           trust_lambda=entry.trust_lambda, runner=runner)
+            rec["status"] = "ok"
+        except EdgeDeployError as exc:
+            member.error = exc
+            if walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
+                member.walk = Manifest.load(member.run_dir).info.get("walk")
+            rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": exc.exit_code,
+                                               "message": exc.message, "hint": exc.hint})
+            log.warning("sweep: model %s failed: %s", entry.name, exc.one_line())
+        except BaseException as exc:  # a bug or an interrupt stops the sweep; the record says where
+            rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": None,
+                                               "message": f"the sweep stopped here: {type(exc).__name__}: {exc}",
+                                               "hint": None})
+            raise
+        finally:
+            rec["seconds"] = round(time.perf_counter() - t0, 2)
+            write_record(out, record)

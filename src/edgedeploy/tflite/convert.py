@@ -1,0 +1,197 @@
+"""Full-int8 TFLite conversion, calibrated on real samples, and accuracy on the host."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgedeploy.errors import ToolFailedError
+
+log = logging.getLogger("edgedeploy")
+
+
+class FloatOperatorsLeft(ToolFailedError):
+    """Int8 conversion left operators computing in float (no int8 kernel, or no range to quantize them with)."""
+
+
+def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
+    """A TFLite converter for ``model`` at batch size 1 with default optimizations: calibrated on
+    ``calibration_x`` one sample at a time and restricted to the operator set ``ops`` when samples are given
+    (QAT models carry their own ranges), its input and output tensors of ``io_type`` unless that is None."""
+    from edgedeploy.keras import tfenv
+
+    tf = tfenv.load().tf
+    shape = [1, *model.input_shape[1:]]
+    fn = tf.function(lambda t: model(t, training=False))
+    concrete = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32))
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if calibration_x is not None:
+        samples = calibration_x.astype(np.float32)
+
+        def representative():
+            for i in range(len(samples)):
+                yield [samples[i : i + 1]]
+
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [ops]
+    if io_type is not None:
+        converter.inference_input_type = io_type
+        converter.inference_output_type = io_type
+    return converter
+
+
+def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False, source: str | None = None) -> bytes:
+    """Convert ``model`` to full-int8 TFLite with a fixed batch size of 1.
+
+    PTQ models are calibrated on ``calibration_x`` (real samples from the fine-tune split); QAT models carry
+    their own ranges, and ``calibration_x`` is None for them (see :func:`convert_qat_int8`). ``source`` (e.g.
+    the leaf) starts the message of a failure.
+    """
+    from edgedeploy.keras import tfenv
+
+    tf = tfenv.load().tf
+    converter = quantizing_converter(model, calibration_x, tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+                                     None if float_io else tf.int8)
+    try:
+        with tfenv.quiet_native_stderr():  # the converter prints its settings to fd 2
+            result = converter.convert()
+    except Exception as exc:  # the converter raises assorted errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolFailedError(f"{_prefix(source)}int8 conversion failed: {first}",
+                              "a layer may have no int8 kernel in TFLite; check the model's operators") from exc
+    _require_full_int8(result, source)
+    return result
+
+
+def convert_qat_int8(model, calibration, float_io: bool = False, source: str | None = None) -> tuple[bytes, str | None]:
+    """Convert a QAT model to full-int8 TFLite; returns (the model, what calibrated some of it, or None).
+
+    A QAT model carries its own ranges. Layers TFMOT left without fake quantization (see
+    :func:`edgedeploy.keras.model.unsupported_for_qat`) have none, and some (a SeparableConv2D, a batch norm it
+    cannot fold) then stay in float: only then is the model converted again with a representative dataset,
+    ``calibration()`` -> (samples, description), which gives those tensors ranges and keeps every QAT range.
+    """
+    try:
+        return convert_int8(model, None, float_io, source), None
+    except FloatOperatorsLeft as exc:
+        x, described = calibration()
+        log.info("%s; calibrating the layers without QAT ranges on %s", exc.message, described)
+        return convert_int8(model, x, float_io, source), f"{described}, for the layers without QAT ranges only"
+
+
+def _prefix(source: str | None) -> str:
+    return f"{source}: " if source else ""
+
+
+KERNEL_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+
+
+def _require_full_int8(data: bytes, source: str | None = None) -> None:
+    """The converted model computes in int8 only, every bias is quantized for the scales its operator computes
+    with, and no layer's int8 kernel came out all zeros."""
+    import tempfile
+
+    from edgedeploy.tflite.reader import describe_misbiased, read_tflite, read_weight_tensors
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "converted.tflite"
+        path.write_bytes(data)
+        model = read_tflite(path)
+        floats = model.float_compute_ops()
+        misbiased = model.misbiased_operators()
+        zeroed = [t for t in read_weight_tensors(path)
+                  if t.op in KERNEL_OPS and t.dtype == "int8" and not np.any(t.values())]
+    if floats:
+        raise FloatOperatorsLeft(
+            f"{_prefix(source)}int8 conversion left {len(floats)} operators in float "
+            f"({', '.join(sorted({o.op for o in floats}))})",
+            "these layers have no int8 kernel in TFLite; replace them or quantize them with QAT",
+        )
+    if misbiased:
+        op, ratio = misbiased[0]
+        raise ToolFailedError(
+            f"{_prefix(source)}int8 conversion quantized the bias of {len(misbiased)} operator(s) for another input "
+            f"scale ({describe_misbiased(op, ratio)}); the int8 model would compute something else",
+            "a QAT activation range that TFMOT started at [-6, 6] and that still reaches below zero after a ReLU is "
+            'the known cause: set [training] qat_ranges = "calibrated" (the default)',
+        )
+    if zeroed:
+        raise ToolFailedError(
+            f"{_prefix(source)}int8 conversion rounded every weight of {len(zeroed)} kernel(s) to zero "
+            f"({zeroed[0].op} '{zeroed[0].name.split(';')[0]}'); the model would compute nothing there",
+            "report this model; a scaling the converter folded into that kernel after quantizing it (e.g. an input "
+            "Rescaling before a QAT layer) is the known cause",
+        )
+
+
+def gzip_size(data: bytes) -> int:
+    return len(gzip.compress(data, compresslevel=9, mtime=0))
+
+
+def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.ndarray:
+    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs.
+
+    The interpreter is resized to a batch when that gives the same answers as batch 1 on the first
+    samples; otherwise it runs one sample at a time.
+    """
+    from edgedeploy.keras import tfenv
+
+    tf = tfenv.load().tf
+
+    def interpreter():
+        it = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
+        tfenv.allocate(it)
+        return it
+
+    it = interpreter()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    xq = quantize_input(x, inp)
+
+    def one(it_, xs):
+        res = []
+        for i in range(len(xs)):
+            it_.set_tensor(inp["index"], xs[i : i + 1])
+            it_.invoke()
+            res.append(it_.get_tensor(out["index"]).copy())
+        return np.concatenate(res)
+
+    probe = xq[: min(8, len(xq))]
+    reference = one(it, probe)
+    batched = None
+    try:
+        bt = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
+        bt.resize_tensor_input(inp["index"], [len(probe), *inp["shape"][1:]], strict=False)
+        tfenv.allocate(bt)
+        bt.set_tensor(inp["index"], probe)
+        bt.invoke()
+        if np.array_equal(bt.get_tensor(out["index"]), reference):
+            batched = bt
+    except Exception:  # a fixed-shape operator (e.g. RESHAPE to [1, N]) rules batching out
+        batched = None
+    if batched is None:
+        return one(it, xq)
+    results = []
+    for start in range(0, len(xq), batch):
+        chunk = xq[start : start + batch]
+        batched.resize_tensor_input(inp["index"], [len(chunk), *inp["shape"][1:]], strict=False)
+        batched.allocate_tensors()
+        batched.set_tensor(inp["index"], chunk)
+        batched.invoke()
+        results.append(batched.get_tensor(out["index"]).copy())
+    return np.concatenate(results)
+
+
+def quantize_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    dtype = detail["dtype"]
+    if dtype == np.float32:
+        return x.astype(np.float32)
+    scale, zero = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale + zero), info.min, info.max).astype(dtype)
+
+

@@ -1,0 +1,1 @@
+"""Vela: argument lists and output parsers, the worker process, its pools and the compute analysis."""

@@ -1,0 +1,144 @@
+"""Vela's debug database (``--enable-debug-db``), parsed in pure functions: encoded bytes per weight stream."""
+
+from __future__ import annotations
+
+import logging
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from edgedeploy.errors import InvalidInputError, ToolFailedError
+
+log = logging.getLogger("edgedeploy")
+
+# Vela's weight encoder keeps a palette of at most 32 distinct values per weight stream.
+PALETTE_LIMIT = 32
+
+
+_TABLE_RE = re.compile(r'<table name="(?P<name>[^"]+)">\s*<!\[CDATA\[\s*(?P<body>.*?)\]\]>\s*</table>', re.DOTALL)
+WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D")
+
+
+def parse_debug_db(text: str) -> dict[str, list[dict[str, str]]]:
+    """The tables of Vela's ``*_debug.xml`` (``--enable-debug-db``): name -> rows (column -> text)."""
+    tables = {}
+    try:
+        for m in _TABLE_RE.finditer(text):
+            rows = csv.DictReader(io.StringIO(m.group("body").replace("\0", ""), newline=""))
+            tables[m.group("name")] = [{k: v for k, v in r.items() if isinstance(k, str) and isinstance(v, str)}
+                                       for r in rows]
+    except csv.Error as exc:
+        raise ToolFailedError(f"Vela's debug database has a table that is not CSV ({exc})",
+                              "re-run the compile with --enable-debug-db") from exc
+    if not tables:
+        raise ToolFailedError("no <table> in Vela's debug database", "re-run the compile with --enable-debug-db")
+    return tables
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def weight_layers(tables: Mapping[str, list[dict[str, str]]]) -> list[dict[str, Any]]:
+    """One row per NPU operation that reads weights, from the ``perf`` and ``perf_debug`` tables.
+
+    Fields: ``source_op`` (the operator's index in the input .tflite, Vela's ``ext_key``), ``operator``,
+    ``name`` (its output tensor), ``encoded_weight_bytes`` (Vela's ``weight_total_bytes``; they add up to
+    ``total_npu_encoded_weights`` of the summary CSV), ``vela_distinct_weights`` (``weight_distinct``),
+    ``weight_read_cycles`` (``est_weight_read_cycles``), ``weight_transfer_cycles``, ``weight_format``,
+    ``op_cycles`` and ``npu_cycles``, and ``weight_access_cycles`` (the ``*Weights_ac`` columns per memory).
+    """
+    perf = {r["id"]: r for r in tables.get("perf", [])}
+    ext = {r["id"]: _int(r.get("ext_key")) for r in tables.get("source", [])}
+    out = []
+    for r in tables.get("perf_debug", []):
+        total = _int(r.get("weight_total_bytes"))
+        if total is None:
+            continue
+        p = perf.get(r["id"], {})
+        access = {k[: -len("Weights_ac")]: _int(v) for k, v in r.items()
+                  if k.endswith("Weights_ac") and _int(v) is not None}
+        out.append({
+            "vela_id": _int(r["id"]),
+            "source_op": ext.get(p.get("source_id")),
+            "operator": p.get("operator", ""),
+            "name": p.get("name", ""),
+            "encoded_weight_bytes": total,
+            "vela_distinct_weights": _int(r.get("weight_distinct")),
+            "weight_format": r.get("weight_format", ""),
+            "weight_read_cycles": _int(r.get("est_weight_read_cycles")),
+            "weight_transfer_cycles": _int(r.get("weight_transfer_cycles")),
+            "op_cycles": _int(p.get("op_cycles")),
+            "npu_cycles": _int(p.get("npu_cycles")),
+            "weight_access_cycles": access,
+        })
+    return out
+
+
+def summarize_layers(layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over :func:`weight_layers` rows (missing values count as unavailable, not zero)."""
+
+    def total(key: str) -> int | None:
+        vals = [r.get(key) for r in layers if r.get(key) is not None]
+        return int(sum(vals)) if vals else None
+
+    distinct = [r.get("int8_distinct") for r in layers if r.get("int8_distinct") is not None]
+    return {
+        "layers": len(layers),
+        "encoded_weight_bytes": total("encoded_weight_bytes"),
+        "weight_read_cycles": total("weight_read_cycles"),
+        "weight_transfer_cycles": total("weight_transfer_cycles"),
+        "max_int8_distinct": max(distinct) if distinct else None,
+        "layers_over_palette": sum(1 for d in distinct if d > PALETTE_LIMIT),
+        "palette_limit": PALETTE_LIMIT,
+    }
+
+
+def attach_int8(layers: list[dict[str, Any]], operators: Sequence[Any], tensors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Add each row's int8 weight tensor facts (name, distinct values per tensor, zeros) from the input .tflite.
+
+    ``operators`` are :class:`~edgedeploy.tflite.reader.OperatorInfo` of the input model, ``tensors`` its
+    :func:`~edgedeploy.tflite.reader.read_weight_tensors`; both in operator order.
+    """
+    weighted = [o.index for o in operators if o.op in WEIGHT_OPS]
+    wt = [t for t in tensors if t.op in WEIGHT_OPS]
+    by_op = dict(zip(weighted, wt)) if len(weighted) == len(wt) else {}
+    for row in layers:
+        t = by_op.get(row.get("source_op"))
+        if t is None:
+            row.update(tensor=None, int8_distinct=None, int8_zero_fraction=None, int8_elements=None)
+            continue
+        values = t.values()
+        row.update(tensor=t.name, tflite_op=t.op, int8_distinct=int(np.unique(values).size),
+                   int8_zero_fraction=round(float(np.mean(values == 0)), 4), int8_elements=int(values.size),
+                   within_palette=bool(np.unique(values).size <= PALETTE_LIMIT))
+    return layers
+
+
+def npu_weight_report(debug_xml: Path, model: Path) -> dict[str, Any]:
+    """Per-layer NPU weight facts of one compile: Vela's debug database joined with the int8 model's tensors."""
+    from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
+
+    layers = weight_layers(parse_debug_db(Path(debug_xml).read_text(encoding="utf-8")))
+    try:
+        attach_int8(layers, read_tflite(model).operators, read_weight_tensors(model))
+    except InvalidInputError as exc:
+        log.warning("%s: int8 weights not read (%s)", model, exc.one_line())
+    return {"source": "vela --enable-debug-db (perf, perf_debug, source tables)", "layers": layers,
+            "summary": summarize_layers(layers)}
+
+
+def layer_of_tensor(tensor_name: str, layer_names: Iterable[str]) -> str | None:
+    """The Keras layer a TFLite weight tensor came from, by the names in its ';'/'/'-separated parts."""
+    from edgedeploy.keras.model import base_name
+
+    names = set(layer_names)
+    segments = [base_name(seg) for part in tensor_name.split(";") for seg in part.split("/")]
+    return next((s for s in segments if s in names), None)
