@@ -141,15 +141,9 @@ def render(doc: dict, markdown: bool) -> str:
     lines = []
 
     def table(header, rows):
-        if markdown:
-            lines.append("| " + " | ".join(header) + " |")
-            lines.append("|" + "---|" * len(header))
-            lines.extend("| " + " | ".join(r) + " |" for r in rows)
-        else:
-            widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-            for r in [header, *rows]:
-                lines.append("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
-        lines.append("")
+        from markdown_page import table as table_lines
+
+        lines.extend(table_lines(header, rows, markdown))
 
     for key, part in doc["models"].items():
         lines.append(f"{'### ' if markdown else ''}{part['title']}: {doc['pattern']} pruning, thinned for "

@@ -26,3 +26,15 @@ def header(title: str, argv: list[str] | None = None) -> str:
             f"Written by `{command}` on {time.strftime('%Y-%m-%d', time.gmtime())} (edgedeploy {version}, "
             f"{platform.machine()}, {os.cpu_count()} CPU cores, load average {load:.2f} at start). "
             "Timings on a shared machine are noisy; re-run the command to measure yours.\n")
+
+
+def table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    """A table's lines: Markdown (for a results page) or right-aligned plain columns (for the terminal), then a
+    blank line."""
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        lines = ["  ".join(str(x).rjust(w) for x, w in zip(r, widths)) for r in [header, *rows]]
+    return lines + [""]

@@ -1,8 +1,26 @@
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TFLM_TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
+FIRMWARE_TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-g++", "cmake", "qemu-system-arm")
+
+
+@pytest.fixture(scope="session")
+def tflm_cache(tmp_path_factory) -> Path:
+    """One cache of built TFLM libraries for every firmware test of the run (a cold build takes about 40 s)."""
+    missing = [t for t in FIRMWARE_TOOLS if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (.ci/run installs them)")
+    if not (TFLM_TREE / "tensorflow").is_dir():
+        pytest.skip(f"no TFLM tree at {TFLM_TREE} (set EDGEDEPLOY_TFLM_DIR)")
+    given = os.environ.get("EDGEDEPLOY_TEST_TFLM_CACHE")
+    return Path(given) if given else tmp_path_factory.mktemp("tflm-cache")
 
 
 @pytest.fixture(scope="session")

@@ -27,22 +27,10 @@ pytestmark = pytest.mark.requires_data
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
 BOARD = "corstone-300-u55-128"
-TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-g++", "cmake", "qemu-system-arm")
 
 
 def cli(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-@pytest.fixture(scope="module")
-def tflm_cache(tmp_path_factory) -> Path:
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (.ci/run installs them)")
-    if not (TREE / "tensorflow").is_dir():
-        pytest.skip(f"no TFLM tree at {TREE} (set EDGEDEPLOY_TFLM_DIR)")
-    given = os.environ.get("EDGEDEPLOY_TEST_TFLM_CACHE")
-    return Path(given) if given else tmp_path_factory.mktemp("tflm-cache")
 
 
 @pytest.fixture(autouse=True)

@@ -30,20 +30,7 @@ pytestmark = pytest.mark.requires_data
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
 BOARD = "corstone-300-u55-128"
-TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-g++", "cmake", "qemu-system-arm")
 BUILD_TIMEOUT = 1500  # seconds: a cold TFLM library on two cores
-
-
-@pytest.fixture(scope="module")
-def tflm_cache(tmp_path_factory) -> Path:
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (.ci/run installs them)")
-    if not (TREE / "tensorflow").is_dir():
-        pytest.skip(f"no TFLM tree at {TREE} (set EDGEDEPLOY_TFLM_DIR)")
-    pytest.importorskip("serial")
-    given = os.environ.get("EDGEDEPLOY_TEST_TFLM_CACHE")
-    return Path(given) if given else tmp_path_factory.mktemp("tflm-cache")
 
 
 def export(shared_data: Path, folder: Path, model: str, data: str, golden: int) -> Path:
