@@ -84,12 +84,8 @@ def run_command(
         stderr = _text(exc.stderr)
     result = ProcResult(args, returncode, stdout, stderr, time.perf_counter() - start, timed_out)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        log_file.write_text(
-            f"$ {' '.join(args)}\n# exit {returncode}{' (timed out)' if timed_out else ''}"
-            f" after {result.seconds:.2f} s\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n",
-            encoding="utf-8",
-        )
+        _write_log(log_file, args, returncode, " (timed out)" if timed_out else "", result.seconds,
+                   f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
     return result
 
 
@@ -136,12 +132,8 @@ def run_until_stopped(
             proc.stdout.close()
     result = ProcResult(args, proc.returncode, "".join(lines), "", time.perf_counter() - start)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        log_file.write_text(
-            f"$ {' '.join(args)}\n# exit {proc.returncode}{' (stopped)' if stopped else ''} after {result.seconds:.2f} s\n"
-            f"--- output\n{result.stdout}\n",
-            encoding="utf-8",
-        )
+        _write_log(log_file, args, proc.returncode, " (stopped)" if stopped else "", result.seconds,
+                   f"--- output\n{result.stdout}\n")
     return result, stopped
 
 
@@ -152,6 +144,14 @@ def check(result: ProcResult, what: str, hint: str | None = None) -> ProcResult:
     if result.returncode != 0:
         raise ToolFailedError(f"{what} failed (exit {result.returncode}): {result.tail()}", hint)
     return result
+
+
+def _write_log(log_file: Path, args: Sequence[str], returncode: int | None, note: str, seconds: float,
+               body: str) -> None:
+    """The log of one process: its command line, how it ended, then what it printed."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_text(f"$ {' '.join(args)}\n# exit {returncode}{note} after {seconds:.2f} s\n{body}",
+                        encoding="utf-8")
 
 
 def _text(data: bytes | str | None) -> str:
