@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgedeploy.keras.model import fuse_separate_relu, keras_weight_stats, load_model, separate_relu_layers
+from edgedeploy.keras.rewrites import fuse_separate_relu, separate_relu_layers
+from edgedeploy.keras.model import keras_weight_stats, load_model
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
 def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     """Arm's DS-CNN-S reshapes with `tf.reshape` (TFOpLambda), which TFMOT's QAT registry refuses."""
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
 
     model = keras.models.load_model(shared_data / "kws" / "ds_cnn_s_arm_float.h5", compile=False)
     assert unsupported_for_qat(model) == ["tf.reshape", "tf.reshape_1"]
@@ -109,7 +110,7 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
 def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     """TFMOT folds a batch norm only into one linear Conv2D/DepthwiseConv2D/Dense before it; any other batch norm
     (here after a SeparableConv2D, a Conv2D with its own ReLU, and an Add) makes quantize_apply refuse the model."""
-    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
 
     keras.utils.set_random_seed(5)
     inp = keras.Input((12, 12, 3))
@@ -167,7 +168,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     from edgedeploy.keras import tfenv
     from edgedeploy.tflite.convert import convert_qat_int8
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.keras.model import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
     from edgedeploy.tflite.reader import read_weight_tensors
 
     keras.utils.set_random_seed(7)
@@ -231,7 +232,7 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
     """TFMOT's cloning misroutes TensorFlow math ops (TFOpLambda) such as an input scaling ``x / 255 - 0.5``;
     the one-line error names them and the Keras layer that does the same."""
     from edgedeploy.errors import InvalidInputError
-    from edgedeploy.keras.model import quantize_for_qat
+    from edgedeploy.keras.qat import quantize_for_qat
 
     inp = keras.Input((16, 16, 3))
     h = keras.layers.Conv2D(4, 3, strides=2, padding="same")(inp / 255.0 - 0.5)
@@ -245,7 +246,7 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
 def test_conv1d_layers_become_the_conv2d_they_compute(keras):
     """Same function and weights: causal, dilated and strided convolutions, one feeding the next, a batch norm
     and ReLU after one (moved into the 2-D part), a layer without bias; names kept for the convolutions."""
-    from edgedeploy.keras.model import conv1d_as_conv2d
+    from edgedeploy.keras.rewrites import conv1d_as_conv2d
 
     keras.utils.set_random_seed(21)
     inp = keras.Input((20, 3))
@@ -338,7 +339,7 @@ def test_separable_conv_is_split_so_both_kernels_get_palettes(keras, tmp_path):
     own palette in the int8 model (left whole, neither would: the palette node knows Conv/Depthwise/Dense only)."""
     from edgedeploy.optimize import palette
     from edgedeploy.tflite.convert import convert_int8
-    from edgedeploy.keras.model import split_separable
+    from edgedeploy.keras.rewrites import split_separable
 
     keras.utils.set_random_seed(8)
     inp = keras.Input((12, 12, 3))

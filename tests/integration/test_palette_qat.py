@@ -21,7 +21,7 @@ def node(shared_data):
     """The published float DS-CNN, folded and projected as the palette node does (nearest projection)."""
     from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
-    from edgedeploy.keras.model import fuse_separate_relu
+    from edgedeploy.keras.rewrites import fuse_separate_relu
 
     keras = tfenv.load().keras
     original = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)

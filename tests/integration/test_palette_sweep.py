@@ -13,7 +13,7 @@ def folded(shared_data, tmp_path_factory):
     """The published float DS-CNN with its batch norms folded (the palette node's first step), and its hold-out."""
     from edgedeploy.keras import tfenv
     from edgedeploy.optimize import palette
-    from edgedeploy.keras.model import fuse_separate_relu
+    from edgedeploy.keras.rewrites import fuse_separate_relu
 
     keras = tfenv.load().keras
     original = keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)

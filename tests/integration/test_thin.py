@@ -78,7 +78,7 @@ def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model
 
 def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.model import conv1d_as_conv2d
+    from edgedeploy.keras.rewrites import conv1d_as_conv2d
     from edgedeploy.keras.thin import channel_groups
 
     keras = tfenv.load().keras

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 from edgedeploy.optimize import preserve
 from edgedeploy.config.data import Dataset
-from edgedeploy.keras.model import keras_weight_stats, separate_relu_layers
+from edgedeploy.keras.model import keras_weight_stats
+from edgedeploy.keras.rewrites import separate_relu_layers
 from edgedeploy.core.manifest import Metric
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult

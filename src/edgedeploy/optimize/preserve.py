@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import numpy as np
-
 from edgedeploy.core.weights import WeightStats
 from edgedeploy.errors import PreservationError
 

@@ -10,21 +10,9 @@ from typing import Any
 
 from edgedeploy.config.data import Dataset
 from ..errors import UsageError
-from edgedeploy.keras.model import (
-    base_name,
-    clone,
-    conv1d_as_conv2d,
-    fuse_separate_relu,
-    init_activation_ranges,
-    inner,
-    load_model,
-    quantize_for_qat,
-    separate_kernel_outputs,
-    separate_relu_layers,
-    shape_only,
-    split_separable,
-    unsupported_for_qat,
-)
+from edgedeploy.keras.model import base_name, clone, inner, load_model
+from edgedeploy.keras.rewrites import conv1d_as_conv2d, fuse_separate_relu, separate_kernel_outputs, separate_relu_layers, split_separable
+from edgedeploy.keras.qat import init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.tree import NODE_TABLE
 from edgedeploy.optimize.finetune.fit import Loss, fine_tune, training_set
@@ -168,7 +156,7 @@ def settle_cluster_weights(model) -> int:
 def start_qat_ranges(model, parent, data: Dataset, recipe: Recipe, details: dict[str, Any]) -> None:
     """Start the QAT model's activation ranges from its float parent on the fine-tune samples (recipe
     ``qat_ranges = "calibrated"``), or leave TFMOT's [-6, 6] (``"tfmot"``); see
-    :func:`edgedeploy.keras.model.init_activation_ranges`."""
+    :func:`edgedeploy.keras.qat.init_activation_ranges`."""
     if recipe.qat_ranges == "calibrated":
         count = init_activation_ranges(model, parent, data.x_fit, recipe.batch_size)
         details["qat_ranges"] = (f"{count} activation ranges started from the float parent on the "

@@ -22,7 +22,8 @@ def fold_batch_norm(model):
     into a palette kernel.
     """
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.model import bypass_layers, inner
+    from edgedeploy.keras.rewrites import bypass_layers
+    from edgedeploy.keras.model import inner
 
     keras = tfenv.load().keras
     if model.__class__.__name__ != "Functional":

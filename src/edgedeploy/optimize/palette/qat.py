@@ -138,7 +138,8 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
 
     env = tfenv.load()
     quant = env.tfmot.quantization.keras
-    from edgedeploy.keras.model import clone, quantize_for_qat
+    from edgedeploy.keras.model import clone
+    from edgedeploy.keras.qat import quantize_for_qat
 
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)

@@ -128,7 +128,8 @@ def check_palette(node: str, rows: Sequence[dict[str, Any]], tolerance: float) -
 
 def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, recipe, loss):
     """The stage of a palette node (the registry's "palette" and "palette_qat" techniques)."""
-    from edgedeploy.keras.model import fuse_separate_relu, keras_weight_stats
+    from edgedeploy.keras.rewrites import fuse_separate_relu
+    from edgedeploy.keras.model import keras_weight_stats
     from edgedeploy.core.manifest import Metric
     from edgedeploy.core.stage import StageResult
 
