@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgedeploy.errors import InvalidInputError, UsageError
+
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
@@ -84,8 +86,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def _write_stream(path: Path, data: bytes) -> None:
     """Write to a device, FIFO or socket path as a stream (nothing to rename over it). A FIFO nobody reads is one
     error, not a command that waits forever."""
-    from edgedeploy.errors import UsageError
-
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -125,8 +125,6 @@ def _held_run_of(path: Path) -> str | None:
 def scratch_dir(root: Path) -> Path:
     """``root``'s scratch folder, made (with its mark) when absent. One that edgedeploy did not make (no mark, or a
     link, or a file) is refused, never written into or emptied."""
-    from edgedeploy.errors import UsageError
-
     folder = Path(root) / SCRATCH
     mark = folder / SCRATCH_MARK
     if not os.path.lexists(folder):
@@ -175,8 +173,6 @@ def promote(tmp: Path, final: Path) -> None:
     An existing ``final`` is replaced only when edgedeploy made it (it holds the stage mark); anything else there
     (a user's folder, a link, a file) is refused and left as it is.
     """
-    from edgedeploy.errors import UsageError
-
     tmp, final = Path(tmp), Path(final)
     scratch = tmp.parent
     root = scratch.parent
@@ -358,14 +354,16 @@ LIMITS = {
 }
 
 
+def _limit_bytes(limit: str | int) -> int:
+    return LIMITS[limit] if isinstance(limit, str) else int(limit)
+
+
 def check_input_file(path: Path | str, what: str, limit: str | int = "settings") -> Path:
     """``path`` as a regular file of at most ``limit`` bytes (a key of :data:`LIMITS` or a number), checked before
     anything opens it: a FIFO, socket or device file, a folder, a missing file or an oversized one is one
     :class:`InvalidInputError` naming the file and the fix (a link to a regular file is followed)."""
-    from edgedeploy.errors import InvalidInputError
-
     path = Path(path)
-    max_bytes = LIMITS[limit] if isinstance(limit, str) else int(limit)
+    max_bytes = _limit_bytes(limit)
     shown = short(str(path))
     try:
         st = os.stat(path)
@@ -389,15 +387,13 @@ def check_input_file(path: Path | str, what: str, limit: str | int = "settings")
 def read_input_bytes(path: Path | str, what: str, limit: str | int = "settings") -> bytes:
     """The bytes of a checked input file (:func:`check_input_file`), never more than its limit even if it grows."""
     path = check_input_file(path, what, limit)
-    max_bytes = LIMITS[limit] if isinstance(limit, str) else int(limit)
+    max_bytes = _limit_bytes(limit)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped between the check and the open
-            from edgedeploy.errors import InvalidInputError
             raise InvalidInputError(f"{what} {short(str(path))} is not a regular file", "pass a regular file")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        from edgedeploy.errors import InvalidInputError
         raise InvalidInputError(f"{what} {short(str(path))} is over the limit of {max_bytes:,} bytes",
                                 "see 'Size limits' in docs/files.md")
     return data
@@ -409,7 +405,6 @@ def read_input_text(path: Path | str, what: str, limit: str | int = "settings") 
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        from edgedeploy.errors import InvalidInputError
         raise InvalidInputError(f"{what} {short(str(path))} is not UTF-8 text (byte {exc.start})",
                                 "save it as UTF-8") from None
 
