@@ -8,8 +8,8 @@ accuracy on the evaluation split, its difference to ptq with the paired standard
 by both int8 models), MACs, NPU cycles, total cycles and encoded weight bytes, each also as a ratio to ptq's.
 
 Run: python bench/bench_thin.py [--models kws] [--leaves ptq,thinned,thinned_pcqat] [--thin-epochs 30]
-     [--epochs 4] [--speedup 0.75] [--patience 0] [--pattern unstructured] [--thin-targets ethos-u55-128]
-     [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256] [--seed 0] [--out DIR] [--markdown] [--json FILE]
+     [--epochs 4] [--speedup 0.75] [--thin-augment none] [--patience 0] [--pattern unstructured]
+     [--thin-targets ethos-u55-128] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256] [--seed 0] [--out DIR] [--markdown] [--json FILE]
 Training runs on the CPU; Vela's cycle estimates are deterministic.
 """
 
@@ -48,7 +48,8 @@ def model_part(key: str, args) -> dict:
     recipe = load_recipe(
         overrides={"epochs": args.epochs, "seed": args.seed, "sparsity_pattern": args.pattern,
                    "thin_speedup": args.speedup, "thin_targets": tuple(args.thin_targets.split(",")),
-                   "stage_epochs": {"thin": args.thin_epochs}, "patience": args.patience})
+                   "stage_epochs": {"thin": args.thin_epochs}, "patience": args.patience,
+                   "thin_augment": args.thin_augment})
     out = args.out / key / args.pattern.replace(":", "of")
     done, failed, nodes = {}, {}, {}
     for leaf in args.leaves.split(","):  # one leaf at a time: one that fails is reported, the others measured
@@ -183,6 +184,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=4, help="epochs of the prune, cluster and QAT stages")
     ap.add_argument("--thin-epochs", type=int, default=30, help="epochs of the thinned node's fine-tuning")
     ap.add_argument("--speedup", type=float, default=0.75)
+    ap.add_argument("--thin-augment", default="none", choices=("none", "hflip"),
+                    help="thin_augment: extra fine-tuning samples of the thinned node")
     ap.add_argument("--patience", type=int, default=0, help="hold-out epochs without improvement before a stage "
                     "stops (0: never; the best epoch is still kept)")
     ap.add_argument("--pattern", default="unstructured", choices=("unstructured", "2:4"))

@@ -12,6 +12,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = Path(__file__).resolve().parent / "data"
 SEED = int(os.environ.get("EDGEDEPLOY_TEST_SEED", "1234"))
+# The width every test sees (the _isolate fixture sets it again), from before any module makes its consoles:
+# pytest-xdist's workers start with COLUMNS=80.
+os.environ["COLUMNS"] = "200"
 
 # Files of ../shared/data that the repository ships real copies of: the same model files, and a seeded random
 # subset of the same Speech Commands clips (900 fine-tune, 400 evaluation; examples/kws_tree/SOURCE.md). A clone

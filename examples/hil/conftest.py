@@ -10,6 +10,12 @@ Here the device is the one `--edgedeploy-device` names (the `edgedeploy_device` 
       pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device qemu \\
           --edgedeploy-tflm-dir TFLM_DIR   # or set EDGEDEPLOY_TFLM_DIR
 
+- `npu`: the bundle's compiled model (NAME_vela.tflite, Vela's command stream and weights) on
+  edgedeploy's functional model of the Ethos-U55/U65, so the tests check what ships to the NPU
+  without a board or an FVP (results only, not timing; Ethos-U85 bundles are refused):
+
+      pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device npu
+
 - `serial:PORT[@BAUD]`: firmware with the bundle's device runner (edgedeploy_runner.c, see
   docs/porting.md) on a serial port or any pyserial URL; the model hash is checked first, and
   each case's inference time is listed at the end of the run:

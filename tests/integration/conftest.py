@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,11 @@ def tflm_cache(tmp_path_factory) -> Path:
     if not (TFLM_TREE / "tensorflow").is_dir():
         pytest.skip(f"no TFLM tree at {TFLM_TREE} (set EDGEDEPLOY_TFLM_DIR)")
     given = os.environ.get("EDGEDEPLOY_TEST_TFLM_CACHE")
-    return Path(given) if given else tmp_path_factory.mktemp("tflm-cache")
+    if given:
+        return Path(given)
+    cache = shared_root(tmp_path_factory) / "tflm-cache"  # one for all pytest-xdist workers (a build locks its entry)
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +86,80 @@ def ray_home(_ray_home, monkeypatch) -> Path:
     """
     monkeypatch.setenv("HOME", str(_ray_home))
     return _ray_home
+
+
+# The deployment tree most integration tests read: the bundled example's float DS-CNN fine-tuned on its 900 real
+# Speech Commands clips (scored on the 400 of other speakers), every default leaf plus pcqat_palette, trained once
+# per test run through `edgedeploy optimize`. Its settings are test_accuracy's (2 epochs, seed 0, no min_steps
+# stretching); sparsity and clusters are the recipe defaults, named here because tests check them.
+TREE_MODEL = REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5"
+TREE_DATA = REPO / "examples" / "kws_tree" / "speech_commands_subset.npz"
+TREE_LEAVES = ("ptq", "qat", "pruned", "pqat", "clustered", "cqat", "pruned_clustered", "pcqat", "pcqat_palette")
+TREE_SETTINGS = {"epochs": 2, "min_steps": 0, "seed": 0, "sparsity": 0.5, "clusters": 16}
+
+
+@dataclass(frozen=True)
+class TrainedTree:
+    """The shared tree's run folder (read it; copy it with :meth:`copy` to write into it) and what made it."""
+
+    run_dir: Path
+    model: Path
+    data: Path
+    settings: dict
+    optimize_json: dict  # what `edgedeploy optimize --json` printed
+
+    @property
+    def outcome(self):
+        """The run as :func:`edgedeploy.pipeline.tree_run.optimize` returns it, read from the manifest."""
+        from edgedeploy.core.manifest import Manifest
+        from edgedeploy.pipeline.tree_run import OptimizeOutcome
+
+        records = Manifest.load(self.run_dir).records
+        outcome = OptimizeOutcome(self.run_dir)
+        for rid, rec in records.items():
+            stage, _, name = rid.partition("/")
+            if stage == "convert":
+                outcome.leaves[name] = rec
+            elif stage == "optimize":
+                outcome.nodes[name] = rec
+        return outcome
+
+    def recipe(self, **overrides):
+        from edgedeploy.config.recipe import load_recipe
+
+        return load_recipe(overrides={**self.settings, "leaves": list(TREE_LEAVES), **overrides})
+
+    def copy(self, dest: Path) -> Path:
+        """A copy of the run folder at ``dest`` (a folder that does not exist yet), for a test that writes."""
+        shutil.copytree(self.run_dir, dest, symlinks=True)
+        return dest
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this run sees (the base temp folder without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def trained_tree(tmp_path_factory) -> TrainedTree:
+    """:data:`TREE_LEAVES` of the bundled example, trained once per test run (across pytest-xdist workers: the first
+    to ask trains it under a file lock, the others wait for it and read it)."""
+    from filelock import FileLock
+
+    root = shared_root(tmp_path_factory) / "trained-tree"
+    root.mkdir(exist_ok=True)
+    out, done = root / "run", root / "optimize.json"
+    with FileLock(str(root / "lock")):
+        if not done.is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            s = TREE_SETTINGS
+            proc = subprocess.run(
+                [sys.executable, "-m", "edgedeploy", "optimize", str(TREE_MODEL), "--data", str(TREE_DATA), "-o",
+                 str(out), "--leaves", ",".join(TREE_LEAVES), "--epochs", str(s["epochs"]), "--min-steps",
+                 str(s["min_steps"]), "--seed", str(s["seed"]), "--sparsity", str(s["sparsity"]), "--clusters",
+                 str(s["clusters"]), "--json"],
+                capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            done.write_text(proc.stdout)
+    return TrainedTree(out, TREE_MODEL, TREE_DATA, dict(TREE_SETTINGS), json.loads(done.read_text()))

@@ -53,7 +53,7 @@ def test_only_a_folder_holding_the_data_counts_as_shared_data(tmp_path, monkeypa
 @pytest.mark.parametrize("value", ["", " ", "/nonexistent"])
 def test_the_test_run_never_takes_the_current_folder_for_the_data(tmp_path, value):
     proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider",
-                           str(TESTS / "unit" / "test_names.py")], capture_output=True, text=True, timeout=120,
+                           str(TESTS / "unit" / "core" / "test_names.py")], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env={**os.environ, "EDGEDEPLOY_SHARED_DATA": value})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     default = TESTS.parent.parent / "shared" / "data"

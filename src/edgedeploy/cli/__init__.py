@@ -13,22 +13,21 @@ def main() -> None:
     import os
     import sys
 
-    from edgedeploy.vela.worker import fork_warm_worker
+    from edgedeploy import api
 
     # One Vela worker starts importing Vela now, while typer loads and converts the options; the command
     # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
-    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else fork_warm_worker()
+    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else api.fork_warm_worker()
 
     import signal
 
     import typer
     from typer.exceptions import TyperException
 
-    from edgedeploy.core.files import use_private_tmp
     from .app import app
     from .common import on_terminate
 
-    use_private_tmp()
+    api.use_private_tmp()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_terminate)
     os.register_at_fork(after_in_child=_default_signals)

@@ -52,9 +52,9 @@ def guard() -> Iterator[None]:
                     "report it")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        from edgedeploy.core.files import discard_scratch
+        from edgedeploy import api
 
-        discard_scratch()  # the staging folders of the stages in progress
+        api.discard_scratch()  # the staging folders of the stages in progress
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
         raise typer.Exit(128 + TERMINATED[0] if TERMINATED else 130) from None
 
@@ -81,11 +81,10 @@ ERROR_LINE_LIMIT = 1000  # characters of one error line; a word (a path, a value
 def bounded_line(line: str) -> str:
     """``line`` with each over-long word (a path, a value) shortened in the middle, and the whole line kept under
     :data:`ERROR_LINE_LIMIT` characters: a 10 MB path gives a short line that still shows its start and end."""
-    from edgedeploy.core.files import SHORT_LIMIT, short
+    from edgedeploy import api
 
-    if len(line) > SHORT_LIMIT:
-        line = " ".join(short(word) if len(word) > SHORT_LIMIT else word for word in line.split(" "))
-    return short(line, ERROR_LINE_LIMIT)
+    line = " ".join(api.shorten(word) for word in line.split(" "))  # a word within the limit is kept as it is
+    return api.shorten(line, ERROR_LINE_LIMIT)
 
 
 def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:
@@ -99,6 +98,6 @@ def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str,
 
 def complete_target(incomplete: str) -> list[str]:
     """Shell completion of ``--target``: the built-in target names."""
-    from edgedeploy.config.targets import list_targets
+    from edgedeploy import api
 
-    return [t.name for t in list_targets() if t.name.startswith(incomplete)]
+    return [t.name for t in api.list_targets() if t.name.startswith(incomplete)]

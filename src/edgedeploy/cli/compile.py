@@ -65,80 +65,49 @@ def prestart(values: dict[str, Any], warm=None):
         return None
     if (out / "manifest.json").exists():
         return None
-    jobs = str(values.get("jobs") or "")
-    from edgedeploy.vela.pool import MAX_JOBS, VelaPool, default_jobs
+    from .. import api
 
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
-    if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
-        return None  # the option's check says what is wrong with it
-    wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
-    return VelaPool(wanted, warm=warm).start()
+    return api.prestart_pool(str(values.get("jobs") or ""), n_tasks, warm)
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
              pool, walk=False, verify=False) -> None:
     from .. import api
-    from ..errors import UsageError
-    from ..report.render.tables import compile_columns, compile_json, compile_rows, dumps
     from .common import err_console, escape, guard, out_console, table
 
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
-                                 ray_address=ray_address, debug_db=debug_db)
-        walk_record = None
-        if walk and not (len(models) == 1 and models[0].suffix == ".toml"):
-            raise UsageError("--walk walks the deployment tree of a project file",
-                             "pass one edgedeploy.toml: `edgedeploy compile edgedeploy.toml --walk`")
-        if len(models) == 1 and models[0].suffix == ".toml" and api.is_sweep(models[0]):
+                                     ray_address=ray_address, debug_db=debug_db)
+        done = api.compile(models, target, None if out == Path("edgedeploy-out") else out, options=options,
+                           walk=walk, pool=pool)
+        if done.sweep is not None:
             from .sweep import print_sweep
 
-            sweep = api.run_sweep(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
-                                  options=options, walk=walk)
-            print_sweep(sweep, json_out)
-            sweep.raise_first_failure()
+            print_sweep(done.sweep, json_out)
+            done.sweep.raise_first_failure()
             return
-        if walk:
-            walked = api.walk_project(models[0], extra_targets=target,
-                                      out=out if out != Path("edgedeploy-out") else None, options=options)
-            outcome = api.CompileOutcome(walked.run_dir, walked.compiled)
-            walk_record = walked.record
-        elif len(models) == 1 and models[0].suffix == ".toml":
-            outcome = api.run_project(models[0], extra_targets=target, out=out if out != Path("edgedeploy-out") else None,
-                                  options=options)
-        elif len(models) == 1 and models[0].is_dir():
-            if out not in (Path("edgedeploy-out"), models[0]):
-                raise UsageError(f"a run folder is compiled into itself, not into {out}",
-                                 f"leave out --out, or copy {models[0]} to {out} first")
-            outcome = api.compile_run(models[0], target, options, pool=pool)
-        else:
-            for m in models:
-                if m.is_dir():
-                    raise UsageError(f"{m} is a folder", "pass a run folder alone: `edgedeploy compile RUN_DIR -t T`")
-                if m.suffix == ".toml":
-                    raise UsageError(f"{m} is a project file", "pass it alone: `edgedeploy compile edgedeploy.toml`")
-            outcome = api.compile_tflite(models, target, out, options, pool=pool)
+        outcome, walk_record = done.compiled, done.walk
         cached_ids = outcome.cached_ids
         manifest = api.Manifest.load(outcome.run_dir)
         if json_out:
-            doc = compile_json(manifest, outcome.records, cached_ids)
+            doc = api.compile_json(manifest, outcome.records, cached_ids)
             if walk_record is not None:
                 doc["walk"] = walk_record
             if verify:
                 from .verify import verify_compiled
 
                 doc["verify"] = verify_compiled(outcome.run_dir, outcome.records, json_out)
-            typer.echo(dumps(doc))
+            typer.echo(api.dumps(doc))
         else:
-            rows = compile_rows(manifest, outcome.records, cached_ids)
-            columns = compile_columns(rows)
+            rows = api.compile_rows(manifest, outcome.records, cached_ids)
+            columns = api.compile_columns(rows)
             out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:
                     err_console.print(f"[yellow]warning:[/] {escape(f'{r.variant} on {r.target}: {w}')}", highlight=False)
             if walk_record is not None:
-                from ..report.render.walk import walk_lines
-
-                for line in walk_lines(walk_record):
+                for line in api.walk_lines(walk_record):
                     out_console.print(f"walk {line}", markup=False, highlight=False)
             err_console.print(f"manifest: {manifest.path}; compare the variants with "
                               f"`edgedeploy report {manifest.run_dir}`", highlight=False, markup=False)

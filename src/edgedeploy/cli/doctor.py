@@ -13,15 +13,14 @@ def register(app: typer.Typer) -> None:
 
 def doctor_cmd(json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout.")) -> None:
     """Show what is installed: the required core (TensorFlow stack, Vela) and optional FVPs, runners, compilers."""
-    from .common import err_console, guard, out_console
-    from edgedeploy.pipeline.doctor import run_doctor
+    from .. import api
     from ..errors import ToolMissingError
-    from ..report.render.tables import dumps
+    from .common import err_console, guard, out_console
 
     with guard():
-        report = run_doctor()
+        report = api.doctor()
         if json_out:
-            typer.echo(dumps(report.to_dict()))
+            typer.echo(api.dumps(report.to_dict()))
         else:
             from rich.table import Table
 

@@ -30,17 +30,17 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Build the bundle's CPU path into firmware, run every golden vector on QEMU (mps3-an547), compare bit-exactly."""
-        from ..api import emulate_bundle
-        from ..report.render.tables import dumps
+        from .. import api
         from .common import err_console, escape, guard, out_console
 
         if serve is not None:
             _serve(bundle, serve, tflm_dir, build_dir, stack_size, json_out)
             return
         with guard():
-            result = emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout, stack_bytes=stack_size)
+            result = api.emulate_bundle(bundle, tflm_dir=tflm_dir, build_dir=build_dir, timeout=timeout,
+                                        stack_bytes=stack_size)
             if json_out:
-                typer.echo(dumps(result.to_dict()))
+                typer.echo(api.dumps(result.to_dict()))
             else:
                 b = result.board
                 lib = b["tflm_library"]
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _serve(bundle: Path, address: str, tflm_dir: Optional[Path], build_dir: Optional[Path], stack_size: int, json_out: bool) -> None:
-    from ..api import serve_bundle
+    from .. import api
     from ..errors import UsageError
     from .common import err_console, escape, guard, out_console
 
@@ -93,7 +93,8 @@ def _serve(bundle: Path, address: str, tflm_dir: Optional[Path], build_dir: Opti
                 highlight=False, soft_wrap=True,
             )
 
-        result = serve_bundle(bundle, address, tflm_dir=tflm_dir, build_dir=build_dir, stack_bytes=stack_size, on_ready=ready)
+        result = api.serve_bundle(bundle, address, tflm_dir=tflm_dir, build_dir=build_dir, stack_bytes=stack_size,
+                                  on_ready=ready)
         err_console.print(f"stopped serving '{escape(result.name)}' on {result.address} after {result.seconds:.0f} s", highlight=False)
 
 

@@ -41,20 +41,19 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print only the bundle manifest as JSON on stdout."),
     ) -> None:
         """Export a compiled model for firmware: C source/header, CMake, golden vectors."""
+        from .. import api
         from .common import err_console, escape, guard, out_console
-        from ..export import ExportOptions, export_bundle
-        from ..report.render.tables import dumps
 
         with guard():
-            result = export_bundle(
+            result = api.export_bundle(
                 run_dir,
-                ExportOptions(
+                api.ExportOptions(
                     out=out, target=target, leaf=leaf, name=name, golden=golden, data=data, section=section, force=force
                 ),
             )
             m = result.manifest
             if json_out:
-                typer.echo(dumps({**m, "out": str(result.out.resolve())}))
+                typer.echo(api.dumps({**m, "out": str(result.out.resolve())}))
                 return
             mem = m["memory"]
             out_console.print(

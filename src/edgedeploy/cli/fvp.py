@@ -35,20 +35,18 @@ def fvp_run_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
 ) -> None:
     """Run one compiled model on its board's FVP and record the simulated NPU counters."""
+    from .. import api
     from .common import err_console, escape, guard, out_console
-    from ..fvp.run import fvp_run
-    from ..report.render.tables import dumps
 
     with guard():
-        outcome = fvp_run(run_dir, leaf, target, fvp=fvp, runner=runner, timeout=timeout, golden=golden)
+        outcome = api.fvp_run(run_dir, leaf, target, fvp=fvp, runner=runner, timeout=timeout, golden=golden)
         rec = outcome.record
         if json_out:
             from .. import __version__
-            from edgedeploy.core.manifest import Manifest
 
-            manifest = Manifest.load(run_dir)
+            manifest = api.Manifest.load(run_dir)
             typer.echo(
-                dumps(
+                api.dumps(
                     {
                         "schema": FVP_SCHEMA,
                         "schema_version": FVP_SCHEMA_VERSION,

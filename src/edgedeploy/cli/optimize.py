@@ -1,69 +1,127 @@
-"""`edgedeploy optimize`: the deployment tree on a Keras model and real data."""
+"""`edgedeploy optimize`: the deployment tree on a Keras model and real data.
+
+The options that set a recipe key take their help (the key's help, its values, its default and what ``--plain``
+sets) from the recipe key table through :func:`edgedeploy.api.recipe_key`, where the defaults are written once.
+Each such option's own default is None: a value given on the command line wins over the recipe file's.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
+from typer.core import TyperCommand
 
 EXAMPLE = "Example: edgedeploy optimize model.h5 --data data.npz -o out --leaves ptq,pcqat"
 
+# Option name -> the recipe key it sets (the option's value, when given, overrides the recipe file's).
+RECIPE_OPTIONS = {
+    "leaves": "leaves", "sparsity": "sparsity", "sparsity_pattern": "sparsity_pattern", "clusters": "clusters",
+    "per_channel_clusters": "per_channel_clusters", "epochs": "epochs", "batch_size": "batch_size",
+    "learning_rate": "learning_rate", "seed": "seed", "float_io": "float_io", "plain": "plain",
+    "distill": "distillation.enabled", "lr_schedule": "training.lr_schedule",
+    "pruning_schedule": "pruning.schedule", "freeze_batch_norm": "training.freeze_batch_norm",
+    "validation_fraction": "selection.validation_fraction", "patience": "selection.patience",
+    "min_steps": "training.min_steps", "loss": "loss", "metric": "metric", "jobs": "jobs",
+    "preprocess": "data.preprocess",
+}
+LIMITS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
+_FROM_KEY = "recipe key: "  # an option help that RecipeHelpCommand writes from the key table
+# Option help that says more than the key's own help (the key's default is still added).
+_LEADS = {"leaves": "Comma-separated leaves of the deployment tree to convert, e.g. ptq,pcqat"}
+
+
+def _key(option: str) -> str:
+    return _FROM_KEY + option
+
 
 def register(app: typer.Typer) -> None:
-    app.command("optimize", epilog=EXAMPLE)(optimize_cmd)
+    app.command("optimize", epilog=EXAMPLE, cls=RecipeHelpCommand)(optimize_cmd)
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def recipe_help(option: str) -> str:
+    """The help of the option that sets a recipe key: the key's help (or :data:`_LEADS`'), the values it takes,
+    its default and, where ``--plain`` sets another, that one."""
+    from .. import api
+
+    key = api.recipe_key(RECIPE_OPTIONS[option])
+    first = key.help.split(" ", 1)[0].rstrip(",")
+    code = ":" in first or first in map(str, key.choices or ())  # a help that starts with a value keeps its case
+    text = _LEADS.get(option) or (key.help if code else key.help[:1].upper() + key.help[1:])
+    if key.choices and key.type is not list and not all(str(c) in key.help for c in key.choices):
+        text += f": {' or '.join(map(str, key.choices))}"  # the values, unless the help names them already
+    plain = api.plain_settings().get(key.name)
+    if key.default in ("", None):
+        return f"{text}."
+    also = f" (--plain: {_shown(plain)})" if plain is not None and plain != key.default else ""
+    return f"{text}. Default {_shown(key.default)}{also}."
+
+
+class RecipeHelpCommand(TyperCommand):
+    """The optimize command. The help of its recipe options is written from the key table when its parameters are
+    first used (its help, its parse, the docs' option table), so the other commands start without that table."""
+
+    _filled = False
+
+    @property
+    def params(self) -> list:
+        if not self._filled:
+            self._filled = True
+            for p in self._params:
+                if isinstance(p.help, str) and p.help.startswith(_FROM_KEY):
+                    p.help = recipe_help(p.help.removeprefix(_FROM_KEY))
+        return self._params
+
+    @params.setter
+    def params(self, value: list) -> None:
+        self._params, self._filled = value, False
+
+
+# typer declares the command's options as its parameters: the signature is the option list (37 options).
 def optimize_cmd(
     model: Path = typer.Argument(..., help="Keras model (.h5 or .keras; saved by tf_keras, or by Keras 3 and rebuilt in tf_keras)."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test; "
                               "or a folder with a subfolder of images or WAV files per class (optionally under train/ and test/)."),
     out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),
-    leaves: Optional[str] = typer.Option(None, "--leaves", help="Comma-separated leaves, e.g. ptq,pcqat (default: all)."),
-    sparsity: Optional[float] = typer.Option(None, "--sparsity", help="Target sparsity of pruned layers (default 0.5)."),
-    sparsity_pattern: Optional[str] = typer.Option(
-        None, "--sparsity-pattern", help="unstructured (default) or 2:4: two zeros in every four input channels, "
-        "which Ethos-U85 skips (pruned, pqat, pruned_clustered, pcqat and palette leaves)."),
-    clusters: Optional[int] = typer.Option(None, "--clusters", help="Clusters per weight tensor (default 16)."),
+    leaves: Optional[str] = typer.Option(None, "--leaves", help=_key("leaves")),
+    sparsity: Optional[float] = typer.Option(None, "--sparsity", help=_key("sparsity")),
+    sparsity_pattern: Optional[str] = typer.Option(None, "--sparsity-pattern", help=_key("sparsity_pattern")),
+    clusters: Optional[int] = typer.Option(None, "--clusters", help=_key("clusters")),
     per_channel_clusters: Optional[bool] = typer.Option(None, "--per-channel-clusters/--per-tensor-clusters",
-                                                        help="Cluster Conv2D kernels per output channel."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Fine-tuning epochs per stage (default 4)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Training batch size (default 32)."),
-    learning_rate: Optional[float] = typer.Option(None, "--learning-rate",
-                                                  help="Peak Adam learning rate (default 5e-4; --plain: 1e-4)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
-    plain: Optional[bool] = typer.Option(None, "--plain", help="TFMOT's plain fine-tuning recipe: no distillation, "
-                                         "one-shot sparsity, constant learning rate, batch norm trained, no hold-out "
-                                         "(flags and recipe keys given still win)."),
-    distill: Optional[bool] = typer.Option(None, "--distill/--no-distill",
-                                           help="Learn the float model's outputs as well as the labels (default on)."),
-    pruning_schedule: Optional[str] = typer.Option(
-        None, "--pruning-schedule", help="polynomial (sparsity ramps up over the first stage, default) or constant "
-        "(one-shot)."),
-    lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help="cosine (with warm-up, default) or constant."),
+                                                        help=_key("per_channel_clusters")),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help=_key("epochs")),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=_key("batch_size")),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate", help=_key("learning_rate")),
+    seed: Optional[int] = typer.Option(None, "--seed", help=_key("seed")),
+    plain: Optional[bool] = typer.Option(None, "--plain", help=_key("plain")),
+    distill: Optional[bool] = typer.Option(None, "--distill/--no-distill", help=_key("distill")),
+    pruning_schedule: Optional[str] = typer.Option(None, "--pruning-schedule", help=_key("pruning_schedule")),
+    lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help=_key("lr_schedule")),
     freeze_batch_norm: Optional[bool] = typer.Option(None, "--freeze-batch-norm/--train-batch-norm",
-                                                     help="Keep batch-norm statistics fixed while fine-tuning (default on)."),
-    validation_fraction: Optional[float] = typer.Option(
-        None, "--validation-fraction", help="Fine-tune samples held out to pick each stage's best epoch and stop early "
-        "(default 0.1; 0 turns selection off)."),
-    patience: Optional[int] = typer.Option(None, "--patience", help="Stop a stage after this many epochs without "
-                                           "improvement on the hold-out (default 3; 0 never stops early)."),
-    min_steps: Optional[int] = typer.Option(None, "--min-steps", help="Optimizer steps each trained stage takes at "
-                                            "least; epochs are added on little data (default 300; 0: epochs as given)."),
-    float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help="Keep float input/output tensors."),
-    loss: Optional[str] = typer.Option(None, "--loss", help="A Keras built-in loss to fine-tune with, e.g. "
-                                       "mean_squared_error (default: the model's compile config, else from the data)."),
-    metric: Optional[str] = typer.Option(None, "--metric", help="The metric leaves are judged by: accuracy, "
-                                         "top5_accuracy, mse, mae, psnr, auc, or module:function (runs that code)."),
-    preprocess: Optional[str] = typer.Option(None, "--preprocess", help="module:function (or file.py:function) run on "
-                                             "every sample first, e.g. an MFCC front end (runs that code)."),
+                                                     help=_key("freeze_batch_norm")),
+    validation_fraction: Optional[float] = typer.Option(None, "--validation-fraction",
+                                                       help=_key("validation_fraction")),
+    patience: Optional[int] = typer.Option(None, "--patience", help=_key("patience")),
+    min_steps: Optional[int] = typer.Option(None, "--min-steps", help=_key("min_steps")),
+    float_io: Optional[bool] = typer.Option(None, "--float-io/--int8-io", help=_key("float_io")),
+    loss: Optional[str] = typer.Option(None, "--loss", help=_key("loss")),
+    metric: Optional[str] = typer.Option(None, "--metric", help=_key("metric")),
+    preprocess: Optional[str] = typer.Option(None, "--preprocess", help=_key("preprocess")),
     trust_lambda: bool = typer.Option(False, "--trust-lambda", help="Load models with Lambda layers (runs their code)."),
     json_out: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     executor: str = typer.Option("local", "--executor", help="Where each stage runs: local (this process, or --jobs "
                                  "worker processes) or ray (every ready stage a Ray task; files travel through Ray)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Stages trained or converted at once in local worker "
-                                       "processes (recipe key jobs; default 1: one at a time, in this process)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=_key("jobs")),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, "
                                               "else a local Ray)."),
     walk: bool = typer.Option(False, "--walk", help="Train, convert and compile level by level for --target and stop "
@@ -79,127 +137,62 @@ def optimize_cmd(
                                                     help="With --walk: most the metric may worsen against ptq (any task)."),
 ) -> None:
     """Run the deployment tree (prune / cluster / QAT), convert every leaf to int8 and score it on the host."""
-    from .common import guard, out_console
-    from ..report.render.tables import dumps
+    values = dict(locals())  # every option by name, as the helpers below read them
+    from .common import guard
 
     with guard():
-        from .. import api
-        from ..errors import UsageError
-        from edgedeploy.pipeline.tree_run import optimize
-        from edgedeploy.config.recipe import load_recipe
-
-        overrides = {
-            "leaves": [s.strip() for s in leaves.split(",") if s.strip()] if leaves is not None else None,
-            "sparsity": sparsity, "sparsity_pattern": sparsity_pattern, "clusters": clusters, "per_channel_clusters": per_channel_clusters,
-            "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
-            "float_io": float_io, "plain": plain, "distill": distill, "lr_schedule": lr_schedule,
-            "pruning_schedule": pruning_schedule,
-            "freeze_batch_norm": freeze_batch_norm, "validation_fraction": validation_fraction, "patience": patience,
-            "min_steps": min_steps, "loss": loss, "metric": metric, "jobs": jobs, "preprocess": preprocess,
-        }
-        r = load_recipe(recipe, overrides)
-        limits = (max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles, max_metric_drop)
-        if not walk and (target or any(v is not None for v in limits)):
-            raise UsageError("--target and the --max-* requirements are for --walk",
-                             "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
-        if walk:
-            from edgedeploy.pipeline.compile import resolve_targets
-            from ..report.render.walk import walk_lines
-            from edgedeploy.pipeline.walk import requirements_from_options, walk as walk_tree
-
-            req = requirements_from_options(*limits)
-            options = api.CompileOptions(executor=executor, ray_address=ray_address)
-            walked = walk_tree(model, data, out, r, resolve_targets(target), req, options, trust_lambda=trust_lambda)
-            if json_out:
-                typer.echo(dumps({"schema": "edgedeploy.walk", "schema_version": 1, "run_dir": str(walked.run_dir),
-                                  "walk": walked.record}))
-            else:
-                for line in walk_lines(walked.record):
-                    out_console.print(f"walk {line}", markup=False, highlight=False)
-            return
-        if executor not in ("local", "ray"):
-            raise UsageError(f"--executor is '{executor}'", "use local or ray")
-        outcome = optimize(model, data, out, r, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address)
-        doc = leaves_json(outcome)
-        if json_out:
-            typer.echo(dumps(doc))
-        else:
-            out_console.print(leaves_table(doc))
-            from .common import err_console, escape
-
-            for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
-                for w in rec.warnings:
-                    err_console.print(f"[yellow]warning:[/] {escape(f'{rec.id}: {w}')}", highlight=False)
-            err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}; compile the leaves with "
-                              f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False, markup=False)
+        _optimize(values)
 
 
-def _keras_layer(tensor: str) -> str:
-    """``model/quant_conv2d/Conv2D`` (an int8 kernel's tensor) -> ``conv2d``."""
-    parts = tensor.split("/")
-    return (parts[1] if len(parts) > 1 else tensor).removeprefix("quant_")
+def _optimize(values: dict[str, Any]) -> None:
+    from .. import api
+    from ..errors import UsageError
+
+    overrides = {name: values[name] for name in RECIPE_OPTIONS}
+    if values["leaves"] is not None:
+        overrides["leaves"] = [s.strip() for s in values["leaves"].split(",") if s.strip()]
+    r = api.load_recipe(values["recipe"], overrides)
+    if not values["walk"] and (values["target"] or any(values[k] is not None for k in LIMITS)):
+        raise UsageError("--target and the --max-* requirements are for --walk",
+                         "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
+    if values["walk"]:
+        _walk(values, r)
+        return
+    if values["executor"] not in ("local", "ray"):
+        raise UsageError(f"--executor is '{values['executor']}'", "use local or ray")
+    outcome = api.optimize_tree(values["model"], values["data"], values["out"], r, trust_lambda=values["trust_lambda"],
+                                executor=values["executor"], ray_address=values["ray_address"])
+    _print_leaves(outcome, values["json_out"])
 
 
-def leaves_json(outcome) -> dict:
-    from .. import __version__
+def _walk(values: dict[str, Any], r: Any) -> None:
+    from .. import api
+    from .common import out_console
 
-    base = outcome.leaves.get("ptq")
-    base_gzip = base.metric("gzip_bytes") if base else None
-    base_acc = base.metric("int8_accuracy") if base else None
-    leaves = []
-    for leaf, rec in outcome.leaves.items():
-        m = {k: v.to_dict() for k, v in rec.metrics.items()}
-        gz, acc = rec.metric("gzip_bytes"), rec.metric("int8_accuracy")
-        judged = rec.details.get("metric")  # a leaf judged by another metric than accuracy (edgedeploy.config.task)
-        extra = {}
-        if judged:
-            mine, theirs = rec.metric(f"int8_{judged['key']}"), base.metric(f"int8_{judged['key']}") if base else None
-            extra = {"metric": judged, "delta_int8_metric_vs_ptq": None if mine is None or theirs is None
-                     else round(mine - theirs, 6)}
-        kept = [r for r in rec.details.get("preservation", []) if r["status"] not in ("ok",)]
-        # palette leaves check 2:4 on their int8 file only: name the layers that check left out, too
-        kept += [{**r, "layer": _keras_layer(r["layer"])} for r in rec.details.get("pattern_2of4", [])
-                 if r["status"] == "left out" and _keras_layer(r["layer"]) not in {k["layer"] for k in kept}]
-        leaves.append({
-            "leaf": leaf,
-            "node": rec.details.get("node"),
-            "metrics": m,
-            "delta_int8_accuracy_vs_ptq": None if base_acc is None or acc is None else round(acc - base_acc, 3),
-            "gzip_compression_vs_ptq_pct": None if not base_gzip or gz is None else round(100 * (1 - gz / base_gzip), 2),
-            "int8_model": rec.output("int8_model").path,
-            "preservation_notes": kept,
-            "warnings": rec.warnings,
-            **extra,
-        })
-    return {"schema": "edgedeploy.optimize", "schema_version": 1, "edgedeploy_version": __version__,
-            "run_dir": str(outcome.run_dir), "leaves": leaves}
+    req = api.requirements(**{k: values[k] for k in LIMITS})
+    options = api.CompileOptions(executor=values["executor"], ray_address=values["ray_address"])
+    walked = api.walk(values["model"], values["data"], values["out"], r, values["target"], req, options,
+                      trust_lambda=values["trust_lambda"])
+    if values["json_out"]:
+        typer.echo(api.dumps({"schema": "edgedeploy.walk", "schema_version": 1, "run_dir": str(walked.run_dir),
+                              "walk": walked.walk}))
+    else:
+        for line in api.walk_lines(walked.walk):
+            out_console.print(f"walk {line}", markup=False, highlight=False)
 
 
-def leaves_table(doc: dict):
-    from rich.table import Table
+def _print_leaves(outcome: Any, json_out: bool) -> None:
+    from .. import api
+    from .common import err_console, escape, out_console
 
-    from ..report.render.tables import fmt_bytes, fmt_num
+    doc = api.leaves_json(outcome)
+    if json_out:
+        typer.echo(api.dumps(doc))
+        return
+    out_console.print(api.leaves_table(doc))
+    for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
+        for w in rec.warnings:
+            err_console.print(f"[yellow]warning:[/] {escape(f'{rec.id}: {w}')}", highlight=False)
+    err_console.print(f"manifest: {outcome.run_dir / 'manifest.json'}; compile the leaves with "
+                      f"`edgedeploy compile {outcome.run_dir} -t TARGET`", highlight=False, markup=False)
 
-    from ..report.columns import metric_label
-
-    judged = next((leaf["metric"] for leaf in doc["leaves"] if leaf.get("metric")), None)
-    name = metric_label(judged["name"]) if judged else "accuracy"  # the task's metric: MSE, PSNR ...
-    unit = (f" ({judged['unit']})" if judged["unit"] else "") if judged else " (%)"
-    t = Table(title=f"Deployment tree leaves ({name} on the evaluation split"
-              + (", lower is better)" if judged and not judged["higher_is_better"] else ")"), title_justify="left")
-    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite", "gzip", "gzip vs ptq (%)",
-              "Notes"):
-        t.add_column(h, justify="left" if h in ("Leaf", "Notes") else "right")
-    for leaf in doc["leaves"]:
-        m = leaf["metrics"]
-        notes = {f"{r['layer']}: {r['status']}" for r in leaf["preservation_notes"] if r["status"] != "not optimized"}
-        depthwise = any(r["status"] == "not optimized" for r in leaf["preservation_notes"])
-        text = "; ".join(sorted(notes)[:3]) + ("; depthwise kept dense (TFMOT)" if depthwise else "")
-        key, digits, delta = "accuracy", 2, leaf["delta_int8_accuracy_vs_ptq"]
-        if leaf.get("metric"):
-            key, digits, delta = leaf["metric"]["key"], 4, leaf.get("delta_int8_metric_vs_ptq")
-        t.add_row(leaf["leaf"], fmt_num(m.get(f"float_{key}", {}).get("value"), digits),
-                  fmt_num(m.get(f"int8_{key}", {}).get("value"), digits),
-                  fmt_num(delta, digits), fmt_bytes(m["tflite_bytes"]["value"]),
-                  fmt_bytes(m["gzip_bytes"]["value"]), fmt_num(leaf["gzip_compression_vs_ptq_pct"], 1), text.strip("; "))
-    return t

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from typer.core import TyperGroup
 
-from edgedeploy.vela.worker import WarmWorker
+from edgedeploy.api import WarmWorker
 
 # Key of what a command's prestart hook started, in the root context's ``meta``.
 PRESTARTED = "edgedeploy.prestarted"

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 PROJECT_FILE = "edgedeploy.toml"
 
 EXAMPLE = "Example: edgedeploy report out --max-flash 512KiB -f html"
+LIMITS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 
 
 def register(app: typer.Typer) -> None:
     app.command("report", epilog=EXAMPLE)(report_cmd)
 
 
+# typer declares the command's options as its parameters: the signature is the option list.
 def report_cmd(
     run_dir: Path = typer.Argument(..., help="Run folder written by `edgedeploy compile` or `optimize`, or a "
                                    "sweep's folder (a project with [[models]]): one report comparing its models."),
@@ -65,67 +67,66 @@ def report_cmd(
 
     Reads only the run's manifest and the files it names; runs no tool. Exits 8 when no leaf meets the requirements on some target (the report is still written), and 10 on a regression with --fail-on-regression.
     """
-    from .common import err_console, guard
-    from ..errors import BudgetExceededError, UsageError
-    from edgedeploy.core.files import atomic_write_text
-    from ..report import (
-        Requirements,
-        build_report,
-        compare_reports,
-        load_report_json,
-        parse_tolerances,
-        raise_on_regression,
-        requirements_from_project,
-        unmet_targets,
-    )
-    from ..report.render import FORMATS, render
-    from edgedeploy.config.requirements import check_requirements
-    from ..report.sweep import (
-        build_sweep_report, compare_sweeps, is_sweep_dir, load_sweep_report_json, sweep_unmet,
-    )
+    values = dict(locals())  # every option by name, as the helpers below read them
+    from .common import guard
 
     with guard():
-        if json_out:
-            if fmt not in ("table", "json"):
-                raise UsageError(f"--json and --format {fmt} disagree", "pass one of them")
-            fmt = "json"
-        if fmt not in FORMATS:
-            raise UsageError(f"--format is '{fmt}'", f"use one of {', '.join(FORMATS)}")
-        if (fail_on_regression or tolerance) and compare is None:
-            raise UsageError("--fail-on-regression and --tolerance need a reference report",
-                             "pass --compare OLD.json (written with --format json)")
-        tolerances = parse_tolerances(tolerance)
-        given = check_requirements({  # the one check of limits, as for a project file
-            "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_flash": max_flash,
-            "max_sram": max_sram, "max_latency_ms": max_latency_ms, "max_npu_cycles": max_npu_cycles,
-        }, "--{flag}", UsageError)
-        requirements = Requirements(**given, sources=("command line",) if given else ())
-        project_file = project if project is not None else (Path(PROJECT_FILE) if Path(PROJECT_FILE).is_file() else None)
-        if project_file is not None:
-            requirements = requirements.over(requirements_from_project(project_file))
-        if is_sweep_dir(run_dir):  # one comparing report of the sweep's models; the gate runs per model
-            old = load_sweep_report_json(compare) if compare is not None else None
-            doc = build_sweep_report(run_dir, requirements)
-            if old is not None:
-                doc["comparison"] = compare_sweeps(old, doc, tolerances, against=str(compare))
-        else:
-            old = load_report_json(compare) if compare is not None else None
-            doc = build_report(run_dir, requirements, html=fmt == "html")
-            if old is not None:
-                doc["comparison"] = compare_reports(old, doc, tolerances, against=str(compare))
-        text = render(doc, fmt)
-        if out is None and fmt == "html":
-            out = Path(run_dir) / "report.html"
-        if out is not None:
-            atomic_write_text(out, text)
-            err_console.print(f"report: {out}", highlight=False, markup=False)
-        else:
-            typer.echo(text, nl=False)
-        if old is not None and fail_on_regression:
-            raise_on_regression(doc["comparison"])
-        unmet = sweep_unmet(doc) if doc["schema"] != "edgedeploy.report" else unmet_targets(doc)
-        if unmet:
-            raise BudgetExceededError(
-                "; ".join(r["message"] for r in unmet),
-                "relax a requirement, pick a board with more memory, or optimize further",
-            )
+        _report(values)
+
+
+def _report(v: dict[str, Any]) -> None:
+    from .. import api
+    from ..errors import BudgetExceededError, UsageError
+
+    fmt = _format(v["fmt"], v["json_out"])
+    if (v["fail_on_regression"] or v["tolerance"]) and v["compare"] is None:
+        raise UsageError("--fail-on-regression and --tolerance need a reference report",
+                         "pass --compare OLD.json (written with --format json)")
+    tolerances = api.parse_tolerances(v["tolerance"])
+    project = v["project"] if v["project"] is not None else (Path(PROJECT_FILE) if Path(PROJECT_FILE).is_file() else None)
+    # the one check of limits, as for a project file; the project's [requirements] fill in those not given
+    requirements = api.requirements(**{k: v[k] for k in LIMITS}, project=project)
+    run_dir, compare = v["run_dir"], v["compare"]
+    # a sweep's folder: one comparing report of its models, and the gate runs per model
+    old = api.load_report_json(compare, sweep=api.is_sweep_folder(run_dir)) if compare is not None else None
+    doc = api.build_report(run_dir, requirements, html=fmt == "html")
+    if old is not None:
+        doc["comparison"] = api.compare_reports(old, doc, tolerances, against=str(compare))
+    out = v["out"]
+    if out is None and fmt == "html":
+        out = Path(run_dir) / "report.html"
+    _write(api.render_report(doc, fmt), out)
+    if old is not None and v["fail_on_regression"]:
+        api.raise_on_regression(doc["comparison"])
+    unmet = api.unmet_requirements(doc)
+    if unmet:
+        raise BudgetExceededError(
+            "; ".join(r["message"] for r in unmet),
+            "relax a requirement, pick a board with more memory, or optimize further",
+        )
+
+
+def _format(fmt: str, json_out: bool) -> str:
+    """The --format asked for, with --json (= --format json) checked against it."""
+    from .. import api
+    from ..errors import UsageError
+
+    if json_out:
+        if fmt not in ("table", "json"):
+            raise UsageError(f"--json and --format {fmt} disagree", "pass one of them")
+        fmt = "json"
+    if fmt not in api.report_formats():
+        raise UsageError(f"--format is '{fmt}'", f"use one of {', '.join(api.report_formats())}")
+    return fmt
+
+
+def _write(text: str, out: Optional[Path]) -> None:
+    """The report into ``out`` (written whole, then renamed), or on stdout."""
+    from .. import api
+    from .common import err_console
+
+    if out is not None:
+        api.write_text(out, text)
+        err_console.print(f"report: {out}", highlight=False, markup=False)
+    else:
+        typer.echo(text, nl=False)

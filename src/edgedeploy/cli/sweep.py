@@ -13,7 +13,6 @@ SWEEP_COMPILE_SCHEMA_VERSION = 1
 
 def sweep_json(sweep: Any) -> dict[str, Any]:
     from .. import __version__, api
-    from ..report.render.tables import compile_json
 
     models: dict[str, Any] = {}
     for m in sweep.members:
@@ -21,7 +20,7 @@ def sweep_json(sweep: Any) -> dict[str, Any]:
         if m.error is not None:
             entry["error"] = {"exit_code": m.error.exit_code, "message": m.error.message, "hint": m.error.hint}
         if m.outcome is not None:
-            entry["compile"] = compile_json(api.Manifest.load(m.run_dir), m.outcome.records, m.outcome.cached_ids)
+            entry["compile"] = api.compile_json(api.Manifest.load(m.run_dir), m.outcome.records, m.outcome.cached_ids)
         if m.walk is not None:
             entry["walk"] = m.walk
         models[m.name] = entry
@@ -32,12 +31,10 @@ def sweep_json(sweep: Any) -> dict[str, Any]:
 def print_sweep(sweep: Any, json_out: bool) -> None:
     """The compile table of every model (a Model column first), failures, walks, and where the report is."""
     from .. import api
-    from ..report.render.tables import COMPILE_COLUMNS, compile_rows, dumps
-    from ..report.render.walk import walk_lines
     from .common import err_console, escape, out_console, table
 
     if json_out:
-        typer.echo(dumps(sweep_json(sweep)))
+        typer.echo(api.dumps(sweep_json(sweep)))
         return
     rows: list[dict[str, str]] = []
     vela = ""
@@ -46,16 +43,15 @@ def print_sweep(sweep: Any, json_out: bool) -> None:
             continue
         manifest = api.Manifest.load(m.run_dir)
         vela = vela or manifest.tools.get("ethos-u-vela", "")
-        rows += [{"model": m.name, **r} for r in compile_rows(manifest, m.outcome.records, m.outcome.cached_ids)]
+        rows += [{"model": m.name, **r} for r in api.compile_rows(manifest, m.outcome.records, m.outcome.cached_ids)]
         for r in m.outcome.records:
             for w in r.warnings:
                 err_console.print(f"[yellow]warning:[/] {escape(f'{m.name}: {r.variant} on {r.target}: {w}')}",
                                   highlight=False)
-    columns = (("model", "Model"),) + tuple(
-        c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
+    columns = api.sweep_columns(rows)
     out_console.print(table(f"Vela {vela} estimates, {len(sweep.members)} models", columns, rows))
     for m in sweep.members:
-        for line in walk_lines(m.walk):
+        for line in api.walk_lines(m.walk):
             out_console.print(f"walk {m.name}: {line}", markup=False, highlight=False)
         if m.error is not None:
             out_console.print(f"failed {m.name}: {m.error.one_line()}", markup=False, highlight=False)

@@ -22,25 +22,23 @@ def register(app: typer.Typer) -> None:
 def targets_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the built-in targets."""
     from .. import api
-    from ..report.render.tables import dumps, target_rows
     from .common import guard, out_console, table
 
     with guard():
         targets = api.list_targets()
         if json_out:
-            typer.echo(dumps([t.to_dict() for t in targets]))
+            typer.echo(api.dumps([t.to_dict() for t in targets]))
             return
         cols = (("name", "Name"), ("kind", "Kind"), ("npu", "NPU"), ("system", "Vela system config"),
                 ("memory_mode", "Memory mode"), ("clock", "NPU clock"), ("sram", "Board SRAM"), ("fvp", "FVP"))
-        out_console.print(table("Built-in targets", cols, target_rows(targets)))
+        out_console.print(table("Built-in targets", cols, api.target_rows(targets)))
 
 
 @targets_app.command("show", epilog="Example: edgedeploy targets show corstone-300-u55-128")
 def targets_show(name: str = typer.Argument(..., help="Target name or TOML file.", autocompletion=_complete_target)) -> None:
     """Show one target, resolved (with the vela.ini it uses and its sha256)."""
     from .. import api
-    from ..report.render.tables import dumps
     from .common import guard
 
     with guard():
-        typer.echo(dumps(api.get_target(name).to_dict()))
+        typer.echo(api.dumps(api.get_target(name).to_dict()))

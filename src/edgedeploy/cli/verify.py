@@ -37,11 +37,11 @@ def register(app: typer.Typer) -> None:
 
 
 def print_result(doc: dict[str, Any], json_out: bool) -> None:
-    from ..report.render.tables import dumps
+    from .. import api
     from .common import out_console
 
     if json_out:
-        typer.echo(dumps(doc))
+        typer.echo(api.dumps(doc))
         return
     ops = ", ".join(f"{v} {k}" for k, v in sorted(doc["operations"].items()))
     line = (f"'{doc['leaf']}' on {doc['target']} ({doc['npu']}): {doc['status']} on {doc['cases']} cases "

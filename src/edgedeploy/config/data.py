@@ -102,16 +102,30 @@ def _fail(path: Path, what: str, hint: str) -> InvalidInputError:
     return InvalidInputError(f"{path}: {what}", hint)
 
 
-def read_targets(path: Path | str) -> tuple[np.ndarray | None, bool]:
-    """The fine-tune targets of ``path`` as stored (None when the file has none), to decide the task, and whether
-    the file has anomaly labels."""
+def read_data_file(path: Path | str) -> dict[str, Any]:
+    """Every array of the data file ``path`` (a checked ``.npz``), read once for :func:`read_targets` and
+    :func:`load_dataset`."""
     path = Path(path)
     if not path.exists():
         raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
-    arrays = read_npz(path, "data file", "data", keys=("y", "split", "y_train", "y_test"))
+    return read_npz(path, "data file", "data")
+
+
+def read_targets(path: Path | str, arrays: dict[str, Any] | None = None) -> tuple[np.ndarray | None, bool]:
+    """The fine-tune targets of ``path`` as stored (None when the file has none), to decide the task, and whether
+    the file has anomaly labels. ``arrays``: the file's arrays already read (:func:`read_data_file`)."""
+    path = Path(path)
+    if arrays is None:
+        if not path.exists():
+            raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
+        members = set(npz_members(path))
+        arrays = read_npz(path, "data file", "data", keys=("y", "split", "y_train", "y_test"))
+    else:
+        members = set(arrays)
+        arrays = {k: arrays[k] for k in ("y", "split", "y_train", "y_test") if k in arrays}
     for key, a in arrays.items():  # the targets decide the task: NaN there must not pass for regression
         check_finite(path, key, a)
-    anomaly = any(k in npz_members(path) for k in ANOMALY_KEYS)
+    anomaly = any(k in members for k in ANOMALY_KEYS)
     if "y" in arrays and "split" in arrays:
         y, split = arrays["y"], arrays["split"]
         if y.ndim == 0 or split.ndim == 0:
@@ -122,109 +136,23 @@ def read_targets(path: Path | str) -> tuple[np.ndarray | None, bool]:
     return None, anomaly
 
 
-def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification"
-                 ) -> Dataset:
+def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification",
+                 arrays: dict[str, Any] | None = None) -> Dataset:
     """Load and check ``path`` against a model's input shape (without batch) and class count (``kind``:
-    classification; regression and reconstruction take target values, see :mod:`edgedeploy.config.task`)."""
+    classification; regression and reconstruction take target values, see :mod:`edgedeploy.config.task`).
+    ``arrays``: the file's arrays already read (:func:`read_data_file`)."""
     path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"data file {path} does not exist", "pass --data FILE.npz")
-    # a regular file within the size limit, of .npy arrays only (edgedeploy.core.npz)
-    arrays = read_npz(path, "data file", "data")
-    for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
-        if key in arrays and arrays[key].ndim == 0:
-            raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
-    for key in ("x", "x_train", "x_test"):
-        a = arrays.get(key)
-        if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
-                              or np.issubdtype(a.dtype, np.complexfloating)):
-            raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
-    for key in ("x", "y", "x_train", "y_train", "x_test", "y_test", *ANOMALY_KEYS):  # samples, targets, labels
-        if key in arrays:
-            check_finite(path, key, arrays[key])
-    keys = set(arrays)
-    hint_layout = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
-    if {"x", "split"} <= keys and "y" not in keys:
-        arrays["y"] = None  # no targets: reconstruction
-    if {"x_train", "x_test"} <= keys and not ({"y_train", "y_test"} & keys):
-        arrays["y_train"] = arrays["y_test"] = None
-        keys |= {"y_train", "y_test"}
-    if {"x", "split"} <= keys and arrays.get("y", 0) is None:
-        split = arrays["split"]
-        if split.shape != (len(arrays["x"]),):
-            raise _fail(path, "x and split have different lengths", "give one split value per sample")
-        x_fit, x_eval, y_fit, y_eval = arrays["x"][split == FIT], arrays["x"][split == EVAL], None, None
-        layout = "x/y/split"
-    elif {"x", "y", "split"} <= keys:
-        split = arrays["split"]
-        if split.shape != (len(arrays["x"]),) or len(arrays["y"]) != len(arrays["x"]):
-            raise _fail(path, "x, y and split have different lengths", "give one split value and one label per sample")
-        unknown = sorted(set(np.unique(split).tolist()) - {FIT, EVAL})
-        if unknown:
-            raise _fail(path, f"split has values {unknown}; allowed values: 0 (fine-tune), 1 (evaluate)", hint_layout)
-        x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
-        x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
-        layout = "x/y/split"
-        files = arrays.get("files")
-        eval_files = files[split == EVAL] if files is not None and getattr(files, "shape", None) == split.shape else None
-    elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
-        x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
-        eval_files = None
-        layout = "train/test"
-        if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
-            raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
-    else:
-        raise _fail(path, f"has arrays {sorted(keys)}, not a layout edgedeploy reads", hint_layout)
-    if len(x_fit) == 0:
-        raise _fail(path, "the fine-tune split is empty", "put samples with split == 0 (or x_train) in the file")
-    if len(x_eval) == 0:
-        raise _fail(path, "the evaluation split is empty", "put samples with split == 1 (or x_test) in the file")
-
-    reshaped_from = None
+    arrays = _read_samples(path, arrays)
+    x_fit, y_fit, x_eval, y_eval, layout, eval_files = _splits(path, arrays)
     sample_shape = tuple(x_fit.shape[1:])
-    if sample_shape != tuple(input_shape):
-        squeeze = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
-        if squeeze(sample_shape) == squeeze(tuple(input_shape)):
-            reshaped_from = sample_shape
-            x_fit = x_fit.reshape((len(x_fit), *input_shape))
-            x_eval = x_eval.reshape((len(x_eval), *input_shape))
-        else:
-            raise _fail(
-                path,
-                f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
-                "give data shaped like the model input (without the batch axis)",
-            )
-    x_calibration = arrays.get("x_calibration")
-    if x_calibration is not None:
-        if x_calibration.ndim < 1 or len(x_calibration) == 0 or not np.issubdtype(x_calibration.dtype, np.number) \
-                or not np.isfinite(x_calibration).all():
-            raise _fail(path, "'x_calibration' is not an array of finite samples", "store float32 samples")
-        if tuple(x_calibration.shape[1:]) != tuple(input_shape):
-            if x_calibration.shape[1:] != sample_shape:
-                raise _fail(path, f"'x_calibration' samples have shape {list(x_calibration.shape[1:])}, the other "
-                            f"samples {list(sample_shape)}", "give calibration samples shaped like the others")
-            x_calibration = x_calibration.reshape((len(x_calibration), *input_shape))
-        x_calibration = np.ascontiguousarray(x_calibration, dtype=np.float32)
+    reshaped_from = _reshaped_from(path, sample_shape, input_shape)
+    if reshaped_from is not None:
+        x_fit = x_fit.reshape((len(x_fit), *input_shape))
+        x_eval = x_eval.reshape((len(x_eval), *input_shape))
+    x_calibration = _calibration_samples(path, arrays.get("x_calibration"), input_shape, sample_shape)
     anomaly = _anomaly(path, arrays, len(x_eval), layout)
-    p_fit = None
-    if kind == "classification":
-        p_fit = probability_rows(y_fit, num_classes)
-        y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
-        y_eval = _labels(path, y_eval, num_classes, "evaluation")
-    elif y_fit is None or kind == "reconstruction":
-        # reconstruction: the targets are the inputs
-        y_fit, y_eval = (np.ascontiguousarray(x_fit, dtype=np.float32), np.ascontiguousarray(x_eval, dtype=np.float32))
-    else:
-        y_fit = np.asarray(y_fit, np.float32).reshape((len(y_fit), -1)) if y_fit.ndim == 1 else np.asarray(y_fit, np.float32)
-        y_eval = np.asarray(y_eval, np.float32).reshape((len(y_eval), -1)) if y_eval.ndim == 1 else np.asarray(y_eval, np.float32)
-    names = None
-    for key in ("labels", "classes") if kind == "classification" else ():
-        if key in arrays and arrays[key].ndim == 1:
-            names = [str(v) for v in arrays[key].tolist()]
-            if len(names) != num_classes:
-                raise _fail(path, f"'{key}' names {len(names)} classes but the model has {num_classes} outputs",
-                            "use the data set that matches the model")
-            break
+    y_fit, y_eval, p_fit = _targets(path, kind, num_classes, (x_fit, y_fit), (x_eval, y_eval))
+    names = _class_names(path, arrays, num_classes) if kind == "classification" else None
     return Dataset(
         path=path,
         layout=layout,
@@ -241,6 +169,139 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         p_fit=p_fit,
         x_calibration=x_calibration,
     )
+
+
+def _read_samples(path: Path, arrays: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The file's arrays, once each array of samples, targets and labels is known to be real and finite."""
+    if arrays is None:  # a regular file within the size limit, of .npy arrays only (edgedeploy.core.npz)
+        arrays = read_data_file(path)
+    for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
+        if key in arrays and arrays[key].ndim == 0:
+            raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
+    for key in ("x", "x_train", "x_test"):
+        a = arrays.get(key)
+        if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
+                              or np.issubdtype(a.dtype, np.complexfloating)):
+            raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
+    for key in ("x", "y", "x_train", "y_train", "x_test", "y_test", *ANOMALY_KEYS):  # samples, targets, labels
+        if key in arrays:
+            check_finite(path, key, arrays[key])
+    return arrays
+
+
+_HINT_LAYOUT = "provide x, y and split (0 = fine-tune, 1 = evaluate), or x_train, y_train, x_test, y_test"
+
+
+def _splits(path: Path, arrays: dict[str, Any]) -> tuple[Any, Any, Any, Any, str, Any]:
+    """``x_fit, y_fit, x_eval, y_eval`` (``y`` None without targets), the layout and the evaluation samples'
+    source files (None when the file does not name them)."""
+    keys = set(arrays)
+    if {"x", "split"} <= keys and "y" not in keys:
+        arrays["y"] = None  # no targets: reconstruction
+    if {"x_train", "x_test"} <= keys and not ({"y_train", "y_test"} & keys):
+        arrays["y_train"] = arrays["y_test"] = None
+        keys |= {"y_train", "y_test"}
+    eval_files = None
+    if {"x", "split"} <= keys and arrays.get("y", 0) is None:
+        split = arrays["split"]
+        if split.shape != (len(arrays["x"]),):
+            raise _fail(path, "x and split have different lengths", "give one split value per sample")
+        x_fit, x_eval, y_fit, y_eval = arrays["x"][split == FIT], arrays["x"][split == EVAL], None, None
+        layout = "x/y/split"
+    elif {"x", "y", "split"} <= keys:
+        x_fit, y_fit, x_eval, y_eval, eval_files = _split_by_column(path, arrays)
+        layout = "x/y/split"
+    elif {"x_train", "y_train", "x_test", "y_test"} <= keys:
+        x_fit, y_fit, x_eval, y_eval = arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"]
+        layout = "train/test"
+        if y_fit is not None and (len(x_fit) != len(y_fit) or len(x_eval) != len(y_eval)):
+            raise _fail(path, "x and y of a split have different lengths", "give one label per sample")
+    else:
+        raise _fail(path, f"has arrays {sorted(keys)}, not a layout edgedeploy reads", _HINT_LAYOUT)
+    if len(x_fit) == 0:
+        raise _fail(path, "the fine-tune split is empty", "put samples with split == 0 (or x_train) in the file")
+    if len(x_eval) == 0:
+        raise _fail(path, "the evaluation split is empty", "put samples with split == 1 (or x_test) in the file")
+    return x_fit, y_fit, x_eval, y_eval, layout, eval_files
+
+
+def _split_by_column(path: Path, arrays: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """The ``x``, ``y``, ``split`` layout: its two splits, and the evaluation samples' ``files`` if given."""
+    split = arrays["split"]
+    if split.shape != (len(arrays["x"]),) or len(arrays["y"]) != len(arrays["x"]):
+        raise _fail(path, "x, y and split have different lengths", "give one split value and one label per sample")
+    unknown = sorted(set(np.unique(split).tolist()) - {FIT, EVAL})
+    if unknown:
+        raise _fail(path, f"split has values {unknown}; allowed values: 0 (fine-tune), 1 (evaluate)", _HINT_LAYOUT)
+    x_fit, y_fit = arrays["x"][split == FIT], arrays["y"][split == FIT]
+    x_eval, y_eval = arrays["x"][split == EVAL], arrays["y"][split == EVAL]
+    files = arrays.get("files")
+    eval_files = files[split == EVAL] if files is not None and getattr(files, "shape", None) == split.shape else None
+    return x_fit, y_fit, x_eval, y_eval, eval_files
+
+
+def _reshaped_from(path: Path, sample_shape: tuple[int, ...], input_shape: tuple[int, ...]
+                   ) -> tuple[int, ...] | None:
+    """``sample_shape`` when the samples take the model's input shape by adding or dropping size-1 axes, None when
+    they already have it; any other shape is refused."""
+    if sample_shape == tuple(input_shape):
+        return None
+    squeeze = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
+    if squeeze(sample_shape) == squeeze(tuple(input_shape)):
+        return sample_shape
+    raise _fail(
+        path,
+        f"samples have shape {list(sample_shape)} but the model's input is {list(input_shape)}",
+        "give data shaped like the model input (without the batch axis)",
+    )
+
+
+def _calibration_samples(path: Path, x_calibration: Any, input_shape: tuple[int, ...],
+                         sample_shape: tuple[int, ...]) -> np.ndarray | None:
+    """The file's ``x_calibration`` as float32 samples of the model's input shape (None when absent)."""
+    if x_calibration is None:
+        return None
+    if x_calibration.ndim < 1 or len(x_calibration) == 0 or not np.issubdtype(x_calibration.dtype, np.number) \
+            or not np.isfinite(x_calibration).all():
+        raise _fail(path, "'x_calibration' is not an array of finite samples", "store float32 samples")
+    if tuple(x_calibration.shape[1:]) != tuple(input_shape):
+        if x_calibration.shape[1:] != sample_shape:
+            raise _fail(path, f"'x_calibration' samples have shape {list(x_calibration.shape[1:])}, the other "
+                        f"samples {list(sample_shape)}", "give calibration samples shaped like the others")
+        x_calibration = x_calibration.reshape((len(x_calibration), *input_shape))
+    return np.ascontiguousarray(x_calibration, dtype=np.float32)
+
+
+def _targets(path: Path, kind: str, num_classes: int, fit: tuple[Any, Any], evaluation: tuple[Any, Any]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``y_fit``, ``y_eval`` and the fine-tune probability rows (None unless given) for the task ``kind``, from
+    the ``(x, y)`` pairs of each split."""
+    (x_fit, y_fit), (x_eval, y_eval) = fit, evaluation
+    if kind == "classification":
+        p_fit = probability_rows(y_fit, num_classes)
+        y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
+        return y_fit, _labels(path, y_eval, num_classes, "evaluation"), p_fit
+    if y_fit is None or kind == "reconstruction":
+        # reconstruction: the targets are the inputs
+        return np.ascontiguousarray(x_fit, dtype=np.float32), np.ascontiguousarray(x_eval, dtype=np.float32), None
+    return _value_rows(y_fit), _value_rows(y_eval), None
+
+
+def _value_rows(y: np.ndarray) -> np.ndarray:
+    """Regression targets as float32, one row per sample."""
+    return np.asarray(y, np.float32).reshape((len(y), -1)) if y.ndim == 1 else np.asarray(y, np.float32)
+
+
+def _class_names(path: Path, arrays: dict[str, Any], num_classes: int) -> list[str] | None:
+    """The class names the file gives (``labels`` or ``classes``), one per output of the model."""
+    for key in ("labels", "classes"):
+        if key in arrays and arrays[key].ndim == 1:
+            names = [str(v) for v in arrays[key].tolist()]
+            if len(names) != num_classes:
+                raise _fail(path, f"'{key}' names {len(names)} classes but the model has {num_classes} outputs",
+                            "use the data set that matches the model")
+            return names
+    return None
 
 
 def _eval_set(files: np.ndarray | None, y_eval: np.ndarray, names: list[str] | None) -> str | None:

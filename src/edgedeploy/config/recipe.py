@@ -54,231 +54,6 @@ PLAIN: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class StageSettings:
-    epochs: int
-    learning_rate: float
-
-
-@dataclass(frozen=True)
-class Recipe:
-    leaves: tuple[str, ...] = DEFAULT_LEAVES
-    sparsity: float = 0.5
-    sparsity_pattern: str = "unstructured"  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.config.pattern)
-    clusters: int = 16
-    per_channel_clusters: bool = False
-    epochs: int = 4
-    batch_size: int = 32
-    learning_rate: float = 5e-4  # the peak of the warm-up/cosine schedule (PLAIN: constant 1e-4)
-    seed: int = 0
-    pruning_schedule: str = "polynomial"
-    pruning_end_fraction: float = 0.6
-    centroid_init: str = "kmeans++"
-    cluster_gradient_aggregation: str = "sum"
-    skip_layers: tuple[str, ...] = ()
-    stage_epochs: Mapping[str, int] = field(default_factory=dict)
-    stage_learning_rates: Mapping[str, float] = field(default_factory=dict)
-    float_io: bool = False
-    calibration_samples: int = 500
-    sparsity_tolerance: float = 0.02
-    fuse_relu: bool = True
-    # fine-tuning with little data (see edgedeploy.optimize.finetune.loop)
-    plain: bool = False
-    distill: bool = True
-    distill_temperature: float = 4.0
-    distill_label_weight: float = 0.5
-    lr_schedule: str = "cosine"
-    warmup_fraction: float = 0.1
-    freeze_batch_norm: bool = True
-    freeze_batch_norm_after: int = 0
-    validation_fraction: float = 0.1
-    patience: int = 3
-    restore_best: bool = True
-    selection_metric: str = "loss"
-    qat_ranges: str = "calibrated"
-    # each trained stage takes at least this many optimizer steps: on little data, epochs are added
-    # (edgedeploy.optimize.finetune.length; the default is chosen from measurements in docs/walk.md)
-    min_steps: int = 300
-    # stages of the tree (train a node, convert a leaf) run at once in worker processes; 1: one at a time, in this
-    # process (edgedeploy.pipeline.runners.local; docs/optimize.md has the measurements behind the default)
-    jobs: int = 1
-    # the task (edgedeploy.config.task): a Keras built-in loss and a metric; empty: from the model and the data
-    loss: str = ""
-    metric: str = ""
-    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
-    layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    palette: Mapping[str, Any] = field(default_factory=dict)
-    # how a data folder or a preprocessing function becomes samples (edgedeploy.data_sources)
-    preprocess: str = ""
-    eval_fraction: float = 0.2
-    sample_rate: int = 16000
-    clip_seconds: float = 1.0
-    interpolation: str = "bilinear"
-    crop_to_aspect_ratio: bool = False
-    # thinned leaves (edgedeploy.optimize.thin): the NPU cycle budget their widths are chosen for, and where
-    thin_speedup: float = 0.75
-    thin_targets: tuple[str, ...] = ("ethos-u55-128",)
-    thin_max_npu_cycles: int = 0
-    thin_max_latency_ms: float = 0.0
-
-    def stage(self, kind: str) -> StageSettings:
-        return StageSettings(
-            epochs=int(self.stage_epochs.get(kind, self.epochs)),
-            learning_rate=float(self.stage_learning_rates.get(kind, self.learning_rate)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["leaves"] = list(self.leaves)
-        d["skip_layers"] = list(self.skip_layers)
-        d["thin_targets"] = list(self.thin_targets)
-        d["stage_epochs"] = dict(self.stage_epochs)
-        d["stage_learning_rates"] = dict(self.stage_learning_rates)
-        return d
-
-    def node_params(self, node: str) -> dict[str, Any]:
-        """The settings that can change what a node's training produces (its cache key)."""
-        kind = stage_kind(node) if NODES[node][1] else None
-        common = {"seed": self.seed, "batch_size": self.batch_size, "skip_layers": list(self.skip_layers),
-                  "fuse_relu": self.fuse_relu, "split_separable": True, "conv1d_as_conv2d": True}
-        if kind is None:
-            return common
-        s = self.stage(kind)
-        out = {**common, "epochs": s.epochs, "learning_rate": s.learning_rate, **self.training_params()}
-        technique = NODES[node][1]
-        if node in QAT_NODES:
-            out.update(qat_ranges=self.qat_ranges)
-        if technique in ("prune",):
-            out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
-            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
-                out.update(sparsity_pattern=self.sparsity_pattern)
-            if self.pruning_schedule == "polynomial":
-                out.update(pruning_end_fraction=self.pruning_end_fraction)
-        if technique in ("palette", "palette_qat"):
-            out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
-                       **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
-                       calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
-            if self.sparsity_pattern != "unstructured":
-                out.update(sparsity_pattern=self.sparsity_pattern)
-            if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
-                out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
-        if technique == "thin":
-            out.update(thin_speedup=self.thin_speedup, thin_targets=list(self.thin_targets),
-                       thin_max_npu_cycles=self.thin_max_npu_cycles, thin_max_latency_ms=self.thin_max_latency_ms,
-                       calibration_samples=self.calibration_samples)
-        if technique in ("cluster", "sparsity_preserving_cluster"):
-            out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
-                       centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
-        return out
-
-    def training_params(self) -> dict[str, Any]:
-        """The fine-tuning settings every trained node depends on."""
-        return {
-            **({"loss": self.loss} if self.loss else {}),
-            "distill": self.distill,
-            **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
-               if self.distill else {}),
-            "lr_schedule": self.lr_schedule, "warmup_fraction": self.warmup_fraction,
-            "freeze_batch_norm": self.freeze_batch_norm,
-            **({"freeze_batch_norm_after": self.freeze_batch_norm_after} if self.freeze_batch_norm else {}),
-            "validation_fraction": self.validation_fraction,
-            **({"patience": self.patience, "restore_best": self.restore_best, "selection_metric": self.selection_metric}
-               if self.validation_fraction > 0 else {}),
-        }
-
-
-def _check(r: Recipe, source: str) -> Recipe:
-    """The recipe's values (after command-line overrides) checked against ``RECIPE_KEYS``."""
-    hint = "fix the recipe"
-    if not r.leaves:
-        raise UsageError(f"{source}: `leaves` is empty; allowed values: {', '.join(LEAVES)}", hint)
-    for leaf in r.leaves:
-        if leaf in NOT_NPU_LEAVES:
-            raise UsageError(f"{source}: `leaves` has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is "
-                             "not an NPU format", "ask for ptq (int8) or ptq_16x8 (int16 activations)")
-    for key in RECIPE_KEYS:
-        if "*" in key.path or key.path.startswith(("stages.", "palette.")) or not hasattr(r, key.name):
-            continue
-        value = getattr(r, key.name)
-        if key.name == "leaves":
-            key = replace(key, choices=tuple(LEAVES))
-        check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
-                    shown=key.path)
-    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
-        raise UsageError(f"{source}: `sparsity` is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes "
-                         "exactly 0.5", "leave sparsity at 0.5")
-    if r.loss:
-        from edgedeploy.config.task import check_loss_name
-
-        check_loss_name(r.loss, f"{source}: `loss`")
-    for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
-        if kind not in STAGE_KINDS:
-            raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
-                             hint)
-    return r
-
-
-def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
-                table: Mapping[str, Any] | None = None) -> Recipe:
-    """A recipe from a TOML file (or an already-parsed table), with command-line overrides applied."""
-    data: dict[str, Any] = dict(table or {})
-    source = "recipe"
-    if path is not None:
-        path = Path(path)
-        source = str(path)
-        data = read_toml(path, "recipe file", UsageError)
-    values = validate(data, RECIPE_KEYS, source, UsageError, "fix the recipe")
-    kwargs: dict[str, Any] = {}
-    stage_epochs: dict[str, int] = {}
-    stage_rates: dict[str, float] = {}
-    layers: dict[str, dict[str, Any]] = {}
-    palette: dict[str, Any] = {}
-    for dotted, value in values.items():
-        parts = dotted.split(".")
-        if parts[0] == "stages":
-            (stage_epochs if parts[2] == "epochs" else stage_rates)[parts[1]] = value
-        elif parts[0] == "layers":
-            name, setting = dotted.removeprefix("layers.").rsplit(".", 1)
-            layers.setdefault(name, {})[setting] = value
-        elif parts[0] == "palette":
-            palette[parts[1]] = list(value) if isinstance(value, list) else value
-        else:
-            name = _KEYS_BY_PATH[dotted].name
-            kwargs[name] = tuple(value) if isinstance(value, list) else value
-    kwargs["stage_epochs"] = stage_epochs
-    kwargs["stage_learning_rates"] = stage_rates
-    if layers:
-        kwargs["layers"] = layers
-    if "size_budget" in palette and not palette.get("search", False):
-        raise UsageError(f"{source}: `palette.size_budget` picks the per-layer settings of the palette sweep, "
-                         "which is off", "add [palette] search = true")
-    if palette:
-        kwargs["palette"] = palette
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if "leaves" in given:
-        given["leaves"] = tuple(given["leaves"])
-    if given.get("plain", kwargs.get("plain", False)):
-        # the plain preset sets what the file and the flags leave unset
-        explicit = set(kwargs) | set(given)
-        kwargs = {**{k: v for k, v in PLAIN.items() if k not in explicit}, **kwargs}
-    recipe = Recipe(**kwargs)
-    if given:
-        recipe = replace(recipe, **given)
-        source = f"{source} with command-line options"
-    return _check(recipe, source)
-
-
-def check_layers(recipe: Recipe, names: list[str], model: str) -> None:
-    """``[layers.NAME]`` and ``skip_layers`` name layers of the model (checked before any training)."""
-    for key, given in (("layers", list(recipe.layers)), ("skip_layers", list(recipe.skip_layers))):
-        for name in given:
-            if name not in names:
-                close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-                near = f"nearest: {', '.join(close)}" if close else f"its layers: {', '.join(names[:12])}"
-                shown = f"layers.{name}" if key == "layers" else "skip_layers"
-                raise UsageError(f"recipe `{shown}`: {model} has no layer {name!r}", near)
-
-
 # --------------------------------------------------------------------------- palette-aware leaves
 
 PALETTE_EXECUTORS = ("process", "ray")
@@ -390,6 +165,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0),
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
         minimum=0),
+    Key("thin_augment", str, "none", "extra fine-tuning samples of the thinned node, distilled from the float "
+        "model: none, or hflip (each image also mirrored left to right)", choices=("none", "hflip")),
     Key("palette.search", bool, False, "run the per-layer sensitivity sweep"),
     Key("palette.accuracy_budget", float, None, "accuracy points the sweep may lose", minimum=0, maximum=100,
         exclusive_maximum=True),
@@ -414,3 +191,244 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("palette.scales", str, "peak", "how each channel's scale is chosen", choices=PALETTE_CHOICES["scales"]),
 )
 _KEYS_BY_PATH = {k.path: k for k in RECIPE_KEYS}
+# The keys that set a field of Recipe (the [stages], [layers.NAME] and [palette] tables are read into mappings).
+_FIELD_KEYS = {k.name: k for k in RECIPE_KEYS if not k.path.startswith(("stages.", "layers.", "palette."))}
+
+
+def _default(name: str) -> Any:
+    """The default of the Recipe field ``name``: the one its key in :data:`RECIPE_KEYS` gives (a list as a tuple)."""
+    value = _FIELD_KEYS[name].default
+    return tuple(value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    epochs: int
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the user asks the optimization stages to do. Every default is its key's in :data:`RECIPE_KEYS` (the
+    one place defaults are written; the command-line help and the recipe reference read them there too)."""
+
+    leaves: tuple[str, ...] = _default("leaves")
+    sparsity: float = _default("sparsity")
+    sparsity_pattern: str = _default("sparsity_pattern")  # or "2:4" (Ethos-U85 structured sparsity; edgedeploy.config.pattern)
+    clusters: int = _default("clusters")
+    per_channel_clusters: bool = _default("per_channel_clusters")
+    epochs: int = _default("epochs")
+    batch_size: int = _default("batch_size")
+    learning_rate: float = _default("learning_rate")  # the peak of the warm-up/cosine schedule (PLAIN: constant 1e-4)
+    seed: int = _default("seed")
+    pruning_schedule: str = _default("pruning_schedule")
+    pruning_end_fraction: float = _default("pruning_end_fraction")
+    centroid_init: str = _default("centroid_init")
+    cluster_gradient_aggregation: str = _default("cluster_gradient_aggregation")
+    skip_layers: tuple[str, ...] = _default("skip_layers")
+    stage_epochs: Mapping[str, int] = field(default_factory=dict)
+    stage_learning_rates: Mapping[str, float] = field(default_factory=dict)
+    float_io: bool = _default("float_io")
+    calibration_samples: int = _default("calibration_samples")
+    sparsity_tolerance: float = _default("sparsity_tolerance")
+    fuse_relu: bool = _default("fuse_relu")
+    # fine-tuning with little data (see edgedeploy.optimize.finetune.loop)
+    plain: bool = _default("plain")
+    distill: bool = _default("distill")
+    distill_temperature: float = _default("distill_temperature")
+    distill_label_weight: float = _default("distill_label_weight")
+    lr_schedule: str = _default("lr_schedule")
+    warmup_fraction: float = _default("warmup_fraction")
+    freeze_batch_norm: bool = _default("freeze_batch_norm")
+    freeze_batch_norm_after: int = _default("freeze_batch_norm_after")
+    validation_fraction: float = _default("validation_fraction")
+    patience: int = _default("patience")
+    restore_best: bool = _default("restore_best")
+    selection_metric: str = _default("selection_metric")
+    qat_ranges: str = _default("qat_ranges")
+    # each trained stage takes at least this many optimizer steps: on little data, epochs are added
+    # (edgedeploy.optimize.finetune.length; the default is chosen from measurements in docs/walk.md)
+    min_steps: int = _default("min_steps")
+    # stages of the tree (train a node, convert a leaf) run at once in worker processes; 1: one at a time, in this
+    # process (edgedeploy.pipeline.runners.local; docs/optimize.md has the measurements behind the default)
+    jobs: int = _default("jobs")
+    # the task (edgedeploy.config.task): a Keras built-in loss and a metric; empty: from the model and the data
+    loss: str = _default("loss")
+    metric: str = _default("metric")
+    # palette-aware leaves (edgedeploy.optimize.palette): per-layer settings ([layers.NAME]) and the sweep ([palette])
+    layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    palette: Mapping[str, Any] = field(default_factory=dict)
+    # how a data folder or a preprocessing function becomes samples (edgedeploy.data_sources)
+    preprocess: str = _default("preprocess")
+    eval_fraction: float = _default("eval_fraction")
+    sample_rate: int = _default("sample_rate")
+    clip_seconds: float = _default("clip_seconds")
+    interpolation: str = _default("interpolation")
+    crop_to_aspect_ratio: bool = _default("crop_to_aspect_ratio")
+    # thinned leaves (edgedeploy.optimize.thin): the NPU cycle budget their widths are chosen for, and where
+    thin_speedup: float = _default("thin_speedup")
+    thin_targets: tuple[str, ...] = _default("thin_targets")
+    thin_max_npu_cycles: int = _default("thin_max_npu_cycles")
+    thin_max_latency_ms: float = _default("thin_max_latency_ms")
+    thin_augment: str = _default("thin_augment")
+
+    def stage(self, kind: str) -> StageSettings:
+        return StageSettings(
+            epochs=int(self.stage_epochs.get(kind, self.epochs)),
+            learning_rate=float(self.stage_learning_rates.get(kind, self.learning_rate)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["leaves"] = list(self.leaves)
+        d["skip_layers"] = list(self.skip_layers)
+        d["thin_targets"] = list(self.thin_targets)
+        d["stage_epochs"] = dict(self.stage_epochs)
+        d["stage_learning_rates"] = dict(self.stage_learning_rates)
+        return d
+
+    def node_params(self, node: str) -> dict[str, Any]:
+        """The settings that can change what a node's training produces (its cache key)."""
+        kind = stage_kind(node) if NODES[node][1] else None
+        common = {"seed": self.seed, "batch_size": self.batch_size, "skip_layers": list(self.skip_layers),
+                  "fuse_relu": self.fuse_relu, "split_separable": True, "conv1d_as_conv2d": True}
+        if kind is None:
+            return common
+        s = self.stage(kind)
+        out = {**common, "epochs": s.epochs, "learning_rate": s.learning_rate, **self.training_params()}
+        technique = NODES[node][1]
+        if node in QAT_NODES:
+            out.update(qat_ranges=self.qat_ranges)
+        if technique in ("prune",):
+            out.update(sparsity=self.sparsity, pruning_schedule=self.pruning_schedule)
+            if self.sparsity_pattern != "unstructured":  # (unstructured cache keys stay as they were)
+                out.update(sparsity_pattern=self.sparsity_pattern)
+            if self.pruning_schedule == "polynomial":
+                out.update(pruning_end_fraction=self.pruning_end_fraction)
+        if technique in ("palette", "palette_qat"):
+            out.update(clusters=self.clusters, sparsity=self.sparsity, layers=dict(self.layers), palette=dict(self.palette),
+                       **{key: self.palette.get(key, value) for key, value in PALETTE_DEFAULTS.items()},
+                       calibration_choice="random", plan_version=PALETTE_PLAN_VERSION)
+            if self.sparsity_pattern != "unstructured":
+                out.update(sparsity_pattern=self.sparsity_pattern)
+            if technique == "palette_qat":  # one run, at the QAT stage's rate, over the cluster and QAT epochs
+                out.update(cluster_epochs=self.stage("cluster").epochs, qat_schedule="one_run")
+        if technique == "thin":
+            out.update(thin_speedup=self.thin_speedup, thin_targets=list(self.thin_targets),
+                       thin_max_npu_cycles=self.thin_max_npu_cycles, thin_max_latency_ms=self.thin_max_latency_ms,
+                       calibration_samples=self.calibration_samples)
+            if self.thin_augment != "none":
+                out.update(thin_augment=self.thin_augment)
+            if self.sparsity_pattern != "unstructured":  # (the candidate widths keep the pattern's blocks)
+                out.update(sparsity_pattern=self.sparsity_pattern)
+        if technique in ("cluster", "sparsity_preserving_cluster"):
+            out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
+                       centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)
+        return out
+
+    def training_params(self) -> dict[str, Any]:
+        """The fine-tuning settings every trained node depends on."""
+        return {
+            **({"loss": self.loss} if self.loss else {}),
+            "distill": self.distill,
+            **({"distill_temperature": self.distill_temperature, "distill_label_weight": self.distill_label_weight}
+               if self.distill else {}),
+            "lr_schedule": self.lr_schedule, "warmup_fraction": self.warmup_fraction,
+            "freeze_batch_norm": self.freeze_batch_norm,
+            **({"freeze_batch_norm_after": self.freeze_batch_norm_after} if self.freeze_batch_norm else {}),
+            "validation_fraction": self.validation_fraction,
+            **({"patience": self.patience, "restore_best": self.restore_best, "selection_metric": self.selection_metric}
+               if self.validation_fraction > 0 else {}),
+        }
+
+
+def _check(r: Recipe, source: str) -> Recipe:
+    """The recipe's values (after command-line overrides) checked against ``RECIPE_KEYS``."""
+    hint = "fix the recipe"
+    if not r.leaves:
+        raise UsageError(f"{source}: `leaves` is empty; allowed values: {', '.join(LEAVES)}", hint)
+    for leaf in r.leaves:
+        if leaf in NOT_NPU_LEAVES:
+            raise UsageError(f"{source}: `leaves` has '{leaf}': {NOT_NPU_FORMATS[NOT_NPU_LEAVES[leaf]]}, so it is "
+                             "not an NPU format", "ask for ptq (int8) or ptq_16x8 (int16 activations)")
+    for key in RECIPE_KEYS:
+        if "*" in key.path or key.path.startswith(("stages.", "palette.")) or not hasattr(r, key.name):
+            continue
+        value = getattr(r, key.name)
+        if key.name == "leaves":
+            key = replace(key, choices=tuple(LEAVES))
+        check_value(key, list(value) if isinstance(value, tuple) else value, source, UsageError, hint,
+                    shown=key.path)
+    if r.sparsity_pattern == "2:4" and abs(r.sparsity - 0.5) > 1e-9:
+        raise UsageError(f"{source}: `sparsity` is {r.sparsity} with sparsity_pattern = \"2:4\", which prunes "
+                         "exactly 0.5", "leave sparsity at 0.5")
+    if r.loss:
+        from edgedeploy.config.task import check_loss_name
+
+        check_loss_name(r.loss, f"{source}: `loss`")
+    for kind in list(r.stage_epochs) + list(r.stage_learning_rates):
+        if kind not in STAGE_KINDS:
+            raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
+                             hint)
+    return r
+
+
+def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
+                table: Mapping[str, Any] | None = None) -> Recipe:
+    """A recipe from a TOML file (or an already-parsed table), with command-line overrides applied."""
+    data: dict[str, Any] = dict(table or {})
+    source = "recipe"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        data = read_toml(path, "recipe file", UsageError)
+    values = validate(data, RECIPE_KEYS, source, UsageError, "fix the recipe")
+    kwargs: dict[str, Any] = {}
+    stage_epochs: dict[str, int] = {}
+    stage_rates: dict[str, float] = {}
+    layers: dict[str, dict[str, Any]] = {}
+    palette: dict[str, Any] = {}
+    for dotted, value in values.items():
+        parts = dotted.split(".")
+        if parts[0] == "stages":
+            (stage_epochs if parts[2] == "epochs" else stage_rates)[parts[1]] = value
+        elif parts[0] == "layers":
+            name, setting = dotted.removeprefix("layers.").rsplit(".", 1)
+            layers.setdefault(name, {})[setting] = value
+        elif parts[0] == "palette":
+            palette[parts[1]] = list(value) if isinstance(value, list) else value
+        else:
+            name = _KEYS_BY_PATH[dotted].name
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
+    kwargs["stage_epochs"] = stage_epochs
+    kwargs["stage_learning_rates"] = stage_rates
+    if layers:
+        kwargs["layers"] = layers
+    if "size_budget" in palette and not palette.get("search", False):
+        raise UsageError(f"{source}: `palette.size_budget` picks the per-layer settings of the palette sweep, "
+                         "which is off", "add [palette] search = true")
+    if palette:
+        kwargs["palette"] = palette
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if "leaves" in given:
+        given["leaves"] = tuple(given["leaves"])
+    if given.get("plain", kwargs.get("plain", False)):
+        # the plain preset sets what the file and the flags leave unset
+        explicit = set(kwargs) | set(given)
+        kwargs = {**{k: v for k, v in PLAIN.items() if k not in explicit}, **kwargs}
+    recipe = Recipe(**kwargs)
+    if given:
+        recipe = replace(recipe, **given)
+        source = f"{source} with command-line options"
+    return _check(recipe, source)
+
+
+def check_layers(recipe: Recipe, names: list[str], model: str) -> None:
+    """``[layers.NAME]`` and ``skip_layers`` name layers of the model (checked before any training)."""
+    for key, given in (("layers", list(recipe.layers)), ("skip_layers", list(recipe.skip_layers))):
+        for name in given:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+                near = f"nearest: {', '.join(close)}" if close else f"its layers: {', '.join(names[:12])}"
+                shown = f"layers.{name}" if key == "layers" else "skip_layers"
+                raise UsageError(f"recipe `{shown}`: {model} has no layer {name!r}", near)

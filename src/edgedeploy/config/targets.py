@@ -66,6 +66,8 @@ class FvpSettings:
 
 @dataclass(frozen=True)
 class Target:
+    """One NPU configuration or board, loaded from its TOML file and validated: what the hardware is."""
+
     name: str
     kind: str
     description: str

@@ -243,69 +243,14 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
                                 "models with one output", "give a model with one output (e.g. the head you deploy)")
     units = int(out_shape[-1]) if out_shape else 1
     act = _output_activation(model)
-    probs = act in ("softmax", "sigmoid")
-    if loss:
-        name, source, from_logits = check_loss_name(loss, "--loss / recipe loss"), "asked for (recipe or --loss)", None
-    else:
-        cfg_name, from_logits = _config_loss(training_config)
-        if cfg_name:
-            name = loss_name(cfg_name)
-            if name not in CLASSIFICATION_LOSSES + REGRESSION_LOSSES:
-                raise InvalidInputError(f"the model's compile config names the loss '{cfg_name}', which edgedeploy "
-                                        "cannot rebuild", "pass --loss NAME with a Keras built-in loss")
-            source = f"model compile config ({cfg_name})"
-        else:
-            name, source = None, ""
+    name, source, from_logits = _given_loss(loss, training_config)
     where = f"{data_path}"
-    in_shape = tuple(model.input_shape[1:])
     if targets is None:
-        if name is None:
-            name, source = "mean_squared_error", "inferred: no targets in the data, so reconstruction (targets = inputs)"
-        if name in CLASSIFICATION_LOSSES:
-            raise InvalidInputError(f"{where}: the data has no targets (x only) but the loss is {name}",
-                                    "add class labels (y or y_train/y_test), or pass --loss mean_squared_error")
-        if in_shape != out_shape:
-            raise InvalidInputError(f"{where}: the data has no targets, so the model would reconstruct its input, but "
-                                    f"its output shape {list(out_shape)} differs from its input {list(in_shape)}",
-                                    "add targets shaped like the model's output (y or y_train/y_test)")
-        kind = RECONSTRUCTION
+        name, source, kind = _reconstruction(name, source, where, tuple(model.input_shape[1:]), out_shape)
     else:
-        y = np.asarray(targets)
-        desc = f"targets y ({list(y.shape)} {y.dtype})"
-        if name is None:
-            if _is_integer_labels(y):
-                name, source = "sparse_categorical_crossentropy", "inferred: integer class labels"
-            elif _is_distribution(y, units):
-                name, source = "categorical_crossentropy", (
-                    "inferred: one-hot or probability rows" if np.all((y == 0) | (y == 1))
-                    else "inferred: probability rows (fine-tuned on the probabilities)")
-            elif tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,)):
-                name, source = "mean_squared_error", "inferred: float targets shaped like the model's output"
-            else:
-                raise InvalidInputError(
-                    f"{where}: {desc} fit no task of a model whose output is {list(out_shape)}",
-                    "give integer class labels, one-hot rows, or float targets shaped like the output (or --loss)")
-        if name in CLASSIFICATION_LOSSES:
-            if not (_is_integer_labels(y) or _is_distribution(y, units)
-                    or (y.ndim == 2 and y.shape[1] == units and np.all((y == 0) | (y == 1)))):
-                raise InvalidInputError(
-                    f"{where}: {desc} are not class labels, but the loss is {name} and the model's output is "
-                    f"{list(out_shape)}", "give integer class indices or one-hot rows, or pass --loss "
-                    "mean_squared_error to train on them as values")
-            if units < 2:
-                raise InvalidInputError(
-                    f"{where}: {desc} are class labels but the model has one output unit {list(out_shape)}; "
-                    "edgedeploy fine-tunes and scores classifiers with one output per class",
-                    "give the model two outputs (softmax), or pass --loss mean_squared_error to treat it as regression")
-            kind = CLASSIFICATION
-        else:
-            if not (tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,))):
-                raise InvalidInputError(
-                    f"{where}: {desc} do not have the model's output shape {list(out_shape)} (loss {name})",
-                    "give one target per sample shaped like the model's output, or drop y to reconstruct the input")
-            kind = REGRESSION
+        name, source, kind = _supervised(name, source, where, np.asarray(targets), out_shape)
     if from_logits is None:
-        from_logits = not probs
+        from_logits = act not in ("softmax", "sigmoid")
     from_logits = bool(from_logits) and kind == CLASSIFICATION  # (only cross-entropy reads it)
     if kind == CLASSIFICATION:
         metrics, primary = ("accuracy",), "accuracy"
@@ -319,17 +264,94 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
         source += " and " + ("a softmax output" if act == "softmax" else "a logits output")
     task = Task(name, bool(from_logits), source, kind, primary, metrics)
     if metric:
-        if ":" in metric:
-            user_spec(metric)
-            task.user_metric, task.metric = metric, metric
-            task.metrics = (*task.metrics, metric)
-        elif metric in allowed:
-            task.metric = metric
-            task.metrics = tuple(dict.fromkeys((*task.metrics, metric)))
-        else:
-            raise UsageError(f"metric '{metric}' does not apply to a {kind} model",
-                             f"allowed values: {', '.join(allowed)}, or module:function")
+        _score_by(task, metric, allowed)
     return task
+
+
+def _given_loss(loss: str | None, training_config: dict | None) -> tuple[str | None, str, bool | None]:
+    """The loss asked for (``--loss`` / recipe) or compiled into the model, where it comes from and its
+    ``from_logits`` (None: decided by the output activation); no name when neither gives one."""
+    if loss:
+        return check_loss_name(loss, "--loss / recipe loss"), "asked for (recipe or --loss)", None
+    cfg_name, from_logits = _config_loss(training_config)
+    if not cfg_name:
+        return None, "", from_logits
+    name = loss_name(cfg_name)
+    if name not in CLASSIFICATION_LOSSES + REGRESSION_LOSSES:
+        raise InvalidInputError(f"the model's compile config names the loss '{cfg_name}', which edgedeploy "
+                                "cannot rebuild", "pass --loss NAME with a Keras built-in loss")
+    return name, f"model compile config ({cfg_name})", from_logits
+
+
+def _reconstruction(name: str | None, source: str, where: str, in_shape: tuple, out_shape: tuple
+                    ) -> tuple[str, str, str]:
+    """Data without targets: the model reconstructs its input, so its output must be shaped like it."""
+    if name is None:
+        name, source = "mean_squared_error", "inferred: no targets in the data, so reconstruction (targets = inputs)"
+    if name in CLASSIFICATION_LOSSES:
+        raise InvalidInputError(f"{where}: the data has no targets (x only) but the loss is {name}",
+                                "add class labels (y or y_train/y_test), or pass --loss mean_squared_error")
+    if in_shape != out_shape:
+        raise InvalidInputError(f"{where}: the data has no targets, so the model would reconstruct its input, but "
+                                f"its output shape {list(out_shape)} differs from its input {list(in_shape)}",
+                                "add targets shaped like the model's output (y or y_train/y_test)")
+    return name, source, RECONSTRUCTION
+
+
+def _supervised(name: str | None, source: str, where: str, y: np.ndarray, out_shape: tuple) -> tuple[str, str, str]:
+    """Data with targets ``y``: the loss (inferred from ``y`` when none is given) and the task it makes, once
+    ``y`` is known to fit both the loss and the model's output."""
+    units = int(out_shape[-1]) if out_shape else 1
+    desc = f"targets y ({list(y.shape)} {y.dtype})"
+    if name is None:
+        name, source = _inferred_loss(y, units, out_shape, f"{where}: {desc}")
+    if name in CLASSIFICATION_LOSSES:
+        if not (_is_integer_labels(y) or _is_distribution(y, units)
+                or (y.ndim == 2 and y.shape[1] == units and np.all((y == 0) | (y == 1)))):
+            raise InvalidInputError(
+                f"{where}: {desc} are not class labels, but the loss is {name} and the model's output is "
+                f"{list(out_shape)}", "give integer class indices or one-hot rows, or pass --loss "
+                "mean_squared_error to train on them as values")
+        if units < 2:
+            raise InvalidInputError(
+                f"{where}: {desc} are class labels but the model has one output unit {list(out_shape)}; "
+                "edgedeploy fine-tunes and scores classifiers with one output per class",
+                "give the model two outputs (softmax), or pass --loss mean_squared_error to treat it as regression")
+        return name, source, CLASSIFICATION
+    if not (tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,))):
+        raise InvalidInputError(
+            f"{where}: {desc} do not have the model's output shape {list(out_shape)} (loss {name})",
+            "give one target per sample shaped like the model's output, or drop y to reconstruct the input")
+    return name, source, REGRESSION
+
+
+def _inferred_loss(y: np.ndarray, units: int, out_shape: tuple, what: str) -> tuple[str, str]:
+    """The loss the targets ``y`` call for when none is asked for, and why (``what`` names them in errors)."""
+    if _is_integer_labels(y):
+        return "sparse_categorical_crossentropy", "inferred: integer class labels"
+    if _is_distribution(y, units):
+        return "categorical_crossentropy", (
+            "inferred: one-hot or probability rows" if np.all((y == 0) | (y == 1))
+            else "inferred: probability rows (fine-tuned on the probabilities)")
+    if tuple(y.shape[1:]) == out_shape or (y.ndim == 1 and out_shape == (1,)):
+        return "mean_squared_error", "inferred: float targets shaped like the model's output"
+    raise InvalidInputError(
+        f"{what} fit no task of a model whose output is {list(out_shape)}",
+        "give integer class labels, one-hot rows, or float targets shaped like the output (or --loss)")
+
+
+def _score_by(task: Task, metric: str, allowed: tuple[str, ...]) -> None:
+    """Make ``metric`` (a built-in one in ``allowed``, or ``module:function``) the task's primary metric."""
+    if ":" in metric:
+        user_spec(metric)
+        task.user_metric, task.metric = metric, metric
+        task.metrics = (*task.metrics, metric)
+    elif metric in allowed:
+        task.metric = metric
+        task.metrics = tuple(dict.fromkeys((*task.metrics, metric)))
+    else:
+        raise UsageError(f"metric '{metric}' does not apply to a {task.kind} model",
+                         f"allowed values: {', '.join(allowed)}, or module:function")
 
 
 def score(task: Task, outputs: np.ndarray, y: np.ndarray, x: np.ndarray | None = None,

@@ -29,7 +29,7 @@ KINDS = ("compile", "leaf", "node")  # the order ready tasks start in: compiles 
 
 
 @dataclass(frozen=True)
-class Task:
+class GraphTask:
     id: str  # the stage id it records
     kind: str  # node, leaf or compile
     name: str  # the node or leaf
@@ -49,28 +49,28 @@ def compile_id(leaf: str, target: str) -> str:
     return f"compile/{leaf}/{target}"
 
 
-def build_graph(leaves: Sequence[str], targets: Sequence[str] = (), *, palette_budget: bool = False) -> dict[str, Task]:
+def build_graph(leaves: Sequence[str], targets: Sequence[str] = (), *, palette_budget: bool = False) -> dict[str, GraphTask]:
     """Every task the leaves (and their compiles for ``targets``) need, in the order a one-at-a-time run takes
     them: nodes parents first, then the leaves, then each leaf's compiles."""
-    graph: dict[str, Task] = {}
+    graph: dict[str, GraphTask] = {}
     for name in nodes_for(list(leaves)):
         node = NODE_TABLE[name]
         deps = [node_id(node.parent)] if node.parent else []
         if palette_budget and node.technique == "palette":
             deps.append(node_id("baseline"))
-        graph[node_id(name)] = Task(node_id(name), "node", name, deps=tuple(dict.fromkeys(deps)))
+        graph[node_id(name)] = GraphTask(node_id(name), "node", name, deps=tuple(dict.fromkeys(deps)))
     for name in leaves:
         node = NODE_TABLE[LEAF_TABLE[name].node]
         deps = [node_id(node.name)] + ([node_id(node.parent)] if node.qat and node.parent else [])
-        graph[leaf_id(name)] = Task(leaf_id(name), "leaf", name, deps=tuple(deps))
+        graph[leaf_id(name)] = GraphTask(leaf_id(name), "leaf", name, deps=tuple(deps))
     for name in leaves:
         for target in targets:
-            graph[compile_id(name, target)] = Task(compile_id(name, target), "compile", name, target,
+            graph[compile_id(name, target)] = GraphTask(compile_id(name, target), "compile", name, target,
                                                    deps=(leaf_id(name),))
     return graph
 
 
-def descendants(graph: Mapping[str, Task], task_id: str) -> list[str]:
+def descendants(graph: Mapping[str, GraphTask], task_id: str) -> list[str]:
     """The tasks that depend on ``task_id``, directly or through others (graph order)."""
     below: set[str] = {task_id}
     for t in graph.values():  # graph order puts every task after its dependencies
@@ -79,7 +79,7 @@ def descendants(graph: Mapping[str, Task], task_id: str) -> list[str]:
     return [t for t in graph if t in below and t != task_id]
 
 
-def ready(graph: Mapping[str, Task], done: Iterable[str], started: Iterable[str]) -> list[Task]:
+def ready(graph: Mapping[str, GraphTask], done: Iterable[str], started: Iterable[str]) -> list[GraphTask]:
     """Tasks not started whose dependencies are all done: compiles first, then conversions, then nodes."""
     done, started = set(done), set(started)
     order = {t: i for i, t in enumerate(graph)}
@@ -98,9 +98,9 @@ class GraphRun:
 
 
 def run_graph(
-    graph: Mapping[str, Task],
-    start: Callable[[Task], "Future | None"],
-    finish: Callable[[Task, "Future | None"], None],
+    graph: Mapping[str, GraphTask],
+    start: Callable[[GraphTask], "Future | None"],
+    finish: Callable[[GraphTask, "Future | None"], None],
     *,
     raise_first: bool = True,
 ) -> GraphRun:
@@ -112,17 +112,17 @@ def run_graph(
     (a bug, Ctrl-C) propagate at once; the caller's pools cancel what is still queued.
     """
     run = GraphRun()
-    running: dict[Future, Task] = {}
+    running: dict[Future, GraphTask] = {}
     blocked: set[str] = set()
 
-    def fail(task: Task, exc: EdgeDeployError) -> None:
+    def fail(task: GraphTask, exc: EdgeDeployError) -> None:
         run.failed[task.id] = exc
         for below in descendants(graph, task.id):
             if below not in blocked:
                 blocked.add(below)
                 run.skipped.append(below)
 
-    def settle(task: Task, future: Future | None) -> None:
+    def settle(task: GraphTask, future: Future | None) -> None:
         try:
             finish(task, future)
         except EdgeDeployError as exc:

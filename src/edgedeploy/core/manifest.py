@@ -74,6 +74,8 @@ class ToolInfo:
 
 @dataclass
 class StageRecord:
+    """One stage of a run as its manifest records it: status, tool, inputs and outputs (sha256), metrics, warnings."""
+
     id: str
     stage: str
     status: Literal["ok", "failed", "cached"]

@@ -105,60 +105,22 @@ def cached_record(ctx: RunContext, spec: StageSpec, key: str) -> StageRecord | N
     return rec
 
 
-def commit_stage(
-    ctx: RunContext,
-    spec: StageSpec,
-    key: str,
-    inputs: Mapping[str, Path],
-    result: StageResult,
-    staged: Path,
-    started: str,
-    seconds: float,
-) -> StageRecord:
-    """Record a finished stage whose outputs are still in ``staged`` (already renamed into place)."""
-    final = ctx.stage_dir(spec.id)
-    outputs = [
-        Artifact.of(role, final / Path(p).resolve().relative_to(staged.resolve()), ctx.run_dir)
-        for role, p in result.outputs.items()
-    ]
-    rec = StageRecord(
-        id=spec.id,
-        stage=spec.stage,
-        status="ok",
-        variant=spec.variant,
-        target=spec.target,
-        parent=spec.parent,
-        tool=result.tool,
-        inputs=[Artifact.of(role, p, ctx.run_dir) for role, p in inputs.items()],
-        outputs=outputs,
-        params=dict(spec.params),
-        metrics=result.metrics,
-        details=result.details,
-        warnings=result.warnings,
-        cache_key=key,
-        started=started,
-        seconds=round(seconds, 3),
-    )
+def _record(ctx: RunContext, spec: StageSpec, key: str, started: str, seconds: float, **facts: Any) -> StageRecord:
+    """Record one run of ``spec`` in the manifest: its identity and timing, and the ``facts`` of its outcome."""
+    rec = StageRecord(id=spec.id, stage=spec.stage, variant=spec.variant, target=spec.target, parent=spec.parent,
+                      params=dict(spec.params), cache_key=key, started=started, seconds=round(seconds, 3), **facts)
     ctx.manifest.record(rec)
     return rec
 
 
-def record_failure(ctx: RunContext, spec: StageSpec, key: str, error: EdgeDeployError, started: str, seconds: float) -> None:
-    ctx.manifest.record(
-        StageRecord(
-            id=spec.id,
-            stage=spec.stage,
-            status="failed",
-            variant=spec.variant,
-            target=spec.target,
-            parent=spec.parent,
-            params=dict(spec.params),
-            error=error.one_line(),
-            cache_key=key,
-            started=started,
-            seconds=round(seconds, 3),
-        )
-    )
+def _commit(ctx: RunContext, pending: PendingStage, result: StageResult, started: str, seconds: float) -> StageRecord:
+    """Record a finished stage whose outputs, made in its staging folder, were renamed into place."""
+    staged, final = pending.staged, ctx.stage_dir(pending.spec.id)
+    outputs = [Artifact.of(role, final / Path(p).resolve().relative_to(staged.resolve()), ctx.run_dir)
+               for role, p in result.outputs.items()]
+    return _record(ctx, pending.spec, pending.key, started, seconds, status="ok", tool=result.tool,
+                   inputs=[Artifact.of(role, p, ctx.run_dir) for role, p in pending.inputs.items()],
+                   outputs=outputs, metrics=result.metrics, details=result.details, warnings=result.warnings)
 
 
 @dataclass
@@ -199,13 +161,14 @@ def end_stage(ctx: RunContext, pending: PendingStage,
         promote(pending.staged, ctx.stage_dir(spec.id))
     except EdgeDeployError as exc:
         shutil.rmtree(pending.staged, ignore_errors=True)
-        record_failure(ctx, spec, pending.key, exc, pending.started, time.perf_counter() - pending.t0)
+        _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
+                error=exc.one_line())
         raise
     except BaseException:
         shutil.rmtree(pending.staged, ignore_errors=True)
         raise
-    return commit_stage(ctx, spec, pending.key, pending.inputs, result, pending.staged, started or pending.started,
-                        time.perf_counter() - pending.t0 if seconds is None else seconds)
+    return _commit(ctx, pending, result, started or pending.started,
+                   time.perf_counter() - pending.t0 if seconds is None else seconds)
 
 
 def run_stage(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EdgeDeployError, InvalidInputError
-from edgedeploy.core.files import read_input_text, short
+from edgedeploy.core.files import read_input_bytes, read_input_text, sha256_bytes, short
 from .common import _SECTION_RE, BUNDLE_MANIFEST, BUNDLE_SCHEMA, C_TYPES, check_c_name
 
 _FILE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -94,6 +94,8 @@ def read_bundle_manifest(bundle: Path | str) -> dict[str, Any]:
         raise _bad(path, "model", model, "a table")
     for key in ("c_source", "c_header"):
         _file_name(path, f"model.{key}", model.get(key), files)
+    if model.get("tflite") is not None:  # the compiled model as a file (bundles exported before it lack the key)
+        _file_name(path, "model.tflite", model.get("tflite"), files)
     section = model.get("section")
     if not isinstance(section, str) or not _SECTION_RE.fullmatch(section) or ".." in section:
         raise _bad(path, "model.section", section, "a linker section name (letters, digits, '_', '.', '$')")
@@ -122,6 +124,23 @@ def read_bundle_manifest(bundle: Path | str) -> dict[str, Any]:
     if labels is not None and not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
         raise _bad(path, "labels", labels, "a list of strings")
     return manifest
+
+
+def read_bundle_file(bundle: Path | str, manifest: dict[str, Any], name: str, what: str, limit: str = "model") -> bytes:
+    """The bytes of the file ``name`` of a bundle whose manifest :func:`read_bundle_manifest` checked: a regular
+    file within ``limit``, holding exactly what the manifest's ``files`` table records (its sha256)."""
+    path = Path(bundle) / name
+    recorded = ((manifest.get("files") or {}).get(name) or {}).get("sha256")
+    if recorded is None:
+        raise InvalidInputError(f"{what} {name} is not listed in {short(str(Path(bundle) / BUNDLE_MANIFEST))}",
+                                _REEXPORT)
+    if path.is_symlink():
+        raise InvalidInputError(f"{what} {short(str(path))} is a link, not a file export wrote", _REEXPORT)
+    data = read_input_bytes(path, what, limit)
+    if sha256_bytes(data) != recorded:
+        raise InvalidInputError(f"{what} {short(str(path))} differs from what `edgedeploy export` wrote "
+                                "(its sha256 is not the manifest's)", _REEXPORT)
+    return data
 
 
 def cmake_path(path: Path, what: str) -> str:

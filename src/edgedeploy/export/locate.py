@@ -14,6 +14,8 @@ from .common import check_c_name, check_section
 
 @dataclass(frozen=True)
 class ExportOptions:
+    """What ``edgedeploy export`` writes: bundle folder, (leaf, target), C name, golden cases, data, section."""
+
     out: Path
     target: str | None = None
     leaf: str | None = None
@@ -62,53 +64,11 @@ def locate(run_dir: Path, leaf: str | None, target: str | None) -> ExportSource:
         )
     manifest = Manifest.load(run_dir)
     compiled = _ok(manifest.find(stage="compile"))
-    variants = manifest.variants()
-    compiled_variants = list(dict.fromkeys(r.variant for r in compiled if r.variant))
-    if leaf is None:
-        if len(compiled_variants) == 1:
-            leaf = compiled_variants[0]
-        elif not compiled_variants:
-            raise InvalidInputError(
-                f"{run_dir} holds no compiled model",
-                "compile one first: `edgedeploy compile MODEL.tflite -t TARGET -o RUN_DIR`",
-            )
-        else:
-            raise UsageError(
-                f"{run_dir} holds {len(compiled_variants)} compiled variants", f"pass --leaf, one of: {', '.join(compiled_variants)}"
-            )
-    elif leaf not in variants:
-        raise UsageError(
-            f"{run_dir} has no variant '{leaf}'",
-            f"variants in this run: {', '.join(variants) or 'none'}"
-            + (f"; compiled: {', '.join(compiled_variants)}" if compiled_variants else ""),
-        )
+    leaf = _pick_leaf(manifest, compiled, leaf)
     leaf_compiled = [r for r in compiled if r.variant == leaf]
     leaf_targets = [r.target for r in leaf_compiled if r.target]
-    if target is None:
-        if len(leaf_targets) == 1:
-            target = leaf_targets[0]
-        else:
-            raise UsageError(
-                f"no --target given and '{leaf}' is compiled for {len(leaf_targets)} targets",
-                f"pass --target, one of: {', '.join(leaf_targets) or 'none (compile it first)'}",
-            )
-    if target.endswith(".toml") or os.sep in target:
-        from edgedeploy.config.targets import get_target
-
-        target = get_target(target).name
-    record = next((r for r in leaf_compiled if r.target == target), None)
-    if record is None:
-        failed = next((r for r in manifest.find(stage="compile", variant=leaf, target=target) if r.status == "failed"), None)
-        if failed is not None:
-            raise InvalidInputError(
-                f"the compile of '{leaf}' for {target} in {run_dir} failed: {failed.error}",
-                "fix that and re-run `edgedeploy compile` for this target",
-            )
-        raise TargetError(
-            f"{run_dir} has no model of '{leaf}' compiled for {target}",
-            f"targets compiled for '{leaf}': {', '.join(leaf_targets) or 'none'}; "
-            f"to add it, compile for it: {_compile_hint(manifest, leaf, target)}",
-        )
+    target = _pick_target(leaf, leaf_targets, target)
+    record = _compile_record(manifest, leaf, target, leaf_compiled, leaf_targets)
     vela_art = record.output("vela_model")
     if vela_art is None or not artifacts_intact(manifest, [vela_art]):
         shown = manifest.resolve(vela_art) if vela_art else run_dir / record.id
@@ -140,6 +100,67 @@ def locate(run_dir: Path, leaf: str | None, target: str | None) -> ExportSource:
         int8_record=int8_record,
         int8_model=manifest.resolve(int8_art),
         data_info=data_info,
+    )
+
+
+def _pick_leaf(manifest: Manifest, compiled: list[StageRecord], leaf: str | None) -> str:
+    """``leaf`` once the run is known to have it; without one, the run's only compiled variant."""
+    run_dir = manifest.run_dir
+    variants = manifest.variants()
+    compiled_variants = list(dict.fromkeys(r.variant for r in compiled if r.variant))
+    if leaf is None:
+        if len(compiled_variants) == 1:
+            return compiled_variants[0]
+        if not compiled_variants:
+            raise InvalidInputError(
+                f"{run_dir} holds no compiled model",
+                "compile one first: `edgedeploy compile MODEL.tflite -t TARGET -o RUN_DIR`",
+            )
+        raise UsageError(
+            f"{run_dir} holds {len(compiled_variants)} compiled variants", f"pass --leaf, one of: {', '.join(compiled_variants)}"
+        )
+    if leaf not in variants:
+        raise UsageError(
+            f"{run_dir} has no variant '{leaf}'",
+            f"variants in this run: {', '.join(variants) or 'none'}"
+            + (f"; compiled: {', '.join(compiled_variants)}" if compiled_variants else ""),
+        )
+    return leaf
+
+
+def _pick_target(leaf: str, leaf_targets: list[str], target: str | None) -> str:
+    """The target's name: ``target`` (a name, or a target file read for its name), else the leaf's only one."""
+    if target is None:
+        if len(leaf_targets) != 1:
+            raise UsageError(
+                f"no --target given and '{leaf}' is compiled for {len(leaf_targets)} targets",
+                f"pass --target, one of: {', '.join(leaf_targets) or 'none (compile it first)'}",
+            )
+        target = leaf_targets[0]
+    if target.endswith(".toml") or os.sep in target:
+        from edgedeploy.config.targets import get_target
+
+        target = get_target(target).name
+    return target
+
+
+def _compile_record(manifest: Manifest, leaf: str, target: str, leaf_compiled: list[StageRecord],
+                    leaf_targets: list[str]) -> StageRecord:
+    """The successful compile of ``leaf`` for ``target``; its failure or absence is an error saying what to run."""
+    record = next((r for r in leaf_compiled if r.target == target), None)
+    if record is not None:
+        return record
+    run_dir = manifest.run_dir
+    failed = next((r for r in manifest.find(stage="compile", variant=leaf, target=target) if r.status == "failed"), None)
+    if failed is not None:
+        raise InvalidInputError(
+            f"the compile of '{leaf}' for {target} in {run_dir} failed: {failed.error}",
+            "fix that and re-run `edgedeploy compile` for this target",
+        )
+    raise TargetError(
+        f"{run_dir} has no model of '{leaf}' compiled for {target}",
+        f"targets compiled for '{leaf}': {', '.join(leaf_targets) or 'none'}; "
+        f"to add it, compile for it: {_compile_hint(manifest, leaf, target)}",
     )
 
 

@@ -49,6 +49,8 @@ from .runner import check_bundle_name, runner_files, runner_manifest
 
 @dataclass
 class ExportResult:
+    """A written bundle: its folder, its manifest, the files written and the warnings."""
+
     out: Path
     manifest: dict[str, Any]
     files: list[str]
@@ -167,29 +169,9 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     int8_bytes = src.int8_model.read_bytes()
     vela_model = read_tflite(src.vela_model)
     int8_model = read_tflite(src.int8_model)
-    warnings += _check_io(vela_model, int8_model)
-    if not vela_model.has_ethos_u_op():
-        warnings.append(f"{src.vela_model.name} holds no ethos-u operator: the whole model runs on the CPU")
-    io_model = vela_model
-    for t in io_model.inputs + io_model.outputs:
-        c_type_of(t.dtype)
-
-    data_path = options.data or _recorded_data(src)
-    n_golden = options.golden if options.golden is not None else (DEFAULT_GOLDEN if data_path else 0)
-    if n_golden > 0 and data_path is None:
-        recorded = src.data_info.get("path")
-        raise UsageError(
-            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records "
-            + (f"its data file {short(str(recorded), 120)} outside the run folder, which export does not follow"
-               if recorded else "none"),
-            "pass --data DATA.npz (or --golden 0)",
-        )
-    n_classes = elements(io_model.outputs[0].shape[1:]) if io_model.outputs else None
-    data = None
-    if data_path is not None:
-        in_shape = int8_model.inputs[0].shape if int8_model.inputs else ()
-        kind = str(src.data_info.get("task") or "classification")  # what optimize trained it for
-        data = load_eval_data(data_path, in_shape[1:] if len(in_shape) > 1 else in_shape, n_classes or 0, kind)
+    warnings += _model_warnings(src, vela_model, int8_model)
+    n_classes = elements(vela_model.outputs[0].shape[1:]) if vela_model.outputs else None
+    n_golden, data = _eval_data(src, options, int8_model, n_classes)
     labels, labels_origin, label_warnings = _labels_for(src, data, n_classes)
     warnings += label_warnings
 
@@ -200,7 +182,71 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     if n_golden > 0 and data is not None:  # golden vectors ship the int8 model: also as C, the CPU path
         cpu, cpu_info, cpu_warnings = _cpu_model(name, int8_bytes, src.int8_model, memory)
         warnings += cpu_warnings
-    spec = BundleSpec(
+    spec = _bundle_spec(src, name, section, memory, vela_bytes, vela_version, vela_model, labels, cpu)
+    files: dict[str, bytes] = {
+        f"{name}.h": render_model_header(spec).encode(),
+        f"{name}.c": render_model_source(spec, vela_bytes).encode(),
+    }
+    if cpu is not None:
+        files[f"{name}_cpu.c"] = render_cpu_source(spec, int8_bytes).encode()
+    files[f"{name}_vela.tflite"] = vela_bytes  # the C array's bytes as a file: the NPU model runs it on the host
+    tools = {
+        "edgedeploy": __version__,
+        "ethos-u-vela": vela_version,
+        "numpy": np.__version__,
+    }
+    golden_info: dict[str, Any] = {"count": 0}
+    if n_golden > 0 and data is not None:
+        golden_info = _add_golden(files, tools, spec, int8_bytes, int8_model, data, n_golden, labels)
+
+    files.update(runner_files())  # the device runner for HIL tests over a byte stream
+    files["CMakeLists.txt"] = render_cmakelists(spec, golden_info["count"] > 0).encode()
+    files["edgedeploy.cmake"] = render_cmake_module(str(Path(sys.executable).parent)).encode()
+    bundle = _bundle_manifest(
+        src, spec, section_source, int8_bytes, files, memory=memory, cpu_info=cpu_info, labels=labels,
+        labels_origin=labels_origin, golden_info=golden_info, tools=tools, warnings=warnings,
+    )
+    files[BUNDLE_MANIFEST] = (json.dumps(bundle, indent=2, sort_keys=False) + "\n").encode()
+    _write_bundle(out, files, state, options.force)
+    return ExportResult(out, bundle, sorted(files), warnings)
+
+
+def _model_warnings(src: ExportSource, vela_model: TfliteModel, int8_model: TfliteModel) -> list[str]:
+    """What the bundle's user should know about the two models; a tensor type C cannot hold is refused."""
+    warnings = _check_io(vela_model, int8_model)
+    if not vela_model.has_ethos_u_op():
+        warnings.append(f"{src.vela_model.name} holds no ethos-u operator: the whole model runs on the CPU")
+    for t in vela_model.inputs + vela_model.outputs:
+        c_type_of(t.dtype)
+    return warnings
+
+
+def _eval_data(src: ExportSource, options: ExportOptions, int8_model: TfliteModel, n_classes: int | None
+               ) -> tuple[int, EvalData | None]:
+    """How many golden cases to write and the evaluation data they are drawn from (``--data``, else the data
+    file the run recorded inside its folder)."""
+    data_path = options.data or _recorded_data(src)
+    n_golden = options.golden if options.golden is not None else (DEFAULT_GOLDEN if data_path else 0)
+    if n_golden > 0 and data_path is None:
+        recorded = src.data_info.get("path")
+        raise UsageError(
+            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records "
+            + (f"its data file {short(str(recorded), 120)} outside the run folder, which export does not follow"
+               if recorded else "none"),
+            "pass --data DATA.npz (or --golden 0)",
+        )
+    if data_path is None:
+        return n_golden, None
+    in_shape = int8_model.inputs[0].shape if int8_model.inputs else ()
+    kind = str(src.data_info.get("task") or "classification")  # what optimize trained it for
+    return n_golden, load_eval_data(data_path, in_shape[1:] if len(in_shape) > 1 else in_shape, n_classes or 0, kind)
+
+
+def _bundle_spec(src: ExportSource, name: str, section: str, memory: Mapping[str, Any], vela_bytes: bytes,
+                 vela_version: str, vela_model: TfliteModel, labels: list[str] | None, cpu: CpuModel | None
+                 ) -> BundleSpec:
+    """What the C and CMake templates render: the compiled model, its memory plan and its tensors."""
+    return BundleSpec(
         name=name,
         leaf=src.leaf,
         target=src.target,
@@ -216,84 +262,92 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
         runtime_margin_bytes=memory["runtime_margin_bytes"],
         tensor_arena_bytes=memory["tensor_arena_bytes"],
         fast_memory_bytes=memory["fast_memory_bytes"],
-        inputs=io_model.inputs,
-        outputs=io_model.outputs,
+        inputs=vela_model.inputs,
+        outputs=vela_model.outputs,
         labels=tuple(labels) if labels else None,
         cpu=cpu,
     )
-    files: dict[str, bytes] = {
-        f"{name}.h": render_model_header(spec).encode(),
-        f"{name}.c": render_model_source(spec, vela_bytes).encode(),
+
+
+def _add_golden(files: dict[str, bytes], tools: dict[str, Any], spec: BundleSpec, int8_bytes: bytes,
+                int8_model: TfliteModel, data: EvalData, n_golden: int, labels: list[str] | None) -> dict[str, Any]:
+    """Add the golden vectors (C, npz) and the int8 model they come from to ``files``, the reference
+    interpreters' versions to ``tools``; return the manifest's ``golden`` section."""
+    import numpy as np
+
+    name = spec.name
+    golden = make_golden(int8_bytes, int8_model, data, n_golden)
+    tflm_version = package_version(TFLM_PACKAGE)
+    tools[TFLM_PACKAGE] = tflm_version
+    reference = f"TensorFlow Lite Micro {tflm_version} reference kernels on the int8 model before Vela"
+    files[f"{name}_golden.h"] = render_golden_header(spec, golden, reference).encode()
+    files[f"{name}_golden.c"] = render_golden_source(spec, golden).encode()
+    files[GOLDEN_NPZ] = npz_bytes(golden_arrays(golden, labels))
+    files[f"{name}_int8.tflite"] = int8_bytes
+    comparison, tf_version = _tflite_comparison(int8_bytes, golden, int8_model)
+    if tf_version:
+        tools["tensorflow"] = tf_version
+    return {
+        "count": golden.count,
+        "npz": GOLDEN_NPZ,
+        "c_source": f"{name}_golden.c",
+        "c_header": f"{name}_golden.h",
+        "reference": {
+            "interpreter": "tflite-micro",
+            "version": tflm_version,
+            "kernels": "reference",
+            "model": f"{name}_int8.tflite",
+            "model_sha256": sha256_bytes(int8_bytes),
+            "note": "the int8 model before Vela: the host cannot run the ethos-u operator",
+            "description": reference,
+        },
+        "data": {
+            "path": str(data.path.resolve()),
+            "sha256": data.sha256 or sha256_file(data.path),
+            "split": data.split,
+            "selection": "first example of each class in turn, in file order" if data.y is not None else "first rows",
+            "rows": golden.row.tolist(),
+        },
+        "quantization": "round(x / scale) + zero_point, half away from zero, clamped to the input type"
+        if int8_model.inputs[0].dtype != "float32"
+        else "none (float input)",
+        "argmax": golden.argmax.tolist(),
+        "label": golden.label.tolist(),
+        "argmax_matches_label": float(np.mean(golden.argmax == golden.label)) if data.y is not None else None,
+        "tflite_comparison": comparison,
     }
-    if cpu is not None:
-        files[f"{name}_cpu.c"] = render_cpu_source(spec, int8_bytes).encode()
-    tools = {
-        "edgedeploy": __version__,
-        "ethos-u-vela": vela_version,
-        "numpy": np.__version__,
-    }
-    golden_info: dict[str, Any] = {"count": 0}
-    if n_golden > 0 and data is not None:
-        golden = make_golden(int8_bytes, int8_model, data, n_golden)
-        tflm_version = package_version(TFLM_PACKAGE)
-        tools[TFLM_PACKAGE] = tflm_version
-        reference = f"TensorFlow Lite Micro {tflm_version} reference kernels on the int8 model before Vela"
-        files[f"{name}_golden.h"] = render_golden_header(spec, golden, reference).encode()
-        files[f"{name}_golden.c"] = render_golden_source(spec, golden).encode()
-        files[GOLDEN_NPZ] = npz_bytes(golden_arrays(golden, labels))
-        files[f"{name}_int8.tflite"] = int8_bytes
-        comparison, tf_version = _tflite_comparison(int8_bytes, golden, int8_model)
-        if tf_version:
-            tools["tensorflow"] = tf_version
-        golden_info = {
-            "count": golden.count,
-            "npz": GOLDEN_NPZ,
-            "c_source": f"{name}_golden.c",
-            "c_header": f"{name}_golden.h",
-            "reference": {
-                "interpreter": "tflite-micro",
-                "version": tflm_version,
-                "kernels": "reference",
-                "model": f"{name}_int8.tflite",
-                "model_sha256": sha256_bytes(int8_bytes),
-                "note": "the int8 model before Vela: the host cannot run the ethos-u operator",
-                "description": reference,
-            },
-            "data": {
-                "path": str(data.path.resolve()),
-                "sha256": data.sha256 or sha256_file(data.path),
-                "split": data.split,
-                "selection": "first example of each class in turn, in file order" if data.y is not None else "first rows",
-                "rows": golden.row.tolist(),
-            },
-            "quantization": "round(x / scale) + zero_point, half away from zero, clamped to the input type"
-            if int8_model.inputs[0].dtype != "float32"
-            else "none (float input)",
-            "argmax": golden.argmax.tolist(),
-            "label": golden.label.tolist(),
-            "argmax_matches_label": float(np.mean(golden.argmax == golden.label)) if data.y is not None else None,
-            "tflite_comparison": comparison,
-        }
 
-    files.update(runner_files())  # the device runner for HIL tests over a byte stream
-    files["CMakeLists.txt"] = render_cmakelists(spec, golden_info["count"] > 0).encode()
-    files["edgedeploy.cmake"] = render_cmake_module(str(Path(sys.executable).parent)).encode()
 
-    def tensors(ts):
-        out_list = []
-        for t in ts:
-            d = t.to_dict()
-            d.update(
-                {
-                    "elements": elements(t.shape),
-                    "bytes": elements(t.shape) * dtype_bytes(t.dtype),
-                    "c_type": c_type_of(t.dtype),
-                }
-            )
-            out_list.append(d)
-        return out_list
+def _tensor_entries(ts: tuple[TensorInfo, ...]) -> list[dict[str, Any]]:
+    """The manifest's description of each tensor: its TFLite facts, element and byte counts, C type."""
+    out_list = []
+    for t in ts:
+        d = t.to_dict()
+        d.update(
+            {
+                "elements": elements(t.shape),
+                "bytes": elements(t.shape) * dtype_bytes(t.dtype),
+                "c_type": c_type_of(t.dtype),
+            }
+        )
+        out_list.append(d)
+    return out_list
 
-    bundle = {
+
+def _run_relative(path: Path, run_dir: Path) -> str:
+    """``path`` relative to the run folder when it lies inside it, else absolute."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(run_dir.resolve())) if resolved.is_relative_to(run_dir.resolve()) else str(resolved)
+
+
+def _bundle_manifest(
+    src: ExportSource, spec: BundleSpec, section_source: str, int8_bytes: bytes, files: Mapping[str, bytes], *,
+    memory: Mapping[str, Any], cpu_info: dict[str, Any] | None, labels: list[str] | None, labels_origin: str | None,
+    golden_info: dict[str, Any], tools: dict[str, Any], warnings: list[str],
+) -> dict[str, Any]:
+    """The bundle's ``manifest.json``: where it comes from, what each part holds, every file's sha256."""
+    name = spec.name
+    return {
         "schema": BUNDLE_SCHEMA,
         "schema_version": BUNDLE_SCHEMA_VERSION,
         "edgedeploy_version": __version__,
@@ -304,12 +358,8 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
             "target": src.target,
             "compile_stage": src.compile_record.id,
             "int8_stage": src.int8_record.id,
-            "vela_model": str(src.vela_model.resolve().relative_to(src.run_dir.resolve()))
-            if src.vela_model.resolve().is_relative_to(src.run_dir.resolve())
-            else str(src.vela_model.resolve()),
-            "int8_model": str(src.int8_model.resolve().relative_to(src.run_dir.resolve()))
-            if src.int8_model.resolve().is_relative_to(src.run_dir.resolve())
-            else str(src.int8_model.resolve()),
+            "vela_model": _run_relative(src.vela_model, src.run_dir),
+            "int8_model": _run_relative(src.int8_model, src.run_dir),
             "int8_model_sha256": sha256_bytes(int8_bytes),
         },
         "target": src.target_info,
@@ -317,16 +367,17 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
             "c_source": f"{name}.c",
             "c_header": f"{name}.h",
             "symbol": f"{name}_model",
-            "bytes": len(vela_bytes),
+            "tflite": f"{name}_vela.tflite",
+            "bytes": spec.model_size,
             "sha256": spec.model_sha256,
-            "section": section,
+            "section": spec.section,
             "section_source": section_source,
             "alignment": MODEL_ALIGNMENT,
         },
         "memory": memory,
         "cpu_model": cpu_info,
-        "inputs": tensors(io_model.inputs),
-        "outputs": tensors(io_model.outputs),
+        "inputs": _tensor_entries(spec.inputs),
+        "outputs": _tensor_entries(spec.outputs),
         "labels": labels,
         "labels_source": labels_origin,
         "golden": golden_info,
@@ -336,9 +387,6 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
         "warnings": warnings,
         "files": {f: {"sha256": sha256_bytes(b), "bytes": len(b)} for f, b in sorted(files.items())},
     }
-    files[BUNDLE_MANIFEST] = (json.dumps(bundle, indent=2, sort_keys=False) + "\n").encode()
-    _write_bundle(out, files, state, options.force)
-    return ExportResult(out, bundle, sorted(files), warnings)
 
 
 def _cpu_model(

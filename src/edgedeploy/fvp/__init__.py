@@ -5,7 +5,8 @@ NPU. Arm distributes them under a EULA, so edgedeploy never ships or
 downloads one: it finds one the user installed (:mod:`.discovery`), builds the
 command line from the board target (:mod:`.command`), runs it through
 :func:`edgedeploy.core.proc.run_command` and reads the console output
-(:mod:`.parse`) into a ``fvp/<variant>/<target>`` stage (:mod:`.run`).
+(:mod:`.parse`) into a ``fvp/<variant>/<target>`` stage (:mod:`.run`), fed with the
+input :mod:`.stimulus` chooses and measured by :mod:`.counters`.
 
 Importing this package is cheap; nothing here imports TensorFlow.
 """

@@ -15,12 +15,14 @@ transport. :func:`stream_transport` wraps a serial port (anything with
 ``write``/``read``, e.g. a ``serial.Serial``), :func:`command_transport` a
 program that reads and writes files (semihosting on an FVP or a debugger),
 :func:`host_reference_transport` runs the bundle's int8 model in TFLM on the
-host, which is what the golden outputs came from, and :func:`qemu_transport` runs
-the bundle's firmware on QEMU's emulated Cortex-M55 (see :mod:`edgedeploy.hil.emulate`).
+host, which is what the golden outputs came from, :func:`qemu_transport` runs
+the bundle's firmware on QEMU's emulated Cortex-M55 (see :mod:`edgedeploy.hil.emulate`), and
+:func:`npu_bundle_transport` runs the bundle's compiled model on the functional model of the Ethos-U55/U65.
 
 This module is also a pytest plugin (entry point ``edgedeploy``): it adds
 ``--edgedeploy-bundle FWDIR``, ``--edgedeploy-max-abs-diff`` and
-``--edgedeploy-device host|qemu|serial:PORT[@BAUD]`` (the last: firmware with the bundle's device
+``--edgedeploy-device host|qemu|npu|serial:PORT[@BAUD]`` (``npu``: the bundle's compiled model on the functional
+model of the Ethos-U55/U65, see :mod:`edgedeploy.hil.npu_device`; ``serial:``: firmware with the bundle's device
 runner, see :mod:`edgedeploy.hil.serial_device`), the fixtures ``golden_bundle``, ``golden_tolerance``
 and ``edgedeploy_device``, and parametrizes any test that asks for ``golden_case``
 over the bundle's cases.
@@ -52,6 +54,7 @@ from edgedeploy.hil.golden import (
     compare_to_golden,
     load_bundle,
 )
+from edgedeploy.hil.npu_device import npu_bundle_transport
 from edgedeploy.hil.transports import (
     QemuTransport,
     command_transport,
@@ -76,14 +79,15 @@ def _bundle_option(config: Any) -> str | None:
     return str(Path(value).resolve()) if value else None
 
 
-DEVICES = ("host", "qemu", "serial:PORT[@BAUD]")
+DEVICES = ("host", "qemu", "npu", "serial:PORT[@BAUD]")
 
 
 def _device_option(value: str) -> str:
-    """``--edgedeploy-device``: host, qemu or serial:PORT[@BAUD] (checked by argparse: a bad value is a usage error)."""
+    """``--edgedeploy-device``: host, qemu, npu or serial:PORT[@BAUD] (checked by argparse: a bad value is a usage
+    error)."""
     import argparse
 
-    if value in ("host", "qemu") or (value.startswith("serial:") and len(value) > len("serial:")):
+    if value in ("host", "qemu", "npu") or (value.startswith("serial:") and len(value) > len("serial:")):
         return value
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(DEVICES)})")
 _NO_BUNDLE = "no firmware bundle given: pass --edgedeploy-bundle FWDIR (a folder written by `edgedeploy export --golden N`)"
@@ -104,7 +108,8 @@ def pytest_addoption(parser: Any) -> None:
         type=_device_option,
         default=None,
         help="the device the edgedeploy_device fixture gives: host (the TFLM reference on this machine, the default), "
-        "qemu (the bundle's firmware on an emulated Cortex-M55; needs a TFLM tree, see --edgedeploy-tflm-dir) "
+        "qemu (the bundle's firmware on an emulated Cortex-M55; needs a TFLM tree, see --edgedeploy-tflm-dir), "
+        "npu (the bundle's Vela command stream on the functional model of the Ethos-U55/U65: results, not timing) "
         "or serial:PORT[@BAUD] (firmware with the bundle's device runner on a serial port or any pyserial URL, "
         "e.g. serial:/dev/ttyACM0@115200 or serial:socket://127.0.0.1:4000 for `edgedeploy emulate FW --serve tcp:4000`)",
     )
@@ -168,8 +173,9 @@ if _pytest is not None:
 
     @_pytest.fixture(scope="session")
     def edgedeploy_device(request: Any, golden_bundle: GoldenBundle) -> Iterator[Transport]:
-        """The device ``--edgedeploy-device`` names: ``host`` (default), ``qemu`` (built once per test run) or
-        ``serial:PORT[@BAUD]`` (the bundle's device runner, its model hash checked once per test run)."""
+        """The device ``--edgedeploy-device`` names: ``host`` (default), ``qemu`` (built once per test run), ``npu``
+        (the NPU functional model of the bundle's compiled model) or ``serial:PORT[@BAUD]`` (the bundle's device
+        runner, its model hash checked once per test run)."""
         kind = request.config.getoption("edgedeploy_device", default=None) or "host"
         if kind.startswith("serial:"):
             from edgedeploy.hil.plugin import serial_device
@@ -190,6 +196,10 @@ if _pytest is not None:
                 yield transport
             finally:
                 transport.close()
+        elif kind == "npu":
+            from edgedeploy.hil.npu_device import npu_device
+
+            yield npu_device(golden_bundle)
         else:
             yield host_reference_transport(golden_bundle)
 

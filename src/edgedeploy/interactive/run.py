@@ -98,7 +98,7 @@ class OptimizeRun:
                max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> "Report":
         """The report of the run folder, judged by the requirements given (sizes as bytes or text: ``"64KiB"``)."""
         from ..report import build_report
-        from edgedeploy.pipeline.walk import requirements_from_options
+        from edgedeploy.report.judge import requirements_from_options
         from .report_view import Report
 
         req = requirements_from_options(max_accuracy_drop, None if max_flash is None else str(max_flash),

@@ -37,6 +37,8 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class VerifyOptions:
+    """What ``edgedeploy verify`` checks: the leaf and target, the input data or seed, and the number of cases."""
+
     leaf: str | None = None
     target: str | None = None
     data: Path | None = None
@@ -50,6 +52,8 @@ class VerifyOptions:
 
 @dataclass
 class VerifyResult:
+    """A leaf on the functional NPU model against TFLite's reference kernels: cases, exact ones, largest difference."""
+
     leaf: str
     target: str
     npu: str

@@ -1,9 +1,10 @@
 """The deployment tree: prune, cluster and quantization-aware training on the user's model and data.
 
-:mod:`.walk` walks the node table (:mod:`edgedeploy.config.tree`) and runs each node's technique and each leaf's
-conversion as named in :mod:`.registry`: the TFMOT techniques in :mod:`.techniques` (run by the node stage in
-:mod:`.node`), the palette-aware ones in :mod:`.palette`, the int8 leaf in :mod:`.leaf`. Every trained node
-fine-tunes with :func:`.fit.fine_tune`.
+:mod:`edgedeploy.pipeline.tree_run` runs the node table (:mod:`edgedeploy.config.tree`) as a task graph and looks up
+each node's technique and each leaf's conversion in :mod:`.registry`: the TFMOT techniques in :mod:`.techniques`
+(run by the node stage in :mod:`.node`), the thinned node in :mod:`.thin`, the palette-aware ones in
+:mod:`.palette`, the int8 leaves in :mod:`.leaf` and :mod:`.leaf16`. Every trained node fine-tunes with
+:func:`.finetune.fit.fine_tune`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from edgedeploy.core.lazy import lazy_exports
 
 # Name -> the module that defines it, imported when first used.
 _EXPORTS = {
-    "Loss": ".finetune.fit",
     "TrainingSet": ".finetune.fit",
     "fine_tune": ".finetune.fit",
     "teacher_targets": ".finetune.fit",

@@ -16,7 +16,7 @@ from edgedeploy.core.manifest import Metric
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
 from edgedeploy.config.tree import NODE_TABLE, Node, stage_kind
-from edgedeploy.optimize.finetune.fit import Loss
+from edgedeploy.config.task import Task
 from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, tfenv_seed, verdict
 from .scoring import float_scores, metric_details, metrics, task_of
 
@@ -31,7 +31,7 @@ class NodeRun:
     out: Path
     data: Dataset
     recipe: Recipe
-    loss: Loss
+    loss: Task
     trust_lambda: bool = False
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -54,7 +54,7 @@ def channels_kept(env, node: str, parent_path: Path, model) -> list[dict[str, An
 
 
 def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: dict[str, Path], out: Path,
-                     data: Dataset, recipe: Recipe, loss: Loss, trust_lambda: bool) -> StageResult:
+                     data: Dataset, recipe: Recipe, loss: Task, trust_lambda: bool) -> StageResult:
     """Run ``build`` for ``node`` and record the result as the node's stage."""
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()

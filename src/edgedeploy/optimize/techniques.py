@@ -15,7 +15,8 @@ from edgedeploy.keras.rewrites import conv1d_as_conv2d, fuse_separate_relu, sepa
 from edgedeploy.keras.qat import init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.tree import NODE_TABLE
-from edgedeploy.optimize.finetune.fit import Loss, fine_tune, training_set
+from edgedeploy.config.task import Task
+from edgedeploy.optimize.finetune.fit import fine_tune, training_set
 
 log = logging.getLogger("edgedeploy")
 
@@ -24,7 +25,7 @@ def optimizable(layer, recipe: Recipe) -> bool:
     return kind in ("Conv2D", "Dense") and base_name(layer.name) not in recipe.skip_layers
 
 
-def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dict | None = None):
+def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dict | None = None):
     from edgedeploy.optimize.finetune.loop import pruning_plan
 
     keras, sparsity = env.keras, env.tfmot.sparsity.keras
@@ -63,7 +64,7 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Loss, *, record: dic
     return sparsity.strip_pruning(model)
 
 
-def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Loss, preserve_sparsity: bool, *,
+def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_sparsity: bool, *,
             record: dict | None = None):
     from tensorflow_model_optimization.python.core.clustering.keras.cluster_config import GradientAggregation
 

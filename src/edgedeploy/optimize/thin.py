@@ -5,9 +5,10 @@
 2. Channel scores and each group's sensitivity on fine-tune samples (:mod:`.thin_recover`).
 3. Each layer's cycle staircase from Vela on the recipe's ``thin_targets`` and the widths that meet the
    budget (:mod:`.thin_npu`): ``thin_speedup`` times the full model's NPU cycles, or ``thin_max_npu_cycles``,
-   or ``thin_max_latency_ms``, whichever is least, on every target; the choice is compiled to check it.
+   or ``thin_max_latency_ms``, whichever is least, on every target; a shortlist of choices near the budget
+   is compiled, and the least expected loss that Vela puts within it is taken.
 4. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
-   stage's epochs, under ``min_steps``).
+   stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well).
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ import numpy as np
 from ..errors import UsageError
 from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, training_set
-from .thin_npu import N, Staircase, candidate_widths, choose, colour_groups, learn, orthogonal_rows
+from .thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, learn, orthogonal_rows,
+                       shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
 
 log = logging.getLogger("edgedeploy")
 
 GRID_CALIBRATION = 16  # samples that calibrate each candidate of the grid (cycles do not depend on ranges)
-CHECKS = 4  # compiles of the chosen widths, each tightening the budget of a target the prediction missed
+CHECKS = 4  # rounds of compiled shortlists, each tightening the budget of a target the prediction missed
 
 
 def _edges(graph) -> list[tuple[str, str]]:
@@ -83,6 +85,15 @@ def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, di
     return out
 
 
+def _check(stair: Staircase, widths, drops, values: dict[str, int], cycles: dict[str, float],
+           budgets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One compiled choice of the shortlist: its widths, expected loss, predicted and Vela's NPU cycles."""
+    return {"widths": {g: widths[g][values[g]] for g in stair.groups},
+            "expected_loss": round(sum(drops[g][v] for g, v in values.items()), 5),
+            "predicted": {t: round(stair.predict(t, values)) for t in cycles}, "npu_cycles": cycles,
+            "met": all(c <= budgets[t]["npu_cycles"] for t, c in cycles.items())}
+
+
 def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[dict[str, int], dict[str, Any]]:
     """The value index per group that meets the budget (see the module), and the record of the search."""
     groups = list(widths)
@@ -108,22 +119,27 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
     totals = {t: float(runs[0]["total_cycles"]) for t, runs in measured.items()}
     budgets = _budgets(recipe, stair, totals)
     limits = {t: b["npu_cycles"] for t, b in budgets.items()}
-    checks = []
-    values: dict[str, int] = {g: 0 for g in groups}
-    for _ in range(CHECKS):
-        values, steps = choose(stair, limits, drops, fixed)
-        got = compile_models([_candidate(model, graph, scores, widths, values, calibration, recipe.float_io)],
-                             recipe.thin_targets, out / TRACE, jobs=1)
-        actual = {t: runs[0] for t, runs in got.items()}
-        checks.append({"widths": {g: widths[g][v] for g, v in values.items()},
-                       "predicted": {t: round(stair.predict(t, values)) for t in limits},
-                       "npu_cycles": {t: a["npu_cycles"] for t, a in actual.items()}})
-        missed = {t: a["npu_cycles"] for t, a in actual.items() if a["npu_cycles"] > budgets[t]["npu_cycles"]}
-        if not missed or len(checks) > 1 and checks[-1]["widths"] == checks[-2]["widths"]:
+    checks: list[dict[str, Any]] = []  # every choice compiled, once
+    values, steps = choose(stair, limits, drops, fixed)
+    final: dict[str, float] = {}
+    for _ in range(CHECKS):  # the shortlist compiled; the least expected loss that Vela finds within budget
+        options = shortlist(stair, limits, drops, fixed)
+        seen = {tuple(c["widths"][g] for g in groups): c for c in checks}
+        new = [v for v in options if tuple(widths[g][v[g]] for g in groups) not in seen]
+        got = compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe.float_io)
+                              for v in new], recipe.thin_targets, out / TRACE, jobs=1) if new else {}
+        checks += [_check(stair, widths, drops, v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}, budgets)
+                   for i, v in enumerate(new)]
+        seen = {tuple(c["widths"][g] for g in groups): c for c in checks}
+        rows = [seen[tuple(widths[g][v[g]] for g in groups)] for v in options]
+        met = [i for i, r in enumerate(rows) if r["met"]]
+        pick = min(met, key=lambda i: (rows[i]["expected_loss"], i)) if met else 0
+        values, final = options[pick], rows[pick]["npu_cycles"]
+        if met or not new:
             break
-        for t, cycles in missed.items():  # below this choice's prediction, by what the prediction missed
-            limits[t] = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
-    final = checks[-1]["npu_cycles"]
+        for t, cycles in final.items():  # below this choice's prediction, by what the prediction missed
+            if cycles > budgets[t]["npu_cycles"]:
+                limits[t] = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
     ratios = {t: final[t] / budgets[t]["npu_cycles"] for t in final}
     held_on = max(ratios, key=ratios.get)
     record = {
@@ -136,6 +152,25 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
         "steps": steps, "checks": checks,
     }
     return values, record
+
+
+def _augmented(ts, model, how: str, loss, classifier: bool, warnings: list[str]):
+    """The training set with each image also mirrored left to right (``hflip``), the mirrored images' soft
+    targets the float model's outputs on them (the hold-out is left as it is)."""
+    from dataclasses import replace
+
+    from edgedeploy.optimize.finetune.fit import teacher_targets
+
+    if ts.x.ndim != 4 or ts.teacher is None:
+        warnings.append(f"thinned: thin_augment = {how} not applied: it needs images (batch, height, width, "
+                        "channels) and distillation")
+        return ts
+    flipped = ts.x[:, :, ::-1, :]
+    teacher = teacher_targets(model, flipped, bool(getattr(loss, "from_logits", False)), classifier)
+    twice = (lambda a: None if a is None else np.concatenate([a, a]))
+    return replace(ts, x=np.concatenate([ts.x, flipped]), y=twice(ts.y), p=twice(ts.p),
+                   teacher=np.concatenate([ts.teacher, teacher.astype(ts.teacher.dtype)]),
+                   notes=[*ts.notes, f"{how}: {len(flipped)} mirrored images added, distilled from the float model"])
 
 
 def thin_node(run) -> Any:
@@ -158,7 +193,8 @@ def thin_node(run) -> Any:
     x_fit = ts.x[rng.choice(len(ts.x), min(len(ts.x), recipe.calibration_samples), replace=False)]
     x_hold = ts.x_val if len(ts.x_val) else x_fit
     scores = channel_scores(model, graph, x_fit)
-    widths = {g: candidate_widths(groups[g].size) for g in groups}
+    block = 4 if recipe.sparsity_pattern == "2:4" else 1  # (the thinned_pruned leaf keeps U85's 2:4 speed)
+    widths = {g: candidate_widths(groups[g].size, block) for g in groups}
     classifier = getattr(run.loss, "classifier", True)
     drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
                         bool(getattr(run.loss, "from_logits", False)))
@@ -188,5 +224,7 @@ def thin_node(run) -> Any:
         run.warnings.append(f"thinned: the widths found miss the cycle budget on {npu['held_on']} "
                             f"({npu['npu_cycles'][npu['held_on']]} > {npu['budget'][npu['held_on']]['npu_cycles']} "
                             "NPU cycles); every candidate width was tried")
+    if recipe.thin_augment != "none":
+        ts = _augmented(ts, model, recipe.thin_augment, run.loss, classifier, run.warnings)
     fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, train_set=ts, record=run.training)
     return thinned

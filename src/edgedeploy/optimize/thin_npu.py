@@ -8,7 +8,8 @@ coloured (no operator reads and writes groups of one colour) and the candidate m
 orthogonal array: in 25 compiles every pair of widths meets on every pair of colours, so every operator's
 cycles are measured at every (input width, output width) it can take. The model's predicted cycles are the
 sum of its operators' measured cycles (plus what no operator names); :func:`choose` finds the widths of least
-expected loss whose prediction meets the budget on every target. The caller compiles the choice to check it.
+expected loss whose prediction meets the budget on every target; :func:`shortlist` adds the choices of least
+expected loss predicted just over it, which the caller compiles together to take the best Vela puts within it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)  # the candidate widths, as fractions
 N = len(FRACTIONS)  # a prime: the orthogonal array below has N * N rows and up to N + 1 columns
 
 
-def candidate_widths(size: int) -> list[int]:
+STEPS = (8, 4, 2, 1)  # channel steps of the candidate widths: the NPU's OFM block depth (8) first
+
+
+def candidate_widths(size: int, multiple: int = 1) -> list[int]:
     """Candidate widths of a group of ``size`` channels, widest first: each fraction rounded down to a multiple
-    of 8 (4 below 32 channels, 1 below 8), never below one step."""
-    step = 8 if size >= 32 else 4 if size >= 8 else 1
-    return [size] + [max(step, int(size * f) // step * step) for f in FRACTIONS[1:]]
+    of the largest step of :data:`STEPS` that keeps the widths distinct (a 64-wide group: 64, 56, 48, 40, 32;
+    32: 32, 28, 24, 20, 16; 16: 16, 14, 12, 10, 8), never below one step. Steps below ``multiple`` are not
+    taken while ``size`` allows one (2:4 sparsity: 4, else Ethos-U85 runs the layers reading the group dense)."""
+    steps = [s for s in STEPS if s >= multiple and s <= size] or [1]
+    for step in steps:
+        widths = [size] + [max(step, int(size * f) // step * step) for f in FRACTIONS[1:]]
+        if len(set(widths)) == len(widths):
+            return widths
+    return widths
 
 
 def orthogonal_rows(colours: int) -> list[tuple[int, ...]]:
@@ -153,3 +163,41 @@ def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, S
         while values[g] > 0 and worst({**values, g: values[g] - 1}) <= 1.0:
             values[g] -= 1
     return values, steps
+
+
+SHORTLIST = 8  # choices compiled together to check the prediction
+SLACK = 0.03  # how far over the budget a choice may be predicted and still be compiled (the prediction's error)
+
+
+def shortlist(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, Sequence[float]],
+              fixed: Mapping[str, int] | None = None, count: int = SHORTLIST, slack: float = SLACK
+              ) -> list[dict[str, int]]:
+    """Up to ``count`` choices to compile, least expected loss first: :func:`choose`'s, then those of least
+    expected loss predicted within ``1 + slack`` times the budget on every target (every choice when there are at
+    most :data:`EXHAUSTIVE`, else the neighbours of :func:`choose`'s: one group a step wider, or one wider and
+    another a step narrower). The prediction misses Vela by a few percent either way, so the choice that
+    uses the budget best is found by compiling these, not by the prediction alone."""
+    fixed = dict(fixed or {})
+    free = [g for g in stair.groups if g not in fixed]
+    first, _ = choose(stair, budgets, drops, fixed)
+
+    def worst(v):
+        return max(stair.predict(t, v) / budgets[t] for t in budgets)
+
+    def loss(v):
+        return sum(drops[g][v[g]] for g in free)
+
+    if N ** len(free) <= EXHAUSTIVE:
+        pool = ({**fixed, **dict(zip(free, combo))} for combo in itertools.product(range(N), repeat=len(free)))
+    else:
+        wider = [{**first, g: first[g] - 1} for g in free if first[g] > 0]
+        pool = wider + [{**w, h: w[h] + 1} for w in wider for h in free if w[h] + 1 < N]
+    ranked = sorted(((loss(v), worst(v), tuple(v[g] for g in stair.groups)) for v in pool), key=lambda r: r[:2])
+    out = [first]
+    for _loss, w, key in ranked:
+        if len(out) >= count:
+            break
+        values = dict(zip(stair.groups, key))
+        if w <= 1.0 + slack and values not in out:
+            out.append(values)
+    return out

@@ -7,9 +7,7 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
-import time
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -17,22 +15,16 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from edgedeploy.core.files import clear_staging_dir, new_staging_dir, prepare_lock, promote, sha256_file
-from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, now_iso
-from edgedeploy.core.stage import (
-    RunContext,
-    StageResult,
-    StageSpec,
-    cached_record,
-    commit_stage,
-    record_failure,
-    run_stage,
-)
+from edgedeploy.core.files import clear_staging_dir, prepare_lock, sha256_file
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo
+from edgedeploy.core.stage import PendingStage, RunContext, StageResult, StageSpec, begin_stage, end_stage, run_stage
 from edgedeploy.config.targets import Target, get_target
 from edgedeploy.vela.compute import compute_facts
 from edgedeploy.tflite.reader import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
+from edgedeploy.vela import VelaExecutor
 from edgedeploy.vela import outputs as vela_backend
 from edgedeploy.vela.pool import MAX_JOBS, VelaPool, default_jobs
+from edgedeploy.pipeline.variants import keep_apart, variant_names
 
 log = logging.getLogger("edgedeploy")
 
@@ -42,8 +34,17 @@ INT8_MODEL = "model_int8.tflite"
 EXECUTORS = ("local", "ray")
 
 
+def check_executor(executor: str) -> None:
+    """Where work runs, as the user named it: ``local`` or ``ray``."""
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor is '{executor}'", f"use one of {', '.join(EXECUTORS)}")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
+    """How Vela compiles (its ``--optimise`` strategy, extra arguments, debug database), how many workers, where
+    the work runs (``local`` or ``ray``) and whether operators may fall back to the CPU."""
+
     optimise: str = "Performance"
     jobs: int | None = None
     allow_cpu_ops: bool = False
@@ -58,8 +59,7 @@ class CompileOptions:
         return self.extra_vela_args + ((flag,) if self.debug_db and flag not in self.extra_vela_args else ())
 
     def check(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise UsageError(f"--executor is '{self.executor}'", f"use one of {', '.join(EXECUTORS)}")
+        check_executor(self.executor)
         if self.optimise not in vela_backend.OPTIMISE_CHOICES:
             raise UsageError(
                 f"--optimise is '{self.optimise}'", f"use one of {', '.join(vela_backend.OPTIMISE_CHOICES)}"
@@ -70,6 +70,8 @@ class CompileOptions:
 
 @dataclass
 class CompileOutcome:
+    """A run folder's compile records of one command; ``cached_ids``: those reused unchanged from an earlier run."""
+
     run_dir: Path
     records: list[StageRecord] = field(default_factory=list)
     cached_ids: set[str] = field(default_factory=set)
@@ -79,7 +81,7 @@ class CompileOutcome:
         return len(self.records) - len(self.cached_ids)
 
 
-def make_executor(options: CompileOptions, n_tasks: int):
+def make_executor(options: CompileOptions, n_tasks: int) -> VelaExecutor:
     """Where Vela runs: the local worker pool (default) or Ray tasks."""
     if options.executor == "ray":
         from edgedeploy.vela.ray import RayExecutor
@@ -99,56 +101,6 @@ def resolve_targets(names: Sequence[str]) -> list[Target]:
         seen.add(t.name)
         targets.append(t)
     return targets
-
-
-def variant_names(models: Sequence[Path]) -> list[str]:
-    """A short, distinct name per model: its file name less ``_int8``; when several share a file name (the
-    ``model_int8.tflite`` of every leaf of a run), the folder names tell them apart."""
-    bases = [_safe_name(m.stem.removesuffix("_int8") or m.stem) for m in models]
-    names: list[str] = []
-    for m, base in zip(models, bases):
-        if bases.count(base) > 1 and m.parent.name:
-            base = _safe_name(m.parent.name if base == "model" else f"{m.parent.name}_{base}")
-        name, i = base, 2
-        while name in names:
-            name, i = f"{base}_{i}", i + 1
-        names.append(name)
-    return names
-
-
-def keep_apart(models: Sequence[Path], names: Sequence[str],
-               earlier: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
-    """Names for ``models`` in a run folder that already holds the variants ``earlier`` (variant -> the file it was
-    imported from; None for a leaf of ``optimize``), each with the variant it would have replaced, or None.
-
-    A model imported before keeps its variant (a re-compile of an edited file replaces it); a model whose name is
-    another model's variant of the run gets a distinct name instead of replacing it.
-    """
-    by_source = {src: v for v, src in earlier.items() if src}
-    taken = set(earlier)
-    out: list[tuple[str, str | None]] = []
-    used: set[str] = set()
-    for m, name in zip(models, names):
-        source = str(m.resolve())
-        if by_source.get(source) and by_source[source] not in used:
-            name, clash = by_source[source], None
-        elif name in taken and earlier.get(name) != source:
-            clash = name
-            base = _safe_name(f"{m.parent.name}_{name}") if m.parent.name else name
-            name, i = base, 2
-            while name in taken or name in used:
-                name, i = f"{base}_{i}", i + 1
-        else:
-            clash = None
-        used.add(name)
-        out.append((name, clash))
-    return out
-
-
-def _safe_name(text: str) -> str:
-    """A variant name made from a file name: characters other than letters, digits, '-' and '_' become '_'."""
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", text).lstrip("_-")[:56].rstrip("_-")
-    return name or "model"
 
 
 def import_tflite(ctx: RunContext, variant: str, model: Path) -> StageRecord:
@@ -237,74 +189,70 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
 
 @dataclass
 class PendingCompile:
-    """One compile begun by :func:`start_compile`: Vela (and the bias check) running in a worker."""
+    """One compile begun by :func:`start_compile`: its stage begun (:func:`~edgedeploy.core.stage.begin_stage`),
+    Vela (and the bias check) running in a worker."""
 
-    spec: StageSpec
-    key: str
+    stage: PendingStage
     model: Path
     target: Target
-    staged: Path
     args: list[str]
     log_path: Path
-    started: str
-    t0: float
     job: Future
     misbiased: Future
 
+    @property
+    def staged(self) -> Path:
+        return self.stage.staged
+
 
 def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None, target: Target,
-                  options: CompileOptions, get_pool: Callable[[], VelaPool], *,
+                  options: CompileOptions, get_pool: Callable[[], VelaExecutor], *,
                   misbiased: Future | None = None) -> StageRecord | PendingCompile:
     """One (variant, target) compile of a task graph: the earlier record when unchanged, else Vela started in
     ``get_pool()`` (a :class:`VelaPool` or a Ray executor, asked for only when something compiles);
-    :func:`finish_compile` records it."""
+    :func:`finish_compile` records it. The stage's lifecycle is every stage's (:mod:`edgedeploy.core.stage`)."""
     ctx.manifest.targets[target.name] = target.to_dict()
-    spec = compile_spec(variant, target, options, parent)
-    key = spec.cache_key({"model": model})
-    rec = cached_record(ctx, spec, key)
-    if rec is not None:
-        return rec
-    staged = new_staging_dir(ctx.stage_dir(spec.id))
-    args = vela_backend.build_vela_args(model, target, staged, options.optimise, options.vela_extra())
-    log_path = staged / "vela.log"
-    started, t0 = now_iso(), time.perf_counter()
+    got = begin_stage(ctx, compile_spec(variant, target, options, parent), {"model": model})
+    if isinstance(got, StageRecord):
+        return got
+    args = vela_backend.build_vela_args(model, target, got.staged, options.optimise, options.vela_extra())
+    log_path = got.staged / "vela.log"
     pool = get_pool()
     # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by the
     # time Vela is, whichever worker takes it.
     if misbiased is None:
         misbiased = pool.call(misbiased_descriptions, str(model))
     job = pool.submit(args, log_path)
-    return PendingCompile(spec, key, model, target, staged, args, log_path, started, t0, job, misbiased)
+    return PendingCompile(got, model, target, args, log_path, job, misbiased)
 
 
 def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
     """Parse and record a finished compile (raises its error, recorded, when Vela failed)."""
-    spec, target, model, log_path = item.spec, item.target, item.model, item.log_path
+    return end_stage(ctx, item.stage, lambda: _compiled(ctx, item))
+
+
+def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str | None, float]:
+    """What Vela's finished run in ``item`` gives: the stage's result, and how long Vela ran."""
+    spec, target, model, log_path = item.stage.spec, item.target, item.model, item.log_path
     shown = _source_of(ctx, spec.parent) or model  # the model the user gave, not its copy in the run folder
     try:
-        try:
-            job = item.job.result()
-            misbiased = item.misbiased.result()
-        except BrokenProcessPool:
-            raise ToolFailedError(
-                f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
-                "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
-                "compiles went on") from None
-        if job.returncode != 0:
-            tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
-            raise ToolFailedError(
-                f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
-                f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
-                f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
-        result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
-        final = ctx.stage_dir(spec.id)
-        result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
-        promote(item.staged, final)
-    except EdgeDeployError as exc:
-        shutil.rmtree(item.staged, ignore_errors=True)
-        record_failure(ctx, spec, item.key, exc, item.started, time.perf_counter() - item.t0)
-        raise
-    return commit_stage(ctx, spec, item.key, {"model": model}, result, item.staged, item.started, job.seconds)
+        job = item.job.result()
+        misbiased = item.misbiased.result()
+    except BrokenProcessPool:
+        raise ToolFailedError(
+            f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
+            "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
+            "compiles went on") from None
+    if job.returncode != 0:
+        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        raise ToolFailedError(
+            f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
+            f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
+            f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
+    result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
+    final = ctx.stage_dir(spec.id)
+    result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
+    return result, None, job.seconds
 
 
 def end_compiles(ctx: RunContext, records: Iterable[StageRecord], options: CompileOptions) -> None:
@@ -321,7 +269,7 @@ def compile_variants(
     variants: Sequence[tuple[str, Path, str | None]],
     targets: Sequence[Target],
     options: CompileOptions,
-    pool: VelaPool | None = None,
+    pool: VelaExecutor | None = None,
     read: Mapping[Path, Future] | None = None,
 ) -> CompileOutcome:
     """Compile each (variant name, int8 model, parent stage id) for each target, in parallel workers
@@ -332,9 +280,9 @@ def compile_variants(
     # here, so that a re-run that reuses every result starts no worker
     vela_backend.vela_version(pool if getattr(pool, "workers", 0) else None)
     outcome = CompileOutcome(ctx.run_dir)
-    own: list[VelaPool] = []
+    own: list[VelaExecutor] = []
 
-    def get_pool() -> VelaPool:
+    def get_pool() -> VelaExecutor:
         if pool is not None:
             return pool
         if not own:
@@ -414,7 +362,7 @@ def compile_tflite(
     target_names: Sequence[str],
     out: Path,
     options: CompileOptions = CompileOptions(),
-    pool: VelaPool | None = None,
+    pool: VelaExecutor | None = None,
 ) -> CompileOutcome:
     """``edgedeploy compile MODEL.tflite ...``: check inputs, import the models, compile them."""
     options.check()
@@ -469,7 +417,7 @@ def compile_run(
     run_dir: Path,
     target_names: Sequence[str],
     options: CompileOptions = CompileOptions(),
-    pool: VelaPool | None = None,
+    pool: VelaExecutor | None = None,
 ) -> CompileOutcome:
     """``edgedeploy compile RUN_DIR``: every int8 leaf ``edgedeploy optimize`` converted into ``RUN_DIR``, compiled
     into that same folder, so that ``report RUN_DIR`` sets each leaf's int8 accuracy beside its NPU figures."""

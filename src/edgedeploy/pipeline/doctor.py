@@ -11,6 +11,7 @@ import platform
 import re
 import sys
 from dataclasses import asdict, dataclass
+from typing import Callable
 from importlib.metadata import PackageNotFoundError, requires, version
 
 from edgedeploy import __version__
@@ -59,6 +60,8 @@ class Check:
 
 @dataclass
 class DoctorReport:
+    """What ``edgedeploy doctor`` found: one check per tool, library and optional part."""
+
     checks: list[Check]
 
     @property
@@ -158,17 +161,6 @@ def core_checks() -> list[Check]:
 
 
 def optional_checks() -> list[Check]:
-    from edgedeploy.fvp.command import mlek_build_options
-    from edgedeploy.fvp.discovery import (
-        ENV_FVP_DIR,
-        ENV_RUNNER,
-        FVP_DOWNLOAD_PAGE,
-        FVP_PACKAGES,
-        default_runner_dir,
-        locate_fvp_binary,
-        locate_runner,
-    )
-
     checks: list[Check] = []
     try:
         from edgedeploy.config.targets import list_targets
@@ -177,66 +169,12 @@ def optional_checks() -> list[Check]:
     except EdgeDeployError as exc:
         boards = []
         checks.append(Check("board targets", False, False, detail=exc.one_line(), hint="install Vela first"))
-    users: dict[str, list[str]] = {}
-    for t in boards:
-        users.setdefault(t.fvp.binary, []).append(t.name)
-    for binary, package in FVP_PACKAGES.items():
-        found = locate_fvp_binary(binary)
-        used_by = ", ".join(users.get(binary, [])) or "no built-in target"
-        checks.append(
-            Check(
-                f"FVP {binary}",
-                False,
-                found is not None,
-                path=str(found.path) if found else None,
-                detail=f"simulates {package} for {used_by}" + (f" (found via {found.how})" if found else ""),
-                hint=None
-                if found
-                else f"download the {package} FVP from {FVP_DOWNLOAD_PAGE}, then set {ENV_FVP_DIR} or add it to PATH",
-            )
-        )
-    for t in boards:
-        found = locate_runner(t.name)
-        opts = " ".join(mlek_build_options(t))
-        checks.append(
-            Check(
-                f"runner {t.name}",
-                False,
-                found is not None,
-                path=str(found.path) if found else None,
-                detail="ML Embedded Evaluation Kit inference_runner with dynamic model loading"
-                + (f" (found via {found.how})" if found else ""),
-                hint=None
-                if found
-                else f"build it (cmake {opts} -Dinference_runner_DYNAMIC_MEM_LOAD_ENABLED=ON "
-                f"-DUSE_CASE_BUILD=inference_runner) and set {ENV_RUNNER} or copy it to "
-                f"{default_runner_dir() / (t.name + '.axf')}",
-            )
-        )
-    gcc_path, gcc_version = _tool_version("arm-none-eabi-gcc")
-    checks.append(
-        Check(
-            "arm-none-eabi-gcc",
-            False,
-            gcc_path is not None,
-            gcc_version,
-            path=gcc_path,
-            detail="builds firmware from `edgedeploy export` and the Kit's runner",
-            hint=None if gcc_path else "install the Arm GNU Toolchain (Debian: apt-get install gcc-arm-none-eabi)",
-        )
-    )
-    cmake_path, cmake_version = _tool_version("cmake")
-    checks.append(
-        Check(
-            "cmake",
-            False,
-            cmake_path is not None,
-            cmake_version,
-            path=cmake_path,
-            detail="configures exported firmware projects and the Kit",
-            hint=None if cmake_path else "install CMake 3.21 or newer (pip install cmake, or apt-get install cmake)",
-        )
-    )
+    checks += _fvp_checks(boards) + _runner_checks(boards)
+    gcc = _tool_check("arm-none-eabi-gcc", "builds firmware from `edgedeploy export` and the Kit's runner",
+                      "install the Arm GNU Toolchain (Debian: apt-get install gcc-arm-none-eabi)")
+    cmake = _tool_check("cmake", "configures exported firmware projects and the Kit",
+                        "install CMake 3.21 or newer (pip install cmake, or apt-get install cmake)")
+    checks += [gcc, cmake]
     tflm = _dist_version("tflite-micro")
     tflm_pin = pinned_versions().get("tflite-micro")
     checks.append(
@@ -250,7 +188,63 @@ def optional_checks() -> list[Check]:
             hint=None if tflm else f"pip install --pre tflite-micro{'==' + tflm_pin if tflm_pin else ''}",
         )
     )
-    return checks + emulation_checks(gcc_path is not None)
+    return checks + emulation_checks(gcc.found)
+
+
+def _located(name: str, found, detail: str, hint: Callable[[], str]) -> Check:
+    """An optional file found by :mod:`edgedeploy.fvp.discovery` (``found``: its result, None when missing);
+    ``hint`` says how to get it, asked only when it is missing."""
+    return Check(
+        name,
+        False,
+        found is not None,
+        path=str(found.path) if found else None,
+        detail=detail + (f" (found via {found.how})" if found else ""),
+        hint=None if found else hint(),
+    )
+
+
+def _fvp_checks(boards: list) -> list[Check]:
+    """One check per FVP edgedeploy knows, naming the board targets that use it."""
+    from edgedeploy.fvp.discovery import ENV_FVP_DIR, FVP_DOWNLOAD_PAGE, FVP_PACKAGES, locate_fvp_binary
+
+    users: dict[str, list[str]] = {}
+    for t in boards:
+        users.setdefault(t.fvp.binary, []).append(t.name)
+    checks = []
+    for binary, package in FVP_PACKAGES.items():
+        used_by = ", ".join(users.get(binary, [])) or "no built-in target"
+        checks.append(_located(
+            f"FVP {binary}", locate_fvp_binary(binary), f"simulates {package} for {used_by}",
+            lambda package=package: f"download the {package} FVP from {FVP_DOWNLOAD_PAGE}, then set {ENV_FVP_DIR} "
+            "or add it to PATH",
+        ))
+    return checks
+
+
+def _runner_checks(boards: list) -> list[Check]:
+    """One check per board target: the Kit's inference runner built for it."""
+    from edgedeploy.fvp.command import mlek_build_options
+    from edgedeploy.fvp.discovery import ENV_RUNNER, default_runner_dir, locate_runner
+
+    checks = []
+    for t in boards:
+        found = locate_runner(t.name)
+        opts = " ".join(mlek_build_options(t))
+        checks.append(_located(
+            f"runner {t.name}", found, "ML Embedded Evaluation Kit inference_runner with dynamic model loading",
+            lambda t=t, opts=opts: f"build it (cmake {opts} -Dinference_runner_DYNAMIC_MEM_LOAD_ENABLED=ON "
+            f"-DUSE_CASE_BUILD=inference_runner) and set {ENV_RUNNER} or copy it to "
+            f"{default_runner_dir() / (t.name + '.axf')}",
+        ))
+    return checks
+
+
+def _tool_check(program: str, detail: str, hint: str) -> Check:
+    """An optional program on PATH, with the version its ``--version`` prints."""
+    path, found_version = _tool_version(program)
+    return Check(program, False, path is not None, found_version, path=path, detail=detail,
+                 hint=None if path else hint)
 
 
 def emulation_checks(have_gcc: bool) -> list[Check]:
@@ -265,7 +259,6 @@ def emulation_checks(have_gcc: bool) -> list[Check]:
         lib_found,
         qemu_version,
     )
-    from edgedeploy.core.proc import run_command, which
 
     checks: list[Check] = []
     gxx = which(ARM_GXX) if have_gcc else None

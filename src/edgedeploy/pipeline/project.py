@@ -38,15 +38,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, resolve_targets
+from edgedeploy.pipeline.compile import CompileOptions
 from edgedeploy.errors import UsageError
 from edgedeploy.core.names import check_name
 from edgedeploy.config.recipe import RECIPE_KEYS, Recipe, load_recipe
 from edgedeploy.config.requirements import BOUNDS, check_requirements
 from edgedeploy.config.keys import Key, lookup, read_toml, validate
 from edgedeploy.vela.outputs import OPTIMISE_CHOICES
+from edgedeploy.vela.pool import MAX_JOBS
 
 _P = "fix the project file"
 PROJECT_KEYS: tuple[Key, ...] = (
@@ -58,9 +59,10 @@ PROJECT_KEYS: tuple[Key, ...] = (
     Key("targets", list, [], "target names or target files (.toml, relative to the project file)", items=str),
     Key("trust_lambda", bool, False, "load Lambda layers (runs code stored in the model file)"),
     *(k.under("recipe") for k in RECIPE_KEYS),
-    Key("compile.optimise", str, "Performance", "Vela's --optimise", choices=OPTIMISE_CHOICES),
-    Key("compile.allow_cpu_ops", bool, False, "accept operators that fall back to the CPU"),
-    Key("compile.jobs", int, None, "Vela worker processes (default: one per core)", minimum=1, maximum=256),
+    Key("compile.optimise", str, CompileOptions.optimise, "Vela's --optimise", choices=OPTIMISE_CHOICES),
+    Key("compile.allow_cpu_ops", bool, CompileOptions.allow_cpu_ops, "accept operators that fall back to the CPU"),
+    Key("compile.jobs", int, CompileOptions.jobs, "Vela worker processes (default: one per core)", minimum=1,
+        maximum=MAX_JOBS),
     Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
     # the bounds are edgedeploy.config.requirements.BOUNDS, the same for the report and walk flags
     Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf",
@@ -110,12 +112,20 @@ class Project:
     recipe: Recipe
     trust_lambda: bool
     compile: CompileOptions
-    requirements: dict[str, Any]
+    requirements: dict[str, Any] | None  # the [requirements] table as read (None: the file has none)
     models: tuple[ModelEntry, ...] = ()  # the [[models]] tables, in file order (empty: the one-model form)
 
     @property
     def is_sweep(self) -> bool:
         return bool(self.models)
+
+    @property
+    def entry(self) -> ModelEntry:
+        """The model of a one-model project (its run folder is ``out`` itself)."""
+        if self.is_sweep or self.model is None or self.data is None:
+            raise UsageError(f"{self.path} lists [[models]]: it is a sweep, one run folder per model",
+                             "run it with `edgedeploy compile PROJECT.toml`")
+        return ModelEntry("", self.model, self.data, self.recipe, self.trust_lambda)
 
 
 def _merged(shared: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,7 +211,7 @@ def load_project(path: Path) -> Project:
             debug_db=values.get("compile.debug_db", any("palette" in leaf for r in (recipe, *(m.recipe for m in models))
                                                         for leaf in r.leaves)),
         ),
-        requirements=dict(doc.get("requirements", {})),
+        requirements=dict(doc["requirements"]) if "requirements" in doc else None,
         models=models,
     )
 
@@ -216,31 +226,3 @@ def merged_options(project: Project, options: CompileOptions | None) -> CompileO
                                 if getattr(options, k) != getattr(defaults, k)})
     opts.check()
     return opts
-
-
-def run_project(
-    path: Path,
-    extra_targets: Sequence[str] = (),
-    out: Path | None = None,
-    options: CompileOptions | None = None,
-) -> CompileOutcome:
-    """Optimize, convert and compile every leaf of the project's recipe for its targets (a project listing
-    [[models]] runs with :func:`edgedeploy.pipeline.sweep.run_sweep`)."""
-    project = load_project(path)
-    if project.is_sweep:
-        raise UsageError(f"{path} lists [[models]]: it is a sweep, one run folder per model",
-                         "run it with `edgedeploy compile PROJECT.toml` (edgedeploy.pipeline.sweep.run_sweep)")
-    return run_model(project.model, project.data, out or project.out, project.recipe,
-                     resolve_targets([*project.targets, *extra_targets]), merged_options(project, options),
-                     trust_lambda=project.trust_lambda)
-
-
-def run_model(model: Path, data: Path, run_dir: Path, recipe: Recipe, targets: Sequence, opts: CompileOptions, *,
-              trust_lambda: bool = False, runner=None) -> CompileOutcome:
-    """One model's pipeline: its tree (optimize), then every leaf compiled for every target, into ``run_dir``.
-    ``runner`` (:func:`edgedeploy.pipeline.tree_run.make_runner`) lets several models share one Ray or worker pool."""
-    from edgedeploy.pipeline.tree_run import optimize
-
-    # one task graph: each leaf compiles for every target as soon as it is converted (edgedeploy.core.graph)
-    return optimize(model, data, run_dir, recipe, trust_lambda=trust_lambda, executor=opts.executor,
-                    ray_address=opts.ray_address, targets=targets, compile_options=opts, runner=runner).compiled

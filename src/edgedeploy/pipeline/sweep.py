@@ -1,7 +1,7 @@
 """A sweep: every model of a project file's ``[[models]]`` tables through one pipeline, into ``OUT/NAME``.
 
 ``edgedeploy compile PROJECT.toml`` on a project listing ``[[models]]`` runs each model in file order with
-:func:`edgedeploy.pipeline.project.run_model` (or, with ``--walk``, :func:`edgedeploy.pipeline.walk.walk`) into its own run
+the driver's :func:`edgedeploy.pipeline.driver.run_model` (its whole tree, or with ``--walk`` its walk) into its own run
 folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
 models share the project's targets, compile options and requirements; each has its own recipe.
 
@@ -20,17 +20,23 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, resolve_targets
+from edgedeploy.config.targets import Target
+from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome
 from edgedeploy.errors import BudgetExceededError, EdgeDeployError, InvalidInputError, UsageError
 from edgedeploy.core.files import atomic_write_text
 from edgedeploy.core.manifest import Manifest, now_iso
-from edgedeploy.pipeline.project import ModelEntry, Project, load_project, merged_options, run_model
-from edgedeploy.report import Requirements, requirements_from_project
+from edgedeploy.pipeline.project import ModelEntry, Project
+from edgedeploy.pipeline.runners import StageRunner
+from edgedeploy.report import Requirements
 from edgedeploy.report.sweep import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
 
 log = logging.getLogger("edgedeploy")
+
+# the driver's run of one model: (entry, run folder, targets, options, requirements, runner, walk=) ->
+# (its compile outcome, its walk record or None)
+RunModel = Callable[..., "tuple[CompileOutcome, dict[str, Any] | None]"]
 
 
 @dataclass
@@ -96,41 +102,32 @@ def _entry(m: ModelEntry) -> dict[str, Any]:
 
 
 def run_sweep(
-    path: Path,
-    extra_targets: Sequence[str] = (),
-    out: Path | None = None,
-    options: CompileOptions | None = None,
+    project: Project,
+    targets: Sequence[Target],
+    opts: CompileOptions,
+    out: Path,
+    requirements: Requirements,
     *,
     walk: bool = False,
-    requirements: Requirements | None = None,
+    run_model: RunModel,
 ) -> SweepOutcome:
-    """Run every ``[[models]]`` table of the project file at ``path`` into ``OUT/NAME``; see the module text.
+    """Run every ``[[models]]`` table of ``project`` into ``OUT/NAME`` with ``run_model`` (the driver's, which
+    loads the model's inputs once and runs its tree or walk); see the module text.
 
     Failed models do not stop the others: call :meth:`SweepOutcome.raise_first_failure` after using the outcome.
     """
-    path = Path(path)
-    project = load_project(path)
     if not project.is_sweep:
-        raise UsageError(f"{path} lists no [[models]] tables", "run a one-model project with `edgedeploy compile`")
-    out = Path(out or project.out)
-    targets = resolve_targets([*project.targets, *extra_targets])
-    opts = merged_options(project, options)
+        raise UsageError(f"{project.path} lists no [[models]] tables",
+                         "run a one-model project with `edgedeploy compile`")
+    out = Path(out)
     check_files(project)
     if (out / "manifest.json").exists():
         raise UsageError(f"{out} is the run folder of one model (it holds manifest.json), not a sweep's folder",
                          "give the sweep its own folder: set out in the project file or pass --out")
-    req = Requirements()
-    if walk:
-        if not targets:
-            raise UsageError("a walk compiles each leaf for its targets, and none was given",
-                             "name targets in the project file or with --target")
-        req = requirements_from_project(path)
-        if requirements is not None:
-            req = requirements.over(req)
     record: dict[str, Any] = {
         "schema": SWEEP_SCHEMA,
         "schema_version": SWEEP_SCHEMA_VERSION,
-        "project": str(path.resolve()),
+        "project": str(project.path.resolve()),
         "mode": "walk" if walk else "compile",
         "targets": [t.name for t in targets],
         "started": now_iso(),
@@ -144,7 +141,9 @@ def run_sweep(
     # one runner for every model: Ray (or the stage workers) start once per sweep
     runner = make_runner(opts.executor, opts.ray_address, max(m.recipe.jobs for m in project.models))
     try:
-        _run_members(project, record, outcome, targets, opts, req, walk, runner)
+        for entry, rec in zip(project.models, record["models"]):
+            _run_member(entry, rec, outcome, targets, opts, requirements if walk else Requirements(), walk,
+                        run_model, runner)
     finally:
         runner.close()
     record["finished"] = now_iso()
@@ -152,38 +151,29 @@ def run_sweep(
     return outcome
 
 
-def _run_members(project: Project, record: dict[str, Any], outcome: SweepOutcome, targets, opts: CompileOptions,
-                 req: Requirements, walk: bool, runner) -> None:
-    out = outcome.out
-    for entry, rec in zip(project.models, record["models"]):
-        member = MemberOutcome(entry.name, out / entry.name)
-        outcome.members.append(member)
-        log.info("sweep: model %s -> %s", entry.name, member.run_dir)
-        rec["status"], t0 = "running", time.perf_counter()
-        write_record(out, record)
-        try:
-            if walk:
-                from edgedeploy.pipeline.walk import walk as walk_model
-
-                walked = walk_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, req, opts,
-                                    trust_lambda=entry.trust_lambda, runner=runner)
-                member.outcome, member.walk = CompileOutcome(walked.run_dir, walked.compiled), walked.record
-            else:
-                member.outcome = run_model(entry.model, entry.data, member.run_dir, entry.recipe, targets, opts,
-                                           trust_lambda=entry.trust_lambda, runner=runner)
-            rec["status"] = "ok"
-        except EdgeDeployError as exc:
-            member.error = exc
-            if walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
-                member.walk = Manifest.load(member.run_dir).info.get("walk")
-            rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": exc.exit_code,
-                                               "message": exc.message, "hint": exc.hint})
-            log.warning("sweep: model %s failed: %s", entry.name, exc.one_line())
-        except BaseException as exc:  # a bug or an interrupt stops the sweep; the record says where
-            rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": None,
-                                               "message": f"the sweep stopped here: {type(exc).__name__}: {exc}",
-                                               "hint": None})
-            raise
-        finally:
-            rec["seconds"] = round(time.perf_counter() - t0, 2)
-            write_record(out, record)
+def _run_member(entry: ModelEntry, rec: dict[str, Any], outcome: SweepOutcome, targets, opts: CompileOptions,
+                req: Requirements, walk: bool, run_model: RunModel, runner: StageRunner) -> None:
+    """One model of the sweep into ``OUT/NAME``; its status, error and time in the sweep's record."""
+    member = MemberOutcome(entry.name, outcome.out / entry.name)
+    outcome.members.append(member)
+    log.info("sweep: model %s -> %s", entry.name, member.run_dir)
+    rec["status"], t0 = "running", time.perf_counter()
+    write_record(outcome.out, outcome.record)
+    try:
+        member.outcome, member.walk = run_model(entry, member.run_dir, targets, opts, req, runner, walk=walk)
+        rec["status"] = "ok"
+    except EdgeDeployError as exc:
+        member.error = exc
+        if walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
+            member.walk = Manifest.load(member.run_dir).info.get("walk")
+        rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": exc.exit_code,
+                                           "message": exc.message, "hint": exc.hint})
+        log.warning("sweep: model %s failed: %s", entry.name, exc.one_line())
+    except BaseException as exc:  # a bug or an interrupt stops the sweep; the record says where
+        rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": None,
+                                           "message": f"the sweep stopped here: {type(exc).__name__}: {exc}",
+                                           "hint": None})
+        raise
+    finally:
+        rec["seconds"] = round(time.perf_counter() - t0, 2)
+        write_record(outcome.out, outcome.record)

@@ -38,6 +38,7 @@ _EXPORTS = {
     "parse_size": ".limits",
     "parse_tolerances": ".limits",
     "requirements_from_project": ".limits",
+    "requirements_from_table": ".limits",
     "compare_reports": ".regressions",
     "load_report_json": ".regressions",
     "raise_on_regression": ".regressions",

@@ -14,8 +14,8 @@ from edgedeploy.config.requirements import check_requirements
 from edgedeploy.report.levels import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
-from .collect import _accuracy_values, _compile_values, _fit, _variants
-from .judge import _check_requirements, _pareto, _recommend, judge_uncompiled, size_budget_misses
+from .collect import _Variant, _accuracy_values, _compile_values, _fit, _variants
+from .judge import check_row, judge_uncompiled, pareto_of_target, recommend, size_budget_misses
 from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
 
@@ -36,24 +36,9 @@ def _walk_requirements(manifest: Manifest, requirements: Requirements) -> Requir
     return Requirements(**values, sources=(f"the walk recorded in {manifest.path}",))
 
 
-def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True,
-                 html: bool = False) -> dict:
-    """The report document of ``run_dir``: rows, judgments and recommendations (schema ``edgedeploy.report``).
-
-    ``html`` also gathers what only the HTML page plots (per-layer cycles, a kernel through the stages) under
-    the key ``html``, which the JSON and CSV formats leave out.
-    """
-    manifest = Manifest.load(Path(run_dir))
-    requirements = _walk_requirements(manifest, requirements)
-    variants = _variants(manifest)
-    if not variants:
-        raise InvalidInputError(
-            f"{manifest.path} records no convert, import or compile stage",
-            "run `edgedeploy compile` or `edgedeploy optimize` into this folder first",
-        )
-    ref = next((v for v in variants if v.name == REFERENCE_LEAF and v.accuracy is not None), None)
+def _rows(manifest: Manifest, variants: list[_Variant], ref: _Variant | None) -> list[dict[str, Any]]:
+    """One row of collected values per (leaf, target); a leaf compiled for no target has one row, target None."""
     rows: list[dict[str, Any]] = []
-    notes: list[str] = []
     for v in variants:
         acc_values = _accuracy_values(v, ref)
         compiles = sorted(v.compiles, key=lambda r: r.target or "") or [None]
@@ -78,7 +63,12 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
             }
             row["fit"] = _fit(values, manifest.targets.get(target or ""), target or "")
             rows.append(row)
-    # Ratio of NPU-encoded weights to the ptq leaf on the same target.
+    return rows
+
+
+def _derived_values(rows: list[dict[str, Any]]) -> None:
+    """Values computed from other rows (weights and MACs against the ptq leaf on the same target, the
+    compute-bound share); then every row gets every value column, unavailable with a reason where it has none."""
     ptq_weights = {r["target"]: value_of(r["values"]["encoded_weights_bytes"]) for r in rows
                    if r["leaf"] == REFERENCE_LEAF}
     for r in rows:
@@ -94,26 +84,32 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         npu_compute_values(r, rows, REFERENCE_LEAF)  # MACs and cycles vs ptq, compute-bound share
         r["values"] = {c.key: r["values"].get(c.key) or na(c.unit, "measured", "the leaf is judged by accuracy")
                        for c in value_columns(rows)}
-    notes += size_budget_misses(manifest, rows)
-    for t in sorted({rec.target for v in variants for rec in v.compiles if rec.target}):
-        note = bound_layers_note(t, [(v.name, (rec.details or {}).get("npu_compute"))
-                                     for v in variants for rec in v.compiles if rec.target == t])
-        notes += [note] if note else []
-    targets = sorted({r["target"] for r in rows if r["target"]})
+
+
+def _judge(rows: list[dict[str, Any]], targets: list[str],
+           requirements: Requirements) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The judge on the rows: per target the Pareto front, each row's requirement checks and the
+    recommendation; a leaf compiled for no target on what needs none. Returns (pareto, recommendations)."""
     pareto: dict[str, Any] = {}
     recommendations: dict[str, Any] = {}
     for t in targets:
         group = [r for r in rows if r["target"] == t]
-        pareto[t] = _pareto(group, t)
+        pareto[t] = pareto_of_target(group, t)
         for r in group:
-            _check_requirements(r, requirements)
-        recommendations[t] = _recommend(group, t, requirements)
+            check_row(r, requirements)
+        recommendations[t] = recommend(group, t, requirements)
     for r in rows:
         if not r["target"]:
             judge_uncompiled(r, requirements)  # the accuracy or metric drop needs no target
         r.setdefault("requirements", {})
         r.setdefault("meets_requirements", None)
         r.setdefault("pareto_note", None)
+    return pareto, recommendations
+
+
+def _closing_notes(manifest: Manifest, targets: list[str], has_reference: bool) -> list[str]:
+    """How a board's fit is judged, what flash means, and a missing reference leaf."""
+    notes = []
     for t in targets:
         tdict = manifest.targets.get(t) or {}
         mem = tdict.get("memory")
@@ -125,8 +121,37 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
     notes.append("Flash is judged on the compiled model (*_vela.tflite), the file firmware stores in flash: it holds "
                  "Vela's weights and command stream and the flatbuffer around them. Vela's own flash estimate is "
                  "shown beside it; it is 0 on systems that read the model from DRAM (see the DRAM column)")
-    if ref is None:
+    if not has_reference:
         notes.append(f"no {REFERENCE_LEAF} leaf in this run: differences against it are unavailable")
+    return notes
+
+
+def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, compression: bool = True,
+                 html: bool = False) -> dict:
+    """The report document of ``run_dir``: rows, judgments and recommendations (schema ``edgedeploy.report``).
+
+    ``html`` also gathers what only the HTML page plots (per-layer cycles, a kernel through the stages) under
+    the key ``html``, which the JSON and CSV formats leave out.
+    """
+    manifest = Manifest.load(Path(run_dir))
+    requirements = _walk_requirements(manifest, requirements)
+    variants = _variants(manifest)
+    if not variants:
+        raise InvalidInputError(
+            f"{manifest.path} records no convert, import or compile stage",
+            "run `edgedeploy compile` or `edgedeploy optimize` into this folder first",
+        )
+    ref = next((v for v in variants if v.name == REFERENCE_LEAF and v.accuracy is not None), None)
+    rows = _rows(manifest, variants, ref)
+    _derived_values(rows)
+    notes = size_budget_misses(manifest, rows)
+    for t in sorted({rec.target for v in variants for rec in v.compiles if rec.target}):
+        note = bound_layers_note(t, [(v.name, (rec.details or {}).get("npu_compute"))
+                                     for v in variants for rec in v.compiles if rec.target == t])
+        notes += [note] if note else []
+    targets = sorted({r["target"] for r in rows if r["target"]})
+    pareto, recommendations = _judge(rows, targets, requirements)
+    notes += _closing_notes(manifest, targets, ref is not None)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,

@@ -7,7 +7,7 @@ from edgedeploy.config.tree import CLUSTERED_LEAVES, LEAF_LEVELS  # noqa: F401
 
 # Levels of the deployment tree, least optimized first. The recommendation takes
 # the least-optimized leaf that meets every requirement and that no other such
-# leaf beats on accuracy, flash and latency at once (report.recommend). A name ending in one of LEVEL_SUFFIXES has the level of its base
+# leaf beats on accuracy, flash and latency at once (report.judge). A name ending in one of LEVEL_SUFFIXES has the level of its base
 # (``pruned_ptq`` is ``pruned``; ``pcqat_palette`` is ``pcqat``).
 # (the levels are the node table's: edgedeploy.config.tree)
 LEVEL_SUFFIXES = ("_palette", "_ptq")

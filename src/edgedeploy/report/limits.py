@@ -14,6 +14,8 @@ from edgedeploy.config.keys import read_toml
 
 @dataclass(frozen=True)
 class Tolerance:
+    """How much worse a metric may get before the regression gate fails: an amount, relative (%) or absolute."""
+
     amount: float
     relative: bool  # True: percent of the old value; False: in the metric's own unit
 
@@ -110,7 +112,11 @@ def requirements_from_project(path: Path) -> Requirements:
     """The ``[requirements]`` table of an ``edgedeploy.toml`` project file (empty when it has none)."""
     path = Path(path)
     data = read_toml(path, "project file", UsageError)  # a missing, unreadable or malformed file is one error
-    table = data.get("requirements")
+    return requirements_from_table(data.get("requirements"), path)
+
+
+def requirements_from_table(table: Any, path: Path) -> Requirements:
+    """The ``[requirements]`` table ``table`` of the project file ``path``, already read (None: it has none)."""
     if table is None:
         return Requirements()
     if not isinstance(table, dict):

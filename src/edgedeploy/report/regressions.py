@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from ..errors import InvalidInputError, RegressionError
 from edgedeploy.core.files import read_input_text, short
 from .columns import SCHEMA, SCHEMA_VERSION, value_of
-from .judge import _leaf_order
+from .judge import leaf_rank
 from .limits import GATED, Tolerance
 
 
@@ -94,7 +94,7 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
     old_rows, new_rows = index(old), index(new)
     new_leaves = {leaf for leaf, _ in new_rows}
     regressions, changes = [], []
-    for key in sorted(old_rows, key=lambda k: (k[1] or "", _leaf_order(k[0]))):
+    for key in sorted(old_rows, key=lambda k: (k[1] or "", leaf_rank(k[0]))):
         leaf, target = key
         where = f"{leaf} on {target}" if target else leaf
         if key not in new_rows and target is None and leaf in new_leaves:

@@ -10,9 +10,9 @@ report document from its own manifest (:func:`.build.build_report`, the same req
 - ``models``: each model's status, quality measure, data, recommendation per target and walk;
 - ``overall``: per target, one (model, leaf) recommended across models: among the pairs that meet the
   requirements, those no other meeting pair beats on quality, flash and latency at once; of them the least
-  optimized, then the best quality, then the smaller flash (as :mod:`.recommend` does within one model).
-  Models judged by different metrics, or measured on different data, are not ranked against each other: the
-  document says why and gives no overall pick.
+  optimized, then the best quality, then the smaller flash (:func:`.judge.overall`, as the judge recommends
+  within one model). Models judged by different metrics, or measured on different data, are not ranked against
+  each other: the document says why and gives no overall pick.
 
 The regression gate works per model: ``report OUT --compare OLD.json`` with OLD.json a sweep report compares
 each model's report with the same model's in OLD.json.
@@ -21,7 +21,6 @@ each model's report with the same model's in OLD.json.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -31,7 +30,7 @@ from edgedeploy.core.files import read_input_text, sha256_file, short
 from edgedeploy.core.manifest import Manifest, now_iso
 from edgedeploy.core.names import is_valid
 from .limits import Requirements, Tolerance
-from .recommend import dominates
+from .judge import comparable, level_key, overall
 
 SWEEP_FILE = "sweep.json"
 SWEEP_SCHEMA = "edgedeploy.sweep"
@@ -117,91 +116,6 @@ def measure_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _quality(row: Mapping[str, Any]) -> float | None:
-    """The row's quality across models, higher better (accuracy, or the metric signed by its direction)."""
-    acc = (row["values"].get("int8_accuracy_pct") or {}).get("value")
-    if acc is not None:
-        return float(acc)
-    cell = row["values"].get("int8_metric") or {}
-    if cell.get("value") is None:
-        return None
-    return float(cell["value"]) if cell.get("higher_is_better", True) else -float(cell["value"])
-
-
-def _point(row: Mapping[str, Any]) -> tuple[float, float, float]:
-    q = _quality(row)
-    flash = (row["values"].get("compiled_model_bytes") or {}).get("value")
-    cycles = (row["values"].get("total_cycles") or {}).get("value")
-    return (math.inf if q is None else -q, math.inf if flash is None else float(flash),
-            math.inf if cycles is None else float(cycles))
-
-
-def _order(row: Mapping[str, Any]) -> tuple:
-    level = row.get("level")
-    q, flash, cycles = _point(row)
-    return (level is None, level if level is not None else 0, q, flash, cycles, row["model"], row["leaf"])
-
-
-def comparable(models: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
-    """Whether the models' leaves can be ranked against each other on quality, and why not."""
-    judged = [m for m in models if m.get("measure")]
-    if len(judged) < 2:
-        return True, ""
-    names = {m["measure"]["name"] for m in judged}
-    if len(names) > 1:
-        shown = ", ".join(f"{m['name']} by {m['measure']['name']}" for m in judged)
-        return False, (f"the models are judged by different metrics ({shown}): their leaves are not ranked "
-                       "against each other on quality")
-    # the same evaluation samples: the same clips and classes (``eval_set``, even through different front ends),
-    # else the same file and split
-    data = {d.get("eval_set") or (d.get("sha256"), d.get("eval_split")) for m in judged for d in [m.get("data") or {}]}
-    if len(data) > 1 or any(k is None or (isinstance(k, tuple) and k[0] is None) for k in data):
-        shown = ", ".join(f"{m['name']}: {Path(str((m.get('data') or {}).get('path'))).name}" for m in judged)
-        return False, (f"the models were scored on different data ({shown}): their {next(iter(names))} is not "
-                       "ranked across models")
-    return True, ""
-
-
-def _overall(rows: list[dict[str, Any]], target: str, ok: bool, why: str,
-             models: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    group = [r for r in rows if r["target"] == target]
-    own = "; ".join(f"{m['name']}: {(m['recommendations'].get(target) or {}).get('leaf') or 'none'}"
-                    for m in models if m.get("recommendations") is not None)
-    if not ok:
-        for r in group:
-            r["front"] = None
-        return {"target": target, "model": None, "leaf": None, "front": [],
-                "message": f"no overall recommendation on {target}: {why}; each model's own: {own or 'none'}"}
-    judged = [r for r in group if _quality(r) is not None and math.isfinite(sum(_point(r)[1:]))]
-    points = {id(r): _point(r) for r in judged}
-    for r in group:
-        r["front"] = None if id(r) not in points else not any(
-            dominates(points[id(o)], points[id(r)]) for o in judged if o is not r)
-    front = sorted((r for r in judged if r["front"]), key=_order)
-    meeting = [r for r in judged if r.get("meets_requirements") in (True, None)]
-    if not meeting:
-        return {"target": target, "model": None, "leaf": None, "front": [f"{r['model']}/{r['leaf']}" for r in front],
-                "message": f"no (model, leaf) meets the requirements on {target}"}
-    candidates = [r for r in meeting if not any(dominates(points[id(o)], points[id(r)]) for o in meeting
-                                                if o is not r)]
-    best = min(candidates, key=_order)
-    best["overall"] = True
-    q = _quality(best)
-    measure = next((m["measure"] for m in models if m["name"] == best["model"] and m.get("measure")), None) or {}
-    shown_q = "" if q is None else (f"{q:.2f}% accuracy" if measure.get("name") == "accuracy" else
-                                    f"int8 {measure.get('name')} {abs(q):.4g}")
-    flash = best["values"]["compiled_model_bytes"]["value"]
-    latency = (best["values"].get("latency_ms") or {}).get("value")
-    why_not = ("; no requirements set: the least-optimized pair no other beats on quality, flash and latency"
-               if all(r.get("meets_requirements") is None for r in group) else
-               "; the least-optimized pair meeting the requirements that no other meeting pair beats on quality, "
-               "flash and latency")
-    return {"target": target, "model": best["model"], "leaf": best["leaf"],
-            "front": [f"{r['model']}/{r['leaf']}" for r in front],
-            "message": (f"{target}: {best['model']} / {best['leaf']} ({shown_q}, {int(flash):,} B flash"
-                        + (f", {latency:.3f} ms" if latency is not None else "") + ")" + why_not)}
-
-
 def compare_models(members: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
                    requirements: Requirements = Requirements(), *, run_dir: str = "",
                    sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -238,9 +152,9 @@ def compare_models(members: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] 
     if why:
         notes.append(why)
     targets = sorted({r["target"] for r in rows})
-    overall = {t: _overall(rows, t, ok, why, models) for t in targets}
+    overall_picks = {t: overall(rows, t, ok, why, models) for t in targets}
     names = [m["name"] for m in models]
-    rows.sort(key=lambda r: (r["target"], names.index(r["model"]), _order(r)[:2], r["leaf"]))
+    rows.sort(key=lambda r: (r["target"], names.index(r["model"]), level_key(r.get("level")), r["leaf"]))
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -253,7 +167,7 @@ def compare_models(members: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] 
         "targets": targets,
         "models": models,
         "rows": rows,
-        "overall": overall,
+        "overall": overall_picks,
         "notes": notes,
     }
 
@@ -311,13 +225,3 @@ def load_sweep_report_json(path: Path) -> dict[str, Any]:
                 check_report_rows(report["rows"], f"{path} model {short(m['name'], 60)}")
         return data
     return load_report_json(path)
-
-
-def sweep_unmet(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Targets where (model, leaf) pairs were judged against requirements and none met them."""
-    out = []
-    for t in doc["targets"]:
-        judged = [r for r in doc["rows"] if r["target"] == t and r.get("meets_requirements") is not None]
-        if judged and not any(r["meets_requirements"] for r in judged):
-            out.append({"target": t, "message": f"no (model, leaf) of the sweep meets the requirements on {t}"})
-    return out

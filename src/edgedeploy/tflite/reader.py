@@ -102,6 +102,8 @@ class OperatorInfo:
 
 @dataclass(frozen=True)
 class TfliteModel:
+    """A parsed ``.tflite`` file: its size, input and output tensors, operators and buffers."""
+
     path: Path
     size: int
     inputs: tuple[TensorInfo, ...]

@@ -31,6 +31,15 @@ def default_jobs(n_tasks: int) -> int:
     return max(1, min(n_tasks, os.cpu_count() or 1))
 
 
+def prestart_pool(jobs: str, n_tasks: int, warm: WarmWorker | None = None) -> VelaPool | None:
+    """Vela workers for ``n_tasks`` compiles started before the command's options are checked (``jobs``: the
+    --jobs text as given; None when it is not a valid count, which the option's own check then reports)."""
+    if jobs and not (jobs.isdigit() and 0 < int(jobs) <= MAX_JOBS):
+        return None
+    wanted = min(int(jobs), n_tasks) if jobs else default_jobs(n_tasks)
+    return VelaPool(wanted, warm=warm).start()
+
+
 def _context() -> multiprocessing.context.BaseContext:
     # Forking after TensorFlow has started threads is unsafe; otherwise fork is fastest.
     if "tensorflow" in sys.modules or sys.platform != "linux":

@@ -156,6 +156,9 @@ class RayExecutor:
             done.set_exception(exc)
         return done
 
+    def restart(self) -> None:
+        """Nothing: Ray restarts a task whose worker died on its own."""
+
     def close(self, now: bool = False) -> None:
         if self._started_here and self._ray.is_initialized():
             shutdown_ray(self._ray)

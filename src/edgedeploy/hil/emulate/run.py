@@ -45,6 +45,8 @@ class VectorVerdict:
 
 @dataclass
 class EmulationResult:
+    """A bundle emulated on QEMU: each golden vector's verdict, the measured arena and stack (``check()`` raises)."""
+
     bundle: Path
     name: str
     vectors: list[VectorVerdict]

@@ -60,6 +60,8 @@ def check_runner(bundle: Path) -> None:
 
 @dataclass
 class ServeResult:
+    """A finished serving session: the bundle name, the TCP address served and how long it ran."""
+
     name: str
     address: str
     seconds: float

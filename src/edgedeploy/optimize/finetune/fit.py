@@ -10,7 +10,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from edgedeploy.errors import InvalidInputError
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.task import Task
 
-Loss = Task  # what fine_tune trains for: the task, its loss and its metric (edgedeploy.config.task)
 
 log = logging.getLogger("edgedeploy")
 
@@ -122,7 +121,7 @@ def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
     )
 
 
-def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, title: str, callbacks=(), *,
+def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, title: str, callbacks=(), *,
               train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
     """Fine-tune ``model`` in place for one stage; returns (and fills ``record`` with) what was done.
 
@@ -130,16 +129,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
     follow the recipe (see :mod:`edgedeploy.optimize.finetune.loop`). ``eligible_from`` is the first epoch (1-based) the
     hold-out may select, e.g. the one where pruning reaches its target.
     """
-    from edgedeploy.optimize.finetune.loop import (
-        batch_norm_wrapped,
-        distillation_loss,
-        learning_rate_at,
-        pack_targets,
-        schedule_object,
-        Selector,
-        set_batch_norm_frozen,
-        validation_callback,
-    )
+    from edgedeploy.optimize.finetune.loop import Selector, learning_rate_at, schedule_object
 
     keras, tf = env.keras, env.tf
     settings = recipe.stage(kind)
@@ -148,7 +138,6 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
         report.update(epochs=0)
         return report
     ts = train_set or training_set(data, recipe)
-    num_classes = int(model.output_shape[-1])
     classifier = getattr(loss, "classifier", True)
     steps = ts.steps_per_epoch(recipe.batch_size)
     total = steps * settings.epochs
@@ -158,50 +147,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
     else:
         lr = schedule_object(keras, tf, base=settings.learning_rate, total_steps=total, schedule=recipe.lr_schedule,
                              warmup_steps=warmup)
-    if ts.distill and not classifier:
-        # the float model's outputs as soft targets, packed after the targets on the last axis
-        train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
-        y_train = np.concatenate([ts.y, ts.teacher], axis=-1)
-        metrics: list[Any] = []
-        val_loss = lambda out: float(train_loss(np.concatenate([ts.y_val, ts.teacher_val], axis=-1), out))  # noqa: E731
-    elif ts.distill and ts.p is not None:
-        # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
-        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
-                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits,
-                                       probabilities=num_classes)
-        y_train = np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32)
-
-        def accuracy(y_true, y_pred):  # against the arg max of the target probabilities
-            hit = tf.equal(tf.argmax(y_pred, axis=-1), tf.argmax(y_true[:, :num_classes], axis=-1))
-            return tf.reduce_mean(tf.cast(hit, tf.float32))
-
-        metrics = [accuracy]
-        val_loss = lambda out: float(train_loss(  # noqa: E731
-            np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32), out))
-    elif ts.distill:
-        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
-                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
-        y_train = pack_targets(ts.y, ts.teacher, num_classes)
-
-        def accuracy(y_true, y_pred):
-            label = tf.cast(y_true[:, 0], tf.int64)
-            mask = tf.cast(label >= 0, tf.float32)
-            hit = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), label), tf.float32)
-            return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
-
-        metrics = [accuracy]
-        val_loss = lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out))  # noqa: E731
-    elif ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
-        train_loss = loss.build(keras, probabilities=True)
-        y_train = ts.p
-        metrics = ["accuracy"]  # (categorical: the arg max of the probabilities)
-        val_loss = lambda out: float(train_loss(ts.p_val, out))  # noqa: E731
-    else:
-        train_loss = loss.build(keras)
-        y_train = ts.y
-        metrics = ["accuracy"] if classifier else []
-        val_loss = lambda out: float(train_loss(ts.y_val, out))  # noqa: E731
-
+    objective = _objective(env, ts, recipe, loss, int(model.output_shape[-1]), classifier)
     freeze_at = recipe.freeze_batch_norm_after if recipe.freeze_batch_norm else None
     if freeze_at is not None and freeze_at >= settings.epochs:
         freeze_at = None
@@ -213,36 +159,134 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
     selector = Selector(patience=recipe.patience if recipe.validation_fraction > 0 else 0, metric=selection_metric)
     validate = None
     if recipe.validation_fraction > 0 and len(ts.x_val):
-        def on_epoch(epoch: int, logs: dict, row: dict) -> None:
-            row.update(loss=round(float(logs.get("loss", math.nan)), 5),
-                       **({"accuracy": round(100 * float(logs.get("accuracy", math.nan)), 3)} if classifier else {}),
-                       learning_rate=float(f"{learning_rate_at(epoch * steps - 1, total, settings.learning_rate, recipe.lr_schedule, warmup):.3g}"))
-            curve.append(row)
-            if not classifier:
-                row.pop("val_accuracy", None)
-            log.info("%s epoch %d: val accuracy %s val loss %.4f%s", title, epoch, row.get("val_accuracy", "-"),
-                     row["val_loss"], "" if row["eligible"] else " (not selectable yet)")
-
-        validate = validation_callback(
-            keras, x_val=ts.x_val, y_val=ts.y_val, t_val=ts.teacher_val, loss_fn=lambda _p, out: val_loss(out),
-            selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch,
-            score=None if classifier else (lambda out: math.nan),
+        validate = _validation(
+            keras, ts, objective, selector, recipe, title, curve, classifier=classifier,
+            lr_at=lambda epoch: learning_rate_at(epoch * steps - 1, total, settings.learning_rate,
+                                                 recipe.lr_schedule, warmup),
             # an epoch counts once the technique is fully in place and batch norm is as it will stay
             eligible=lambda e: e >= eligible_from and (freeze_at is None or e > freeze_at))
-    optimizer = keras.optimizers.Adam(lr)
     progress = Progress(keras, title, settings.epochs, steps).callback()
-    all_callbacks = [*callbacks, *([validate] if validate else []), progress]
+    frozen = _fit(model, ts, objective, keras.optimizers.Adam(lr), [*callbacks, *([validate] if validate else []),
+                  progress], recipe.batch_size, settings.epochs, freeze_at, validate, curve, classifier)
+    report.update({
+        "epochs": settings.epochs,
+        "epochs_run": len(selector.history) if validate is not None else settings.epochs,
+        "train_samples": int(len(ts.x)),
+        "unlabelled_samples": int(np.sum(ts.y < 0)) if classifier else 0,
+        "validation_samples": int(len(ts.x_val)),
+        "steps_per_epoch": steps,
+        "batch_size": recipe.batch_size,
+        "optimizer": "Adam",
+        "learning_rate": {"peak": settings.learning_rate, "schedule": recipe.lr_schedule,
+                          "warmup_steps": warmup, "total_steps": total},
+        "distillation": _distillation_summary(recipe, loss, classifier) if ts.distill else None,
+        "batch_norm": _batch_norm_summary(model, freeze_at, frozen),
+        "selection": None if validate is None else _selection_summary(
+            validate, selector, recipe, ts, loss, classifier, selection_metric,
+            max(eligible_from, (freeze_at or 0) + 1)),
+        "curve": curve,
+        "notes": ts.notes,
+        **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
+           if ts.p is not None else {}),
+    })
+    return report
+
+
+@dataclass
+class _Objective:
+    """What a stage fits the model to: the Keras loss and the targets it reads, the metrics Keras shows, and the
+    hold-out loss of the model's outputs on the hold-out."""
+
+    loss: Any
+    y: np.ndarray
+    metrics: list[Any]
+    val_loss: Callable[[Any], float]
+
+
+def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: int, classifier: bool) -> _Objective:
+    """The objective for the targets at hand: distillation (of values, of probability rows or of labels) or
+    plain training (on probability rows, or on the labels or values)."""
+    from edgedeploy.optimize.finetune.loop import distillation_loss, pack_targets
+
+    keras, tf = env.keras, env.tf
+    if ts.distill and not classifier:
+        # the float model's outputs as soft targets, packed after the targets on the last axis
+        train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
+        return _Objective(train_loss, np.concatenate([ts.y, ts.teacher], axis=-1), [],
+                          lambda out: float(train_loss(np.concatenate([ts.y_val, ts.teacher_val], axis=-1), out)))
+    if ts.distill and ts.p is not None:
+        # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits,
+                                       probabilities=num_classes)
+
+        def accuracy(y_true, y_pred):  # against the arg max of the target probabilities
+            hit = tf.equal(tf.argmax(y_pred, axis=-1), tf.argmax(y_true[:, :num_classes], axis=-1))
+            return tf.reduce_mean(tf.cast(hit, tf.float32))
+
+        return _Objective(train_loss, np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32), [accuracy],
+                          lambda out: float(train_loss(
+                              np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32), out)))
+    if ts.distill:
+        train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
+                                       label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
+
+        def accuracy(y_true, y_pred):
+            label = tf.cast(y_true[:, 0], tf.int64)
+            mask = tf.cast(label >= 0, tf.float32)
+            hit = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), label), tf.float32)
+            return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+        return _Objective(train_loss, pack_targets(ts.y, ts.teacher, num_classes), [accuracy],
+                          lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out)))
+    if ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
+        train_loss = loss.build(keras, probabilities=True)
+        # (the metric is categorical: the arg max of the probabilities)
+        return _Objective(train_loss, ts.p, ["accuracy"], lambda out: float(train_loss(ts.p_val, out)))
+    train_loss = loss.build(keras)
+    return _Objective(train_loss, ts.y, ["accuracy"] if classifier else [],
+                      lambda out: float(train_loss(ts.y_val, out)))
+
+
+def _validation(keras, ts: TrainingSet, objective: _Objective, selector, recipe: Recipe, title: str,
+                curve: list[dict[str, Any]], *, classifier: bool, lr_at: Callable[[int], float],
+                eligible: Callable[[int], bool]):
+    """The Keras callback that scores each epoch on the hold-out, adds its row to ``curve`` and keeps the best."""
+    from edgedeploy.optimize.finetune.loop import validation_callback
+
+    def on_epoch(epoch: int, logs: dict, row: dict) -> None:
+        row.update(loss=round(float(logs.get("loss", math.nan)), 5),
+                   **({"accuracy": round(100 * float(logs.get("accuracy", math.nan)), 3)} if classifier else {}),
+                   learning_rate=float(f"{lr_at(epoch):.3g}"))
+        curve.append(row)
+        if not classifier:
+            row.pop("val_accuracy", None)
+        log.info("%s epoch %d: val accuracy %s val loss %.4f%s", title, epoch, row.get("val_accuracy", "-"),
+                 row["val_loss"], "" if row["eligible"] else " (not selectable yet)")
+
+    return validation_callback(
+        keras, x_val=ts.x_val, y_val=ts.y_val, t_val=ts.teacher_val, loss_fn=lambda _p, out: objective.val_loss(out),
+        selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch,
+        score=None if classifier else (lambda out: math.nan), eligible=eligible)
+
+
+def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: list, batch_size: int, epochs: int,
+         freeze_at: int | None, validate, curve: list[dict[str, Any]], classifier: bool) -> int:
+    """Train for ``epochs`` (in two parts when batch norm freezes after ``freeze_at``), restore the best epoch
+    when validating, else record each epoch in ``curve``; the number of batch-norm layers that were frozen."""
+    from edgedeploy.optimize.finetune.loop import set_batch_norm_frozen
+
     frozen = 0
     try:
-        segments = [(0, settings.epochs)] if freeze_at in (None, 0) else [(0, freeze_at), (freeze_at, settings.epochs)]
+        segments = [(0, epochs)] if freeze_at in (None, 0) else [(0, freeze_at), (freeze_at, epochs)]
         if freeze_at == 0:
             frozen = set_batch_norm_frozen(model, True)
         for i, (first, last) in enumerate(segments):
             if i == 1:
                 frozen = set_batch_norm_frozen(model, True)
-            model.compile(optimizer=optimizer, loss=train_loss, metrics=metrics)
-            history = model.fit(ts.x, y_train, batch_size=recipe.batch_size, initial_epoch=first, epochs=last,
-                                shuffle=True, verbose=0, callbacks=all_callbacks)
+            model.compile(optimizer=optimizer, loss=objective.loss, metrics=objective.metrics)
+            history = model.fit(ts.x, objective.y, batch_size=batch_size, initial_epoch=first, epochs=last,
+                                shuffle=True, verbose=0, callbacks=callbacks)
             if validate is None:
                 accuracies = history.history.get("accuracy", [math.nan] * len(history.history.get("loss", [])))
                 for j, (l_, a_) in enumerate(zip(history.history.get("loss", []), accuracies)):
@@ -255,49 +299,45 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Loss, 
     finally:
         if frozen:
             set_batch_norm_frozen(model, False)
-    ran = len(selector.history) if validate is not None else settings.epochs
-    report.update({
-        "epochs": settings.epochs,
-        "epochs_run": ran,
-        "train_samples": int(len(ts.x)),
-        "unlabelled_samples": int(np.sum(ts.y < 0)) if classifier else 0,
-        "validation_samples": int(len(ts.x_val)),
-        "steps_per_epoch": steps,
-        "batch_size": recipe.batch_size,
-        "optimizer": "Adam",
-        "learning_rate": {"peak": settings.learning_rate, "schedule": recipe.lr_schedule,
-                          "warmup_steps": warmup, "total_steps": total},
-        "distillation": (({"teacher": "baseline (float)", "temperature": recipe.distill_temperature,
-                           "label_weight": recipe.distill_label_weight, "on": "log-probabilities"} if classifier else
-                          {"teacher": "baseline (float)", "label_weight": recipe.distill_label_weight,
-                           "on": f"outputs ({loss.loss} to them beside the targets)"})
-                         if ts.distill else None),
-        "batch_norm": ("statistics frozen from the start" if freeze_at == 0 else
-                       f"trained for {freeze_at} epochs, then statistics frozen" if freeze_at else
-                       "trained (batch statistics, moving averages updated)")
-        + (f" ({frozen} layers; " + ("scale and offset still trained inside TFMOT's quantize wrappers)"
-                                     if batch_norm_wrapped(model) else "scale and offset frozen too)") if frozen else ""),
-        "selection": None if validate is None else {
-            "metric": ("hold-out loss" + (" (distillation)" if ts.distill else
-                                          " (cross-entropy)" if classifier else f" ({loss.loss})")
-                       if selection_metric == "loss" else "hold-out accuracy (ties: lower hold-out loss)"),
-            "hold_out": (f"{recipe.validation_fraction:.0%} of the fine-tune split, "
-                         f"{'stratified' if classifier else 'random'}, seed {recipe.seed}"),
-            "selectable_from_epoch": max(eligible_from, (freeze_at or 0) + 1),
-            "best_epoch": selector.best_epoch,
-            "best_val_accuracy": None if selector.best is None or not classifier else round(selector.best[0], 3),
-            "best_val_loss": None if selector.best is None else round(selector.best[1], 5),
-            "restored_best": bool(recipe.restore_best and selector.best_epoch is not None),
-            "stopped_early": bool(validate.stopped_early),
-            "patience": recipe.patience,
-        },
-        "curve": curve,
-        "notes": ts.notes,
-        **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
-           if ts.p is not None else {}),
-    })
-    return report
+    return frozen
 
+
+def _distillation_summary(recipe: Recipe, loss: Task, classifier: bool) -> dict[str, Any]:
+    if classifier:
+        return {"teacher": "baseline (float)", "temperature": recipe.distill_temperature,
+                "label_weight": recipe.distill_label_weight, "on": "log-probabilities"}
+    return {"teacher": "baseline (float)", "label_weight": recipe.distill_label_weight,
+            "on": f"outputs ({loss.loss} to them beside the targets)"}
+
+
+def _batch_norm_summary(model, freeze_at: int | None, frozen: int) -> str:
+    from edgedeploy.optimize.finetune.loop import batch_norm_wrapped
+
+    return (("statistics frozen from the start" if freeze_at == 0 else
+             f"trained for {freeze_at} epochs, then statistics frozen" if freeze_at else
+             "trained (batch statistics, moving averages updated)")
+            + (f" ({frozen} layers; " + ("scale and offset still trained inside TFMOT's quantize wrappers)"
+                                         if batch_norm_wrapped(model) else "scale and offset frozen too)")
+               if frozen else ""))
+
+
+def _selection_summary(validate, selector, recipe: Recipe, ts: TrainingSet, loss: Task, classifier: bool,
+                       selection_metric: str, selectable_from: int) -> dict[str, Any]:
+    """How the hold-out chose the epoch kept."""
+    return {
+        "metric": ("hold-out loss" + (" (distillation)" if ts.distill else
+                                      " (cross-entropy)" if classifier else f" ({loss.loss})")
+                   if selection_metric == "loss" else "hold-out accuracy (ties: lower hold-out loss)"),
+        "hold_out": (f"{recipe.validation_fraction:.0%} of the fine-tune split, "
+                     f"{'stratified' if classifier else 'random'}, seed {recipe.seed}"),
+        "selectable_from_epoch": selectable_from,
+        "best_epoch": selector.best_epoch,
+        "best_val_accuracy": None if selector.best is None or not classifier else round(selector.best[0], 3),
+        "best_val_loss": None if selector.best is None else round(selector.best[1], 5),
+        "restored_best": bool(recipe.restore_best and selector.best_epoch is not None),
+        "stopped_early": bool(validate.stopped_early),
+        "patience": recipe.patience,
+    }
 
 
 def teacher_targets(model, x: np.ndarray, from_logits: bool, classifier: bool = True) -> np.ndarray:

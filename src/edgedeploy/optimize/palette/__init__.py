@@ -38,110 +38,13 @@ weights within an accuracy budget, judged on fine-tune samples from the rise of 
 (``executor = "ray"``).
 
 Modules: :mod:`.projection` (palettes and the projections onto them), :mod:`.plan` (plans and the search),
-:mod:`.debugdb` (Vela's debug database, pure parsers), :mod:`.models` (Keras models), :mod:`.sweep` (the
-sensitivity sweep), :mod:`.qat` (QAT that keeps the palette) and :mod:`.stages` (the nodes' and leaves' stages).
+:mod:`.models` (Keras models), :mod:`.sensitivity` (the sensitivity sweep), :mod:`.qat` (QAT that keeps the
+palette) and :mod:`.stages` (the nodes' and leaves' stages); Vela's debug database is read by
+:mod:`edgedeploy.vela.debugdb`. The package's face is the two stages the optimize registry dispatches to.
 """
 
 from __future__ import annotations
 
-from .projection import (  # noqa: F401
-    DAMP,
-    PALETTE_LIMIT,
-    Projection,
-    QMAX,
-    SCALES,
-    SHRINKS,
-    channel_scales,
-    channels_last,
-    compensate,
-    fit_palette,
-    fit_palette_and_scales,
-    fitted_scales,
-    int8_symmetric,
-    inverse_cholesky,
-    magnitude_prune,
-    normalized,
-    project,
-    project_compensated,
-    saliency_mask,
-    snap,
-)
-from .plan import (  # noqa: F401
-    LINEAR_REGIME,
-    LayerSetting,
-    MIN_SLOPE_ITEMS,
-    candidate_settings,
-    drop_per_loss,
-    greedy_plan,
-    holdout_split,
-    memoized,
-    plan_bytes,
-    sized_plan,
-    start_options,
-)
-from edgedeploy.vela.debugdb import (
-    WEIGHT_OPS,
-    _TABLE_RE,
-    _int,
-    attach_int8,
-    layer_of_tensor,
-    npu_weight_report,
-    parse_debug_db,
-    summarize_layers,
-    weight_layers,
-)
-from .models import (  # noqa: F401
-    HESSIAN_SAMPLES,
-    MAX_HESSIAN_ROWS,
-    _bn_params,
-    _hessian_support,
-    _input_rows,
-    _out_channels,
-    _palette_opt,
-    apply_plan,
-    default_plan,
-    fold_batch_norm,
-    kernel_layers,
-    layer_hessians,
-    projection_method,
-    scale_method,
-)
-from edgedeploy.optimize.palette.sensitivity import (
-    ALL_WEIGHTS,
-    EXECUTORS,
-    MEASURE_SAMPLES,
-    REFERENCE,
-    _WORKER,
-    _ray_item,
-    _scores,
-    _worker_init,
-    evaluate_item,
-    layer_bytes,
-    load_hessians,
-    run_items,
-    save_hessians,
-    sensitivity_sweep,
-    sweep_holdout,
-)
-from .qat import (  # noqa: F401
-    _CLASSES,
-    _quantizer_classes,
-    bake_palettes,
-    kernel_attr,
-    kernel_variable,
-    load_palette_qat,
-    palette_kind,
-    palette_layers,
-    palette_qat_model,
-    qat_palettes,
-)
-from .stages import (  # noqa: F401
-    PLAN_FILE,
-    _fit_data,
-    check_palette,
-    convert_leaf,
-    int8_palette_rows,
-    read_plan,
-    train_node,
-    write_plan,
-)
+from .stages import convert_leaf, train_node
+
+__all__ = ["convert_leaf", "train_node"]

@@ -14,17 +14,51 @@ _CLASSES: list[Any] = []  # the palette quantizer classes, made once per process
 
 
 def _quantizer_classes():
-    """The palette weight quantizer (a TFMOT LastValueQuantizer that snaps to the palette first)."""
+    """The palette weight quantizer (a TFMOT LastValueQuantizer that snaps to the palette first) and the
+    quantize config that puts it on a layer; TFMOT's base classes are imported here, on first use."""
     if _CLASSES:
         return _CLASSES[0], _CLASSES[1]
     from edgedeploy.keras import tfenv
 
     env = tfenv.load()
-    tf = env.tf
     from tensorflow_model_optimization.python.core.quantization.keras import quantizers
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
         default_8bit_quantize_registry as registry,
     )
+
+    weights_quantizer = _weights_quantizer_class(env.tf, quantizers, registry)
+    config = _quantize_config_class(registry, weights_quantizer)
+    _CLASSES[:] = [weights_quantizer, config]
+    return weights_quantizer, config
+
+
+def _snap_to_palette(tf, w, palette: list[int], mask, per_axis: bool, depthwise: bool):
+    """``w`` with each weight moved to the nearest palette value times its channel's (or the tensor's) scale,
+    the largest kept weight of each channel at ±QMAX; weights outside ``mask`` stay zero."""
+    if mask is not None:  # before the scales: each channel's largest kept weight maps to ±127
+        w = w * tf.cast(mask, w.dtype)
+    levels = tf.constant(sorted(palette), dtype=w.dtype)
+    shape = tf.shape(w)
+    if depthwise:
+        flat = tf.reshape(w, [-1, shape[2] * shape[3]])
+    else:
+        flat = tf.reshape(w, [-1, shape[-1]])
+    if per_axis or depthwise:
+        peak = tf.reduce_max(tf.abs(flat), axis=0, keepdims=True)
+    else:
+        peak = tf.reduce_max(tf.abs(flat))
+    scale = peak / QMAX
+    safe = tf.where(scale > 0, scale, tf.ones_like(scale))
+    x = flat / safe
+    idx = tf.argmin(tf.abs(x[..., None] - levels), axis=-1)
+    snapped = tf.reshape(tf.gather(levels, idx) * scale, shape)
+    if mask is not None:
+        snapped = snapped * tf.cast(mask, snapped.dtype)
+    return snapped
+
+
+def _weights_quantizer_class(tf, quantizers, registry):
+    """The class of the palette weight quantizer, on TFMOT's ``LastValueQuantizer``."""
 
     class PaletteWeightsQuantizer(quantizers.LastValueQuantizer):
         """Snaps a kernel to ``palette`` x channel scale (straight-through gradient), then fake-quantizes it."""
@@ -48,26 +82,7 @@ def _quantizer_classes():
             return super().build(tensor_shape, name, layer)
 
         def _snap(self, w):
-            if self.mask is not None:  # before the scales: each channel's largest kept weight maps to ±127
-                w = w * tf.cast(self.mask, w.dtype)
-            levels = tf.constant(sorted(self.palette), dtype=w.dtype)
-            shape = tf.shape(w)
-            if self.depthwise:
-                flat = tf.reshape(w, [-1, shape[2] * shape[3]])
-            else:
-                flat = tf.reshape(w, [-1, shape[-1]])
-            if self.per_axis or self.depthwise:
-                peak = tf.reduce_max(tf.abs(flat), axis=0, keepdims=True)
-            else:
-                peak = tf.reduce_max(tf.abs(flat))
-            scale = peak / QMAX
-            safe = tf.where(scale > 0, scale, tf.ones_like(scale))
-            x = flat / safe
-            idx = tf.argmin(tf.abs(x[..., None] - levels), axis=-1)
-            snapped = tf.reshape(tf.gather(levels, idx) * scale, shape)
-            if self.mask is not None:
-                snapped = snapped * tf.cast(self.mask, snapped.dtype)
-            return snapped
+            return _snap_to_palette(tf, w, self.palette, self.mask, self.per_axis, self.depthwise)
 
         def __call__(self, inputs, training, weights, **kwargs):
             if self.gain is not None:
@@ -88,19 +103,25 @@ def _quantizer_classes():
         def from_config(cls, config):
             return cls(**config)
 
+    return PaletteWeightsQuantizer
+
+
+def _quantize_config_class(registry, weights_quantizer):
+    """The class of the quantize config that puts a ``weights_quantizer`` on a layer's kernel, on TFMOT's
+    default 8-bit config."""
+
     class PaletteQuantizeConfig(registry.Default8BitQuantizeConfig):
         def __init__(self, weight_attrs, activation_attrs, quantize_output, palette, per_axis, depthwise=False):
             super().__init__(weight_attrs, activation_attrs, quantize_output)
             self.palette, self.per_axis, self.depthwise = list(palette), bool(per_axis), bool(depthwise)
-            self.weight_quantizer = PaletteWeightsQuantizer(self.palette, self.per_axis, self.depthwise)
+            self.weight_quantizer = weights_quantizer(self.palette, self.per_axis, self.depthwise)
 
         def get_config(self):
             return {"weight_attrs": self.weight_attrs, "activation_attrs": self.activation_attrs,
                     "quantize_output": self.quantize_output, "palette": self.palette, "per_axis": self.per_axis,
                     "depthwise": self.depthwise}
 
-    _CLASSES[:] = [PaletteWeightsQuantizer, PaletteQuantizeConfig]
-    return PaletteWeightsQuantizer, PaletteQuantizeConfig
+    return PaletteQuantizeConfig
 
 
 def qat_palettes(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:

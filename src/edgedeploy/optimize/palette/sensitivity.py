@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -209,8 +210,6 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     on the measured samples times the points-per-nat slope fitted over the sweep's own single-layer items
     (:func:`drop_per_loss`); ``"accuracy"`` takes the measured accuracy drop itself. Both are recorded.
     """
-    from edgedeploy.tflite.convert import convert_int8
-
     t0 = time.perf_counter()
     clusters = tuple(_palette_opt(recipe, "clusters", (4, 8, 16)))
     sparsities = tuple(_palette_opt(recipe, "sparsities", (0.0, 0.6)))
@@ -218,21 +217,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     executor = str(_palette_opt(recipe, "executor", "process"))
     workers = int(_palette_opt(recipe, "workers", 2))
     target = str(_palette_opt(recipe, "target", "ethos-u55-128"))
-    if _palette_opt(recipe, "measure_on", "fine-tune") == "fine-tune":
-        # Drops are paired differences (the same samples with and without a setting), so the samples the
-        # parent was fine-tuned on serve; the whole labelled fine-tune split resolves them ten times finer than
-        # a 10% hold-out, where one sample of 300 is already a third of a point.
-        hold = np.flatnonzero(np.asarray(data.y_fit) >= 0)
-        hold_from = "every labelled sample of the fine-tune split"
-        cap = int(_palette_opt(recipe, "measure_samples", MEASURE_SAMPLES))
-        if len(hold) > cap:  # the sweep's time grows with the samples; a few thousand resolve 0.05 points
-            hold = np.sort(np.random.default_rng(recipe.seed).choice(hold, cap, replace=False))
-            hold_from = f"{cap} labelled samples of the fine-tune split (random, seed {recipe.seed})"
-    else:
-        _, hold, hold_from = sweep_holdout(data, recipe)
-    if len(hold) == 0:
-        raise UsageError("the palette sweep has no labelled samples to measure on",
-                         "set [selection] validation_fraction > 0 or [palette] holdout = 0.2")
+    hold, hold_from = _measured_samples(data, recipe)
     x_hold, y_hold = data.x_fit[hold], data.y_fit[hold]
     layers = [name for name, _ in kernel_layers(model, recipe.skip_layers)]
     # Every layer gets a palette; the largest (Vela's limit) is where the walk starts.
@@ -248,22 +233,103 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     scales = scale_method(recipe)
     results = run_items(items, model_path, x_hold, y_hold, work, executor, workers, recipe.seed, hessians,
                         from_logits, scales)
+    judge, estimate, slope = _drop_judge(recipe, results, base_acc, base_loss)
+    size_budget = _palette_opt(recipe, "size_budget", None)
+    models = _setting_models(model, data, recipe, settings, layers, work, hessians, scales, reference, size_budget)
+    sizes = layer_bytes(models, target, work, layers)
+    options = _layer_options(results, sizes, layers, judge)
+
+    # Single-layer drops do not add up: walk the moves and check each on the whole model.
+    # Memoized: a size-budget walk that keeps no move asks again for the start plan judged here.
+    @memoized
+    def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+        from edgedeploy.keras import tfenv
+
+        m = tfenv.load().keras.models.clone_model(model)
+        m.set_weights(model.get_weights())
+        apply_plan(m, plan, recipe.seed, hessians, scales)
+        return judge(*_scores(m, x_hold, y_hold, from_logits))
+
+    walk = _walk(options, joint_drop, sizes, recipe, budget, size_budget)
+    return {
+        "plan": walk["plan"],
+        "budget_points": None if walk["size"] else budget,
+        "budget_from": walk["budget_from"],
+        "effective_budget_points": None if walk["size"] else round(walk["effective"], 3),
+        "size": walk["size"],
+        "measured_on": {"samples": len(hold), "from": hold_from,
+                        "baseline_accuracy": round(base_acc, 3), "baseline_loss": round(base_loss, 5)},
+        "drop_estimate": (estimate if estimate == "accuracy" or slope is not None
+                          else "accuracy (too few items for loss)"),
+        "points_per_nat": None if slope is None else round(slope, 3),
+        "target": target,
+        "executor": executor,
+        "projection": "gptq" if hessians is not None else "nearest",
+        "settings": [s.to_dict() for s in settings],
+        "options": options,
+        "checks": walk["checks"],
+        "steps": walk["steps"],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _measured_samples(data, recipe) -> tuple[np.ndarray, str]:
+    """The fine-tune samples the sweep measures drops on (indices), and where they come from in words."""
+    if _palette_opt(recipe, "measure_on", "fine-tune") == "fine-tune":
+        # Drops are paired differences (the same samples with and without a setting), so the samples the
+        # parent was fine-tuned on serve; the whole labelled fine-tune split resolves them ten times finer than
+        # a 10% hold-out, where one sample of 300 is already a third of a point.
+        hold = np.flatnonzero(np.asarray(data.y_fit) >= 0)
+        hold_from = "every labelled sample of the fine-tune split"
+        cap = int(_palette_opt(recipe, "measure_samples", MEASURE_SAMPLES))
+        if len(hold) > cap:  # the sweep's time grows with the samples; a few thousand resolve 0.05 points
+            hold = np.sort(np.random.default_rng(recipe.seed).choice(hold, cap, replace=False))
+            hold_from = f"{cap} labelled samples of the fine-tune split (random, seed {recipe.seed})"
+    else:
+        _, hold, hold_from = sweep_holdout(data, recipe)
+    if len(hold) == 0:
+        raise UsageError("the palette sweep has no labelled samples to measure on",
+                         "set [selection] validation_fraction > 0 or [palette] holdout = 0.2")
+    return hold, hold_from
+
+
+def _drop_judge(recipe, results: Sequence[Mapping[str, Any]], base_acc: float, base_loss: float
+                ) -> tuple["_DropJudge", str, float | None]:
+    """How drops are judged (``[palette] drop_estimate``), that estimate's name and the points-per-nat slope
+    fitted over the single-layer ``results`` (None when too few)."""
     estimate = str(_palette_opt(recipe, "drop_estimate", PALETTE_DEFAULTS["drop_estimate"]))
     slope = drop_per_loss([base_acc - r["accuracy"] for r in results], [r["loss"] - base_loss for r in results])
     if estimate == "loss" and slope is None:
         log.warning("palette sweep: too few single-layer items to relate loss to accuracy; judging measured drops")
+    return _DropJudge(base_acc, base_loss, slope if estimate == "loss" else None), estimate, slope
 
-    def judge(acc: float, loss: float) -> dict[str, float]:
-        measured = base_acc - acc
-        drop = slope * (loss - base_loss) if estimate == "loss" and slope is not None else measured
+
+@dataclass(frozen=True)
+class _DropJudge:
+    """The accuracy drop of a projected model's (accuracy, loss) on the measured samples: its loss rise times
+    ``slope`` (points per nat), or without a slope the measured drop itself."""
+
+    base_acc: float
+    base_loss: float
+    slope: float | None
+
+    def __call__(self, acc: float, loss: float) -> dict[str, float]:
+        measured = self.base_acc - acc
+        drop = self.slope * (loss - self.base_loss) if self.slope is not None else measured
         return {"drop": round(drop, 3), "measured_drop": round(measured, 3),
-                "loss_rise": round(loss - base_loss, 5)}
+                "loss_rise": round(loss - self.base_loss, 5)}
 
-    # Encoded bytes: one int8 model per setting, every layer projected alike (Vela encodes each layer alone).
+
+def _setting_models(model, data, recipe, settings: Sequence[LayerSetting], layers: Sequence[str], work: Path,
+                    hessians: Mapping[str, np.ndarray] | None, scales: str, reference, size_budget: Any
+                    ) -> dict[str, Path]:
+    """One int8 model per setting, every layer projected alike (Vela encodes each layer alone), and with a size
+    budget the reference model it is a fraction of (under :data:`REFERENCE`)."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import convert_int8
+
     calibration, _ = data.calibration(recipe.calibration_samples, recipe.seed)
     models = {}
-    from edgedeploy.keras import tfenv
-
     keras = tfenv.load().keras
     for key, setting in [(s.key, s) for s in settings]:
         m = keras.models.clone_model(model)
@@ -272,14 +338,18 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
         path = work / f"{key}.tflite"
         path.write_bytes(convert_int8(m, calibration, float_io=recipe.float_io))
         models[key] = path
-    size_budget = _palette_opt(recipe, "size_budget", None)
     if size_budget is not None:
         if reference is None:
             raise UsageError("the palette sweep's size budget needs the model it is a fraction of",
                              "run it from `edgedeploy optimize`, which passes the baseline")
         models[REFERENCE] = work / f"{REFERENCE}.tflite"
         models[REFERENCE].write_bytes(convert_int8(reference, calibration, float_io=recipe.float_io))
-    sizes = layer_bytes(models, target, work, layers)
+    return models
+
+
+def _layer_options(results: Sequence[Mapping[str, Any]], sizes: Mapping[str, Mapping[str, int]],
+                   layers: Sequence[str], judge: _DropJudge) -> dict[str, list[dict[str, Any]]]:
+    """Per layer, each setting Vela encoded with its bytes and judged drop (layers with none left out)."""
     options: dict[str, list[dict[str, Any]]] = {layer: [] for layer in layers}
     for r in results:
         s = LayerSetting(r["setting"]["clusters"], r["setting"]["sparsity"])
@@ -288,16 +358,13 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
             continue
         options[r["layer"]].append({"setting": s.to_dict(), "bytes": b, **judge(r["accuracy"], r["loss"]),
                                     "accuracy": round(r["accuracy"], 3)})
-    options = {k: v for k, v in options.items() if v}
-    # Single-layer drops do not add up: walk the moves and check each on the whole model.
-    # Memoized: a size-budget walk that keeps no move asks again for the start plan judged here.
-    @memoized
-    def joint_drop(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-        m = keras.models.clone_model(model)
-        m.set_weights(model.get_weights())
-        apply_plan(m, plan, recipe.seed, hessians, scales)
-        return judge(*_scores(m, x_hold, y_hold, from_logits))
+    return {k: v for k, v in options.items() if v}
 
+
+def _walk(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, sizes: Mapping[str, Mapping[str, int]],
+          recipe, budget: float, size_budget: Any) -> dict[str, Any]:
+    """The plan within the accuracy budget (fewest bytes) or the size budget (least drop), the steps that found
+    it and the whole-model checks of its start and its end."""
     start = start_options(options)
     start_judged = joint_drop({k: v["setting"] for k, v in start.items()})
     start_drop = start_judged["drop"]
@@ -311,21 +378,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     if size_budget is None:
         chosen, steps = greedy_plan(options, joint_drop, effective)
     else:
-        # Weight operators outside the sweep's layers (skipped layers) keep their bytes in every plan.
-        fixed = max(v[ALL_WEIGHTS] - sum(v.get(layer, 0) for layer in options) for k, v in sizes.items()
-                    if k != REFERENCE)
-        reference_bytes = sizes[REFERENCE][ALL_WEIGHTS]
-        limit = int(float(size_budget) * reference_bytes) - fixed
-        found = sized_plan(options, joint_drop, limit, max(start_drop, 0.0))
-        chosen, steps = found["plan"], found["steps"]
-        sized = {"size_budget": float(size_budget), "reference_encoded_bytes": reference_bytes,
-                 "fixed_encoded_bytes": fixed, "encoded_bytes": found["bytes"] + fixed,
-                 "fraction_of_reference": round((found["bytes"] + fixed) / reference_bytes, 4),
-                 "fits": found["fits"], "walks": found["walks"]}
-        if not found["fits"]:
-            log.warning("palette sweep: even the smallest plan (%d encoded bytes, %.3f of the baseline's) is over "
-                        "the size budget of %.3f; add smaller [palette] clusters or larger sparsities",
-                        found["bytes"] + fixed, sized["fraction_of_reference"], float(size_budget))
+        chosen, steps, sized = _sized_walk(options, joint_drop, sizes, float(size_budget), start_drop)
     kept = [st for st in steps if st["kept"]]
     final = joint_drop(chosen)  # judged already (as the start or a step), so read from the memo
     checks = {"start": f"every layer at {PALETTE_LIMIT} palette values", "start_drop": round(start_drop, 3),
@@ -334,26 +387,29 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
               "steps_tried": len(steps), "steps_kept": len(kept),
               "drop": final["drop"], "measured_drop": final["measured_drop"],
               "encoded_bytes": plan_bytes(options, chosen)}
-    return {
-        "plan": chosen,
-        "budget_points": None if sized else budget,
-        "budget_from": budget_from,
-        "effective_budget_points": None if sized else round(effective, 3),
-        "size": sized,
-        "measured_on": {"samples": len(hold), "from": hold_from,
-                        "baseline_accuracy": round(base_acc, 3), "baseline_loss": round(base_loss, 5)},
-        "drop_estimate": (estimate if estimate == "accuracy" or slope is not None
-                          else "accuracy (too few items for loss)"),
-        "points_per_nat": None if slope is None else round(slope, 3),
-        "target": target,
-        "executor": executor,
-        "projection": "gptq" if hessians is not None else "nearest",
-        "settings": [s.to_dict() for s in settings],
-        "options": options,
-        "checks": checks,
-        "steps": steps,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    return {"plan": chosen, "steps": steps, "size": sized, "budget_from": budget_from,
+            "effective": effective, "checks": checks}
+
+
+def _sized_walk(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, sizes: Mapping[str, Mapping[str, int]],
+                size_budget: float, start_drop: float) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """The plan of least drop whose encoded weights are at most ``size_budget`` of the reference's, its steps,
+    and the record of the size it reached."""
+    # Weight operators outside the sweep's layers (skipped layers) keep their bytes in every plan.
+    fixed = max(v[ALL_WEIGHTS] - sum(v.get(layer, 0) for layer in options) for k, v in sizes.items()
+                if k != REFERENCE)
+    reference_bytes = sizes[REFERENCE][ALL_WEIGHTS]
+    limit = int(size_budget * reference_bytes) - fixed
+    found = sized_plan(options, joint_drop, limit, max(start_drop, 0.0))
+    sized = {"size_budget": size_budget, "reference_encoded_bytes": reference_bytes,
+             "fixed_encoded_bytes": fixed, "encoded_bytes": found["bytes"] + fixed,
+             "fraction_of_reference": round((found["bytes"] + fixed) / reference_bytes, 4),
+             "fits": found["fits"], "walks": found["walks"]}
+    if not found["fits"]:
+        log.warning("palette sweep: even the smallest plan (%d encoded bytes, %.3f of the baseline's) is over "
+                    "the size budget of %.3f; add smaller [palette] clusters or larger sparsities",
+                    found["bytes"] + fixed, sized["fraction_of_reference"], size_budget)
+    return found["plan"], found["steps"], sized
 
 
 def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:

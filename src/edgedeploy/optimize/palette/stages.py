@@ -128,69 +128,21 @@ def check_palette(node: str, rows: Sequence[dict[str, Any]], tolerance: float) -
 
 def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, recipe, loss):
     """The stage of a palette node (the registry's "palette" and "palette_qat" techniques)."""
-    from edgedeploy.keras.rewrites import fuse_separate_relu
     from edgedeploy.keras.model import keras_weight_stats
     from edgedeploy.core.manifest import Metric
     from edgedeploy.core.stage import StageResult
 
     tfenv_seed(recipe.seed)
     t0 = time.perf_counter()
-    keras = env.keras
-    parent = keras.models.load_model(inputs["model"], compile=False)
+    parent = env.keras.models.load_model(inputs["model"], compile=False)
     details: dict[str, Any] = {"technique": NODE_TABLE[node].technique}
     warnings: list[str] = []
     fit_data = _fit_data(data, recipe)
     if NODE_TABLE[node].technique == "palette":
-        model, folded = fold_batch_norm(parent)  # (the baseline node split each SeparableConv2D)
-        model, fused = fuse_separate_relu(model, relu6=True)  # palette QAT keeps a relu6 activation (see below)
-        details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
-        plan = default_plan(model, recipe)
-        hessians = None
-        if projection_method(recipe) == "gptq":
-            n = int(_palette_opt(recipe, "hessian_samples", HESSIAN_SAMPLES))
-            x_h, h_from = fit_data.calibration(n, recipe.seed)
-            hessians = layer_hessians(model, x_h, [name for name, _ in kernel_layers(model, recipe.skip_layers)],
-                                      seed=recipe.seed)
-            details["compensation"] = {"method": "gptq", "hessian_samples": int(len(x_h)), "from": h_from,
-                                       "damp": DAMP, "layers": sorted(hessians)}
-        else:
-            details["compensation"] = {"method": "nearest"}
-        big = sorted(n for n, p in plan.items() if p["clusters"] is not None and p["clusters"] > PALETTE_LIMIT)
-        if big:
-            warnings.append(f"{', '.join(big)}: more than {PALETTE_LIMIT} clusters, more values than Vela's palette holds")
-        searched = _palette_opt(recipe, "search", False)
-        if searched and not task_of(data).classifier:
-            searched = False  # the sweep's drop estimate is the rise of the cross-entropy and the accuracy drop
-            details["sweep"] = {"off": f"a {task_of(data).kind} model: the sweep judges drops by accuracy and "
-                                       "cross-entropy; the plan is the recipe's clusters and [layers] settings"}
-            warnings.append(f"[palette] search is off for this {task_of(data).kind} model (see details.sweep)")
-        if searched:
-            reference = inputs.get("baseline_model")
-            if reference is not None:
-                reference = keras.models.load_model(reference, compile=False)
-            sweep = sensitivity_sweep(model, data, recipe, out / "_sweep", hessians, loss.from_logits, reference)
-            plan.update({k: v for k, v in sweep["plan"].items()})
-            for name, over in (getattr(recipe, "layers", {}) or {}).items():  # explicit settings win
-                if name in plan:
-                    plan[name] = {"clusters": int(over.get("clusters", recipe.clusters)),
-                                  "sparsity": float(over.get("sparsity", 0.0))}
-            details["sweep"] = {k: v for k, v in sweep.items() if k != "plan"}
-            import shutil
-
-            shutil.rmtree(out / "_sweep", ignore_errors=True)
-        details["scales"] = scale_method(recipe)
-        details["projection"] = apply_plan(model, plan, recipe.seed, hessians, details["scales"])
-        over = {name: p["distinct_int8_per_channel_quant"] for name, p in details["projection"].items()
-                if p["distinct_int8_per_channel_quant"] > int(plan[name]["clusters"])}
-        if over:
-            name = next(iter(over))
-            raise PreservationError(f"stage {node}: layer {name} quantizes to {over[name]} distinct int8 values, more "
-                                    f"than its palette of {plan[name]['clusters']}",
-                                    "report this model; list the layer in skip_layers to leave it as it is")
-        result_model = model
-        target = out / FLOAT_MODEL
+        result_model, plan, folded = _projected_node(env, node, parent, inputs, out, data, fit_data, recipe, loss,
+                                                     details, warnings)
+        target, role = out / FLOAT_MODEL, "keras_model"
         result_model.save(target, include_optimizer=False)
-        role = "keras_model"
     else:
         doc = read_plan(Path(inputs["model"]).parent)
         plan, folded = doc["plan"], doc["batch_norm_factors"]
@@ -205,9 +157,8 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         details["qat_palettes"] = qat_palettes(parent, plan, recipe.seed)
         details["epochs"] = epochs
         details["trained_in"] = "kernel units before batch-norm folding" if folded else "the kernels as they are"
-        target = out / QAT_WEIGHTS
+        target, role = out / QAT_WEIGHTS, "qat_weights"
         result_model.save_weights(target)
-        role = "qat_weights"
     write_plan(out, node, plan, folded)
     details["plan"] = plan
     details["preservation"] = [s.to_dict() for s in keras_weight_stats(result_model)]
@@ -217,6 +168,73 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     }
     return StageResult(outputs={role: target, "palette_plan": out / PLAN_FILE}, metrics=node_metrics, details=details,
                        warnings=warnings)
+
+
+def _projected_node(env, node: str, parent, inputs: Mapping[str, Path], out: Path, data, fit_data, recipe, loss,
+                    details: dict[str, Any], warnings: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The "palette" node: the parent with batch norm folded and every planned kernel projected onto its palette
+    (the plan searched by the sensitivity sweep when the recipe asks); returns the model, the plan and the
+    folded batch-norm factors, and fills ``details`` and ``warnings``."""
+    from edgedeploy.keras.rewrites import fuse_separate_relu
+
+    model, folded = fold_batch_norm(parent)  # (the baseline node split each SeparableConv2D)
+    model, fused = fuse_separate_relu(model, relu6=True)  # palette QAT keeps a relu6 activation (see below)
+    details.update(folded_batch_norm=sorted(folded), fused_relu=fused)
+    plan = default_plan(model, recipe)
+    hessians = _compensation(model, fit_data, recipe, details)
+    big = sorted(n for n, p in plan.items() if p["clusters"] is not None and p["clusters"] > PALETTE_LIMIT)
+    if big:
+        warnings.append(f"{', '.join(big)}: more than {PALETTE_LIMIT} clusters, more values than Vela's palette holds")
+    searched = _palette_opt(recipe, "search", False)
+    if searched and not task_of(data).classifier:
+        searched = False  # the sweep's drop estimate is the rise of the cross-entropy and the accuracy drop
+        details["sweep"] = {"off": f"a {task_of(data).kind} model: the sweep judges drops by accuracy and "
+                                   "cross-entropy; the plan is the recipe's clusters and [layers] settings"}
+        warnings.append(f"[palette] search is off for this {task_of(data).kind} model (see details.sweep)")
+    if searched:
+        _search_plan(env, plan, model, inputs, out, data, recipe, loss, hessians, details)
+    details["scales"] = scale_method(recipe)
+    details["projection"] = apply_plan(model, plan, recipe.seed, hessians, details["scales"])
+    over = {name: p["distinct_int8_per_channel_quant"] for name, p in details["projection"].items()
+            if p["distinct_int8_per_channel_quant"] > int(plan[name]["clusters"])}
+    if over:
+        name = next(iter(over))
+        raise PreservationError(f"stage {node}: layer {name} quantizes to {over[name]} distinct int8 values, more "
+                                f"than its palette of {plan[name]['clusters']}",
+                                "report this model; list the layer in skip_layers to leave it as it is")
+    return model, plan, folded
+
+
+def _compensation(model, fit_data, recipe, details: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The layer Hessians of the error-compensating projection when the recipe asks for it (None: nearest)."""
+    if projection_method(recipe) != "gptq":
+        details["compensation"] = {"method": "nearest"}
+        return None
+    n = int(_palette_opt(recipe, "hessian_samples", HESSIAN_SAMPLES))
+    x_h, h_from = fit_data.calibration(n, recipe.seed)
+    hessians = layer_hessians(model, x_h, [name for name, _ in kernel_layers(model, recipe.skip_layers)],
+                              seed=recipe.seed)
+    details["compensation"] = {"method": "gptq", "hessian_samples": int(len(x_h)), "from": h_from,
+                               "damp": DAMP, "layers": sorted(hessians)}
+    return hessians
+
+
+def _search_plan(env, plan: dict[str, Any], model, inputs: Mapping[str, Path], out: Path, data, recipe, loss,
+                 hessians, details: dict[str, Any]) -> None:
+    """Update ``plan`` with the sensitivity sweep's, the recipe's explicit [layers] settings winning."""
+    import shutil
+
+    reference = inputs.get("baseline_model")
+    if reference is not None:
+        reference = env.keras.models.load_model(reference, compile=False)
+    sweep = sensitivity_sweep(model, data, recipe, out / "_sweep", hessians, loss.from_logits, reference)
+    plan.update({k: v for k, v in sweep["plan"].items()})
+    for name, over in (getattr(recipe, "layers", {}) or {}).items():  # explicit settings win
+        if name in plan:
+            plan[name] = {"clusters": int(over.get("clusters", recipe.clusters)),
+                          "sparsity": float(over.get("sparsity", 0.0))}
+    details["sweep"] = {k: v for k, v in sweep.items() if k != "plan"}
+    shutil.rmtree(out / "_sweep", ignore_errors=True)
 
 
 def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, recipe):

@@ -1,1 +1,31 @@
-"""Where stage work runs: in this process or a process pool (local) or on Ray."""
+"""Where stage work runs: in this process or a process pool (:mod:`.local`) or on Ray (:mod:`.ray`).
+
+Every runner is a :class:`StageRunner`; the driver makes one per command
+(:func:`edgedeploy.pipeline.tree_run.make_runner`) and passes it to whatever runs stages: the tree, each level of a
+walk, each model of a sweep. Compiles run on the runner's Vela executor (:class:`edgedeploy.vela.VelaExecutor`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from edgedeploy.vela import VelaExecutor
+
+
+class StageRunner(Protocol):
+    """The one protocol of a stage runner."""
+
+    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any) -> Future:
+        """Start ``fn(env, name, inputs, out, *args)``, the work of one node or leaf writing into ``out``; the
+        future gives ``(StageResult, started, seconds)``."""
+
+    def collect(self, future: Future, out: Path) -> tuple[Any, str | None, float | None]:
+        """The stage's result with its files in ``out``, or its error raised."""
+
+    def vela(self, options: Any, n_tasks: int) -> VelaExecutor:
+        """The Vela executor of this command's compiles, started on first use."""
+
+    def close(self) -> None:
+        """Stop the runner's workers and its Vela executor."""

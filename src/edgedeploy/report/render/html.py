@@ -60,7 +60,6 @@ def render_html(doc: Mapping[str, Any]) -> str:
     A pure function of the report document: the per-layer and weight plots use what
     ``build_report(..., html=True)`` gathered under ``doc["html"]``.
     """
-    inputs = doc.get("html")
     notes = Footnotes()
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              f"<title>edgedeploy report: {_h(doc['run_dir'])}</title><style>{CSS}</style></head><body>"]
@@ -68,7 +67,20 @@ def render_html(doc: Mapping[str, Any]) -> str:
     parts.append(f"<p class='muted'>Manifest <code>{_h(doc['manifest']['path'])}</code> (sha256 "
                  f"<code>{_h(doc['manifest']['sha256'][:16])}…</code>), edgedeploy {_h(doc['edgedeploy_version'])}, "
                  + _h(", ".join(f"{k} {v}" for k, v in doc["tools"].items())) + f", written {_h(doc['created'])}.</p>")
-    parts.append("<h2>Requirements</h2><ul>" + "".join(f"<li>{_h(t)}</li>" for t in _req_text(doc)) + "</ul>")
+    parts += _judgments(doc, notes)
+    parts += _plots(doc)
+    parts += _diagnostics(doc)
+    parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_h(n)}</li>" for n in doc["notes"]) + "</ul>")
+    if notes.reasons:
+        parts.append("<h2>Unavailable values</h2><ul>" + "".join(
+            f"<li>[{i}] unavailable: {_h(r)}</li>" for i, r in enumerate(notes.reasons, 1)) + "</ul>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _judgments(doc: Mapping[str, Any], notes: Footnotes) -> list[str]:
+    """Requirements, recommendations, the results table, the Pareto fronts and the comparison."""
+    parts = ["<h2>Requirements</h2><ul>" + "".join(f"<li>{_h(t)}</li>" for t in _req_text(doc)) + "</ul>"]
     parts.append("<h2>Recommendation</h2><ul>")
     for r in doc["recommendations"].values():
         cls = "ok" if r.get("leaf") else "bad"
@@ -89,7 +101,13 @@ def render_html(doc: Mapping[str, Any]) -> str:
     if cmp_lines:
         parts.append("<h2>Comparison</h2><ul>" + "".join(
             f"<li class='{'bad' if t.startswith('REGRESSION') else ''}'>{_h(t)}</li>" for t in cmp_lines) + "</ul>")
-    parts.append("<h2>Plots</h2>")
+    return parts
+
+
+def _plots(doc: Mapping[str, Any]) -> list[str]:
+    """The plots, each embedded or listed as left out with the reason."""
+    inputs = doc.get("html")
+    parts = ["<h2>Plots</h2>"]
     skipped: list[str] = []
 
     def add(title: str, make: Callable[[], str | None], reason: str) -> None:
@@ -139,7 +157,12 @@ def render_html(doc: Mapping[str, Any]) -> str:
     if skipped:
         parts.append("<p>Plots left out:</p><ul>" + "".join(f"<li class='muted'>{_h(s)}</li>" for s in skipped)
                      + "</ul>")
-    parts.append("<h2>Compression diagnostics</h2>")
+    return parts
+
+
+def _diagnostics(doc: Mapping[str, Any]) -> list[str]:
+    """Compression diagnostics (per leaf, with each tensor's values) and the NPU weights per layer."""
+    parts = ["<h2>Compression diagnostics</h2>"]
     comp = _compression_rows(doc)
     if comp:
         parts.append(_html_table([h for _, h in COMPRESSION_HEADERS],
@@ -164,10 +187,4 @@ def render_html(doc: Mapping[str, Any]) -> str:
             parts.append(f"<details><summary>{_h(title)}</summary>")
             parts.append(_html_table(list(LAYER_HEADERS), rows, [False, False] + [True] * 7))
             parts.append("</details>")
-    parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_h(n)}</li>" for n in doc["notes"]) + "</ul>")
-    if notes.reasons:
-        parts.append("<h2>Unavailable values</h2><ul>" + "".join(
-            f"<li>[{i}] unavailable: {_h(r)}</li>" for i, r in enumerate(notes.reasons, 1)) + "</ul>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
-
+    return parts

@@ -8,6 +8,7 @@ import json
 from typing import Any, Mapping
 
 from .cells import _req_text
+from .tables import fmt_num as _num
 
 HEADERS = ("Model", "Leaf", "Target", "Quality", "Vs own ptq", "Flash (B)", "SRAM (B)", "Total cycles",
            "Latency (ms)", "Meets requirements", "Model's pick", "Front", "Overall pick")
@@ -16,12 +17,6 @@ RIGHT = (False, False, False, True, True, True, True, True, True, False, False, 
 
 def _v(row: Mapping[str, Any], key: str) -> Any:
     return (row["values"].get(key) or {}).get("value")
-
-
-def _num(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "n/a"
-    return f"{int(round(float(value))):,}" if digits == 0 else f"{float(value):,.{digits}f}"
 
 
 def _yes(value: Any) -> str:

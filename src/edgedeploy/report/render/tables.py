@@ -33,6 +33,7 @@ def fmt_num(value: Any, digits: int = 0) -> str:
 
 
 def compile_json(manifest: Manifest, records: Sequence[StageRecord], cached_ids: set[str]) -> dict[str, Any]:
+    """The versioned JSON document ``edgedeploy compile --json`` prints for ``records`` of the run ``manifest``."""
     results = []
     for r in records:
         results.append(
@@ -102,6 +103,12 @@ def compile_columns(rows: Sequence[dict[str, str]]) -> tuple[tuple[str, str], ..
         return tuple(c for c in COMPILE_COLUMNS if c[0] != "accuracy")
     header = headers.pop() if len(headers) == 1 else "Int8 quality"
     return tuple((k, header if k == "accuracy" else h) for k, h in COMPILE_COLUMNS)
+
+
+def sweep_columns(rows: Sequence[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The columns of a sweep's compile table: the model first, the int8 accuracy only when a row has one."""
+    return (("model", "Model"),) + tuple(
+        c for c in COMPILE_COLUMNS if c[0] != "accuracy" or any(r["accuracy"] != "n/a" for r in rows))
 
 
 def compile_rows(manifest: Manifest, records: Iterable[StageRecord], cached_ids: set[str]) -> list[dict[str, str]]:

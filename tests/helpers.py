@@ -1,0 +1,35 @@
+"""Helpers the test modules share (importable as ``helpers``: pyproject's ``pythonpath`` puts tests/ on the path)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
+
+
+def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = 900) -> subprocess.CompletedProcess:
+    """``edgedeploy ARGS`` in a new process, as a user runs it: no colour, 200 columns, text output captured.
+
+    ``env`` adds to (or overrides) this process's environment."""
+    return subprocess.run([*EDGEDEPLOY, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The single ``error:`` line of a failed command's stderr (fails when there is none, several, or a traceback)."""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def invoke_cli(*args):
+    """``edgedeploy ARGS`` in this process (typer's test runner): a ``click.testing.Result``, stdout and stderr apart."""
+    from typer.testing import CliRunner
+
+    from edgedeploy.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])

@@ -1,0 +1,28 @@
+"""Bad data through the real CLI with a real model: refused before anything trains or is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[3]
+MODEL = REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5"  # input 49x10x1, 12 classes
+
+
+def test_one_hot_targets_with_a_nan_row_end_in_one_line_and_exit_3(tmp_path):
+    rng = np.random.default_rng(0)
+    y = np.eye(12, dtype=np.float32)[rng.integers(0, 12, 24)]
+    y[7] = np.nan
+    np.savez(tmp_path / "d.npz", x_train=rng.normal(size=(24, 49, 10, 1)).astype(np.float32), y_train=y,
+             x_test=rng.normal(size=(8, 49, 10, 1)).astype(np.float32), y_test=np.eye(12, dtype=np.float32)[:8])
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "optimize", str(MODEL), "--data", str(tmp_path / "d.npz"),
+                           "--leaves", "ptq", "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "'y_train' holds nan at index [7, 0] (sample 7" in proc.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -1,0 +1,139 @@
+"""`edgedeploy verify` and `compile --verify`: Vela's real output on the functional NPU model against TFLite's
+reference kernels; a damaged command or weight stream is caught and named."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import invoke_cli as cli
+
+TARGET = "ethos-u55-128"
+VELA = Path("compile") / "dscnn_mlperf" / TARGET / "model_int8_vela.tflite"
+
+
+@pytest.fixture(scope="module")
+def kws(shared_data):
+    return {"model": shared_data / "kws" / "dscnn_mlperf_int8.tflite",
+            "data": shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz"}
+
+
+@pytest.fixture(scope="module")
+def compiled(kws, tmp_path_factory):
+    run = tmp_path_factory.mktemp("npu") / "run"
+    result = cli("compile", kws["model"], "-t", TARGET, "-o", run, "--verify")
+    assert result.exit_code == 0, result.output
+    assert "bit-exact on 8 cases" in result.output
+    return run
+
+
+def _copy_with(run: Path, dest: Path, change) -> Path:
+    import shutil
+
+    shutil.copytree(run, dest)
+    path = dest / VELA
+    data = bytearray(path.read_bytes())
+    change(data)
+    path.write_bytes(data)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    for stage in manifest["stages"]:
+        for out in stage["outputs"]:
+            if out["path"] == str(VELA):
+                out["sha256"], out["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_dscnn_is_bit_exact_on_evaluation_data(compiled, kws):
+    result = cli("verify", compiled, "-t", TARGET, "--data", kws["data"], "--count", 6, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "bit-exact" and doc["exact_cases"] == 6
+    assert doc["operations"] == {"DMA": 11, "CONV": 7, "DEPTHWISE": 4, "POOL": 3, "ELEMENTWISE": 26}
+
+
+def test_damaged_weights_are_named(compiled, kws, tmp_path):
+    from edgedeploy.npu.leaf import read_leaf
+
+    weights = read_leaf(compiled / VELA).weights
+
+    def damage(data: bytearray) -> None:
+        start = data.find(weights[:64])
+        for i in range(start + 6000, start + 6040):
+            data[i] ^= 0x5A
+
+    run = _copy_with(compiled, tmp_path / "damaged", damage)
+    result = cli("verify", run, "-t", TARGET, "--data", kws["data"], "--count", 6)
+    assert result.exit_code in (11, 12), result.output
+    assert "operation" in result.output
+
+
+def test_damaged_command_stream_is_named(compiled, tmp_path):
+    from edgedeploy.npu.leaf import read_leaf
+
+    words = read_leaf(compiled / VELA).commands
+
+    def damage(data: bytearray) -> None:
+        start = data.find(struct.pack("<4I", *words[:4]))
+        data[start : start + 4] = struct.pack("<I", 0x3EE)  # no such command
+
+    run = _copy_with(compiled, tmp_path / "damaged", damage)
+    result = cli("verify", run, "-t", TARGET)
+    assert result.exit_code == 11, result.output
+    assert "word 0 is an unknown command 0x3ee" in result.output
+
+
+def test_changed_model_is_refused(compiled, tmp_path):
+    import shutil
+
+    run = tmp_path / "changed"
+    shutil.copytree(compiled, run)
+    data = bytearray((run / VELA).read_bytes())
+    data[-1] ^= 1
+    (run / VELA).write_bytes(bytes(data))
+    result = cli("verify", run, "-t", TARGET)
+    assert result.exit_code == 3 and "changed after compile" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.requires_data("ic/resnet8_mlperf_int8.tflite", "ic/cifar10_jpeg_subset.npz")
+@pytest.mark.parametrize("optimise", ["Performance", "Size"])
+def test_hundred_cases_on_four_npus(shared_data, tmp_path, optimise):
+    run = tmp_path / "run"
+    targets = ["ethos-u55-128", "ethos-u55-256", "ethos-u65-256", "ethos-u65-512"]
+    models = {"dscnn_mlperf": (shared_data / "kws" / "dscnn_mlperf_int8.tflite",
+                               shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz"),
+              "resnet8_mlperf": (shared_data / "ic" / "resnet8_mlperf_int8.tflite",
+                                 shared_data / "ic" / "cifar10_jpeg_subset.npz")}
+    args = [m for m, _ in models.values()]
+    for t in targets:
+        args += ["-t", t]
+    assert cli("compile", *args, "-o", run, "--optimise", optimise).exit_code == 0
+    for leaf, (_, data) in models.items():
+        for t in targets:
+            t0 = time.perf_counter()
+            result = cli("verify", run, "--leaf", leaf, "-t", t, "--data", data, "--count", 100, "--json")
+            seconds = time.perf_counter() - t0
+            assert result.exit_code == 0, result.output
+            doc = json.loads(result.stdout)
+            assert doc["status"] in ("bit-exact", "documented-difference")
+            assert doc["exact_cases"] + doc["documented_cases"] == 100
+            assert seconds < 60, f"{leaf} on {t}: {seconds:.1f} s"
+
+
+@pytest.mark.requires_data("kws/ds_cnn_s_arm_int8.tflite", "kws/speech_commands_v2_test_mfcc_arm.npz")
+def test_cpu_operators_run_on_tflite(shared_data, tmp_path):
+    run = tmp_path / "arm"
+    model = shared_data / "kws" / "ds_cnn_s_arm_int8.tflite"
+    assert cli("compile", model, "-t", TARGET, "-o", run, "--allow-cpu-ops").exit_code == 0
+    no_data = cli("verify", run)
+    assert no_data.exit_code == 2 and "takes float32 input" in no_data.output
+    result = cli("verify", run, "--data", shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz", "-n", 5,
+                 "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "bit-exact"

@@ -1,0 +1,232 @@
+"""Thinned models on real TensorFlow and Vela: the channel surgery through every coupling, the layers that cannot
+be thinned named with the reason, the channel check that fails a stage (exit 9), and a thinned leaf whose widths
+Vela's cycles chose, compiled for Ethos-U55."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+SEED = 0
+
+
+def _coupled_model(keras):
+    """A residual Add, a depthwise pass-through, a Concatenate, batch norm, Flatten into a hidden Dense."""
+    keras.utils.set_random_seed(SEED)
+    inp = keras.Input((8, 8, 3))
+    a = keras.layers.Conv2D(8, 3, padding="same", name="c0")(inp)
+    a = keras.layers.BatchNormalization(name="bn0")(a)
+    a = keras.layers.ReLU(name="r0")(a)
+    b = keras.layers.Conv2D(8, 3, padding="same", name="c1")(a)
+    b = keras.layers.Add(name="add")([a, b])
+    d = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(b)
+    e = keras.layers.Conv2D(4, 1, name="c2")(d)
+    c = keras.layers.Concatenate(name="cat")([d, e])
+    f = keras.layers.Conv2D(6, 1, name="c3")(c)
+    f = keras.layers.MaxPooling2D(name="pool")(f)
+    f = keras.layers.Flatten(name="flat")(f)
+    f = keras.layers.Dense(10, activation="relu", name="hidden")(f)
+    out = keras.layers.Dense(3, name="out")(f)
+    model = keras.Model(inp, out)
+    bn = model.get_layer("bn0")  # batch statistics that are not the identity
+    rng = np.random.default_rng(SEED)
+    bn.set_weights([rng.uniform(0.5, 2, 8), rng.normal(size=8), rng.normal(size=8), rng.uniform(0.5, 2, 8)])
+    return model
+
+
+def _masked(keras, model, keep):
+    """The original model with the removed channels' outputs forced to zero: what the thinned model computes."""
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    for name, group in (("c0", "c0"), ("c1", "c0"), ("c2", "c2"), ("c3", "c3"), ("hidden", "hidden")):
+        layer = copy.get_layer(name)
+        w = layer.get_weights()
+        mask = np.zeros(w[0].shape[-1], np.float32)
+        mask[keep[group]] = 1
+        layer.set_weights([w[0] * mask, w[1] * mask])
+    gone = [i for i in range(8) if i not in keep["c0"]]
+    bn = copy.get_layer("bn0").get_weights()
+    bn[0][gone], bn[1][gone] = 0, 0
+    copy.get_layer("bn0").set_weights(bn)
+    dw = copy.get_layer("dw").get_weights()
+    dw[1][gone] = 0
+    copy.get_layer("dw").set_weights(dw)
+    return copy
+
+
+def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model():
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+
+    keras = tfenv.load().keras
+    model = _coupled_model(keras)
+    graph = channel_groups(model)
+    groups = graph.thinnable()
+    assert sorted(groups) == ["c0", "c2", "c3", "hidden"]
+    assert groups["c0"].producers == ["c0", "c1"]  # both branches of the residual Add
+    assert graph.held() == {"out": "it is a model output"}
+    keep = {"c0": [0, 2, 5, 7], "c2": [1, 3], "c3": [0, 1, 4], "hidden": [1, 2, 3, 9]}
+    thinned = thin_model(model, graph, keep)
+    assert kernel_channels(thinned) == {"c0": (3, 4), "c1": (4, 4), "dw": (4, 4), "c2": (4, 2), "c3": (6, 3),
+                                        "hidden": (48, 4), "out": (4, 3)}
+    x = np.random.default_rng(SEED).normal(size=(4, 8, 8, 3)).astype(np.float32)
+    want = _masked(keras, model, keep).predict(x, verbose=0)
+    np.testing.assert_allclose(thinned.predict(x, verbose=0), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="out cannot be thinned: it is a model output"):
+        thin_model(model, graph, {"out": [0]})
+
+
+def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.rewrites import conv1d_as_conv2d
+    from edgedeploy.keras.thin import channel_groups
+
+    keras = tfenv.load().keras
+    inp = keras.Input((16, 4))
+    x = keras.layers.Conv1D(8, 3, padding="same", name="c1d")(inp)
+    x = keras.layers.Conv1D(8, 3, padding="same", name="c1d_b")(x)
+    y = keras.layers.Softmax(name="norm")(x)  # normalizes over the channels
+    y = keras.layers.GlobalAveragePooling1D()(y)
+    out = keras.layers.Dense(2, name="out")(y)
+    model, rewritten = conv1d_as_conv2d(keras.Model(inp, out))
+    assert rewritten
+    graph = channel_groups(model)
+    assert list(graph.thinnable()) == ["c1d"]  # through the rewrite's reshapes
+    held = graph.held()
+    assert held["c1d_b"] == "norm (Softmax) has an unknown effect on channels"
+    assert held["out"] == "it is a model output"
+
+
+def test_a_stage_that_changes_a_thinned_width_fails_with_exit_9(tmp_path):
+    from edgedeploy.keras import tfenv
+    from edgedeploy.errors import PreservationError
+    from edgedeploy.keras.thin import channel_groups, thin_model
+    from edgedeploy.optimize.node import channels_kept
+
+    env = tfenv.load()
+    model = _coupled_model(env.keras)
+    graph = channel_groups(model)
+    parent = thin_model(model, graph, {"c3": [0, 1, 4]})
+    parent.save(tmp_path / "parent.h5")
+    assert all(r["status"] == "ok" for r in channels_kept(env, "thinned_pruned", tmp_path / "parent.h5", parent))
+    with pytest.raises(PreservationError) as err:
+        channels_kept(env, "thinned_pruned", tmp_path / "parent.h5", thin_model(model, graph, {"c3": [0, 1]}))
+    assert err.value.exit_code == 9 and "layer c3" in str(err.value) and "(12, 2) != thinned (12, 3)" in str(err.value)
+
+
+def _tiny_data(path, n_fit=240, n_eval=120):
+    rng = np.random.default_rng(SEED)
+    y = rng.integers(0, 4, n_fit + n_eval)
+    x = rng.normal(size=(len(y), 10, 8, 1)).astype(np.float32)
+    x[np.arange(len(y)), y * 2, :, 0] += 2.5  # a learnable class cue
+    np.savez(path, x=x, y=y, split=np.r_[np.zeros(n_fit, int), np.ones(n_eval, int)])
+    return path
+
+
+def _tiny_dscnn(keras, path, blocks: int, width: int):
+    keras.utils.set_random_seed(SEED)
+    inp = keras.Input((10, 8, 1))
+    x = keras.layers.Conv2D(width, 3, padding="same", name="conv")(inp)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.ReLU()(x)
+    for i in range(blocks):
+        x = keras.layers.DepthwiseConv2D(3, padding="same", name=f"dw{i}")(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+        x = keras.layers.Conv2D(64, 1, name=f"pw{i}")(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    out = keras.layers.Dense(4, activation="softmax", name="fc")(x)
+    model = keras.Model(inp, out)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    data = np.load(path.parent / "data.npz")
+    model.fit(data["x"][data["split"] == 0], data["y"][data["split"] == 0], epochs=2, verbose=0)
+    model.save(path)
+    return path
+
+
+def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
+    """The tree's thinned leaf on a model with one group of channels: its width from Vela's staircase, kept in
+    its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
+                                    "thin_speedup": 0.8, "calibration_samples": 64})
+    outcome = optimize(model, data, tmp_path / "run", recipe)
+    thinning = outcome.nodes["thinned"].details["thinning"]
+    print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
+    assert thinning["not_thinned"] == {"fc": "it is a model output"}
+    assert thinning["npu"]["held_on"] == "ethos-u55-128" and thinning["npu"]["met"]
+    assert thinning["npu"]["grid"]["compiles_per_target"] == 5  # one group: its five candidate widths
+    assert thinning["widths"]["conv"] < 64
+    rows = [r for r in outcome.leaves["thinned"].details["preservation"] if r.get("check") == "channels"]
+    assert len(rows) == 2 and all(r["status"] == "ok" and r["where"] == "int8" for r in rows)
+    comp = compile_run(outcome.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1))
+    cycles = {r.variant: r.metrics["npu_cycles"].value for r in comp.records}
+    print("U55-128 NPU cycles", cycles)
+    assert cycles["thinned"] <= 0.8 * cycles["ptq"]
+    # the node checked its widths on the weights before fine-tuning; Vela's weight encoding moves a little
+    assert cycles["thinned"] == pytest.approx(thinning["npu"]["npu_cycles"]["ethos-u55-128"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
+    """Three groups (a first convolution and two pointwise ones) searched together on the 25-row grid."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=2, width=32)
+    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
+                                    "thin_speedup": 0.7, "calibration_samples": 64})
+    outcome = optimize(model, data, tmp_path / "run", recipe)
+    thinning = outcome.nodes["thinned"].details["thinning"]
+    print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
+    assert thinning["not_thinned"] == {"fc": "it is a model output"}
+    assert thinning["npu"]["held_on"] == "ethos-u55-128" and thinning["npu"]["met"]
+    assert any(w < thinning["full_widths"][g] for g, w in thinning["widths"].items())
+    rows = [r for r in outcome.leaves["thinned"].details["preservation"] if r.get("check") == "channels"]
+    assert len(rows) == 6 and all(r["status"] == "ok" and r["where"] == "int8" for r in rows)
+    comp = compile_run(outcome.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1))
+    cycles = {r.variant: r.metrics["npu_cycles"].value for r in comp.records}
+    print("U55-128 NPU cycles", cycles)
+    assert cycles["thinned"] <= 0.7 * cycles["ptq"]
+    assert cycles["thinned"] == pytest.approx(thinning["npu"]["npu_cycles"]["ethos-u55-128"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_path):
+    """ptq, qat and pruned keep the full model's cycles on Ethos-U55; the thinned leaf, aimed by the walk at the
+    requirement itself, meets it, is recommended, and the deeper pcqat is never trained."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy import api
+    from edgedeploy.report.judge import requirements_from_options
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    probe = optimize(model, data, tmp_path / "probe", load_recipe(overrides={"leaves": ["ptq"]}))
+    full = compile_run(probe.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1)).records[0].metrics["npu_cycles"].value
+    recipe = load_recipe(overrides={"leaves": ["ptq", "qat", "pruned", "thinned", "pcqat"], "epochs": 1,
+                                    "min_steps": 0, "seed": SEED, "calibration_samples": 64})
+    limit = int(0.8 * full)
+    done = api.walk(model, data, tmp_path / "walk", recipe, ["ethos-u55-128"],
+                    requirements_from_options(max_npu_cycles=limit), CompileOptions(jobs=1))
+    record = done.walk
+    assert record["recommended"] == "thinned" and record["stopped"] == "met"
+    assert "pcqat" in record["not_walked"] and "pcqat" not in record["nodes"]
+    thinned = [r for r in done.compiled.records if r.variant == "thinned"][0]
+    assert thinned.metrics["npu_cycles"].value <= limit

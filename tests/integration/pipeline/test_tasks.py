@@ -1,0 +1,221 @@
+"""The deployment tree on models that are not classifiers, trained briefly here on real Speech Commands features.
+
+An MLPerf Tiny anomaly-detection-style Dense autoencoder (Dense/BatchNorm/ReLU blocks down to an 8-unit
+bottleneck and back, linear output) learns to reconstruct the MFCC features of six keyword classes (a seeded
+choice); the other classes are its anomalies. The data file holds inputs only (``x``, ``split``) and the 0/1
+anomaly labels of the evaluation split, so the task must be found from the model and the data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgedeploy.config.recipe import load_recipe
+from edgedeploy.tflite.reader import read_weight_tensors
+
+SEED = 0
+UNITS = (128, 128, 8, 128, 128)  # (MLPerf Tiny AD: 128 x4, 8, 128 x4; two of each here to train in seconds)
+
+
+def _features(shared_data: Path):
+    src = shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz"
+    if not src.is_file():  # the subset the repository ships
+        src = Path(__file__).parents[3] / "examples" / "kws_tree" / "speech_commands_subset.npz"
+    d = np.load(src)
+    return d["x"].reshape(len(d["x"]), -1).astype(np.float32), d["y"], d["split"]
+
+
+@pytest.fixture(scope="module")
+def anomaly_data(shared_data, tmp_path_factory):
+    """x (standardized on the normal fine-tune clips), split, and y_anomaly (1: a class outside the six normal)."""
+    x, y, split = _features(shared_data)
+    normal = np.random.default_rng(SEED).choice(np.unique(y), 6, replace=False)
+    is_normal = np.isin(y, normal)
+    keep = (split == 1) | ((split == 0) & is_normal)  # trained on normal clips only, scored on all
+    fit = (split == 0) & is_normal
+    mu, sd = x[fit].mean(axis=0), x[fit].std(axis=0) + 1e-6
+    out = tmp_path_factory.mktemp("ad")
+    path = out / "ad.npz"
+    np.savez(path, x=((x - mu) / sd)[keep], split=split[keep], y_anomaly=(~is_normal[keep]).astype(np.int64))
+    return path
+
+
+@pytest.fixture(scope="module")
+def autoencoder(anomaly_data, tmp_path_factory) -> Path:
+    """The float autoencoder, trained for a few epochs with a reconstruction loss and saved uncompiled (so the
+    loss must come from the data)."""
+    from edgedeploy.keras import tfenv
+
+    env = tfenv.load()
+    tfenv.set_seed(SEED)
+    keras = env.keras
+    d = np.load(anomaly_data)
+    x = d["x"][d["split"] == 0]
+    inp = keras.Input((x.shape[1],))
+    h = inp
+    for n in UNITS:
+        h = keras.layers.ReLU()(keras.layers.BatchNormalization()(keras.layers.Dense(n)(h)))
+    model = keras.Model(inp, keras.layers.Dense(x.shape[1])(h))
+    model.compile(keras.optimizers.Adam(1e-3), "mse")
+    model.fit(x, x, epochs=8, batch_size=64, verbose=0)
+    plain = keras.models.clone_model(model)
+    plain.set_weights(model.get_weights())
+    path = tmp_path_factory.mktemp("ae") / "autoencoder.h5"
+    plain.save(path, include_optimizer=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
+    from edgedeploy.pipeline.tree_run import optimize
+
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
+                                    "seed": SEED})
+    return optimize(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)
+
+
+def test_inputs_only_train_with_a_reconstruction_loss(ad_tree):
+    info = json.loads((ad_tree.run_dir / "manifest.json").read_text())["info"]["optimize"]
+    assert info["loss"]["name"] == "mean_squared_error" and "reconstruction" in info["loss"]["source"]
+    assert info["task"]["kind"] == "reconstruction" and info["task"]["metric"] == "mse"
+    assert info["task"]["higher_is_better"] is False and "auc" in info["task"]["metrics"]
+    assert "accuracy" not in json.dumps(ad_tree.nodes["pruned"].details["training"]["curve"])
+
+
+def test_ptq_reconstruction_error_stays_within_1_3x_the_float_model(ad_tree):
+    m = ad_tree.leaves["ptq"].metrics
+    assert "int8_accuracy" not in m and m["int8_mse"].unit == ""
+    assert m["int8_mse"].value <= 1.3 * m["float_mse"].value, (m["int8_mse"].value, m["float_mse"].value)
+    # the ROC AUC of the reconstruction error over the anomaly labels, in float and in int8, and int8 keeps it
+    assert 0 <= m["float_auc"].value <= 100 and m["float_auc"].unit == "%"
+    assert abs(m["int8_auc"].value - m["float_auc"].value) < 2.0
+
+
+def test_pcqat_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
+    path = ad_tree.run_dir / ad_tree.leaves["pcqat"].output("int8_model").path
+    dense = [t for t in read_weight_tensors(path) if t.op == "FULLY_CONNECTED" and t.dtype == "int8"]
+    assert len(dense) == len(UNITS) + 1
+    for t in dense:
+        assert np.mean(t.values() == 0) >= 0.5 - 0.02, t.name
+        per_channel = max(len(np.unique(row)) for row in t.values())  # (int8 scales are per output channel)
+        assert per_channel <= 16 + 1, t.name
+
+
+def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
+    from edgedeploy.pipeline.compile import compile_run
+    from edgedeploy.report import build_report
+    from edgedeploy.report.render import render
+
+    compile_run(ad_tree.run_dir, ["ethos-u55-128"])
+    doc = build_report(ad_tree.run_dir)
+    rows = {r["leaf"]: r for r in doc["rows"]}
+    ptq, pcqat = rows["ptq"]["values"], rows["pcqat"]["values"]
+    assert ptq["int8_metric"]["metric"] == "mse" and ptq["int8_metric"]["higher_is_better"] is False
+    assert ptq["int8_accuracy_pct"]["value"] is None and "not a classifier" in ptq["int8_accuracy_pct"]["unavailable"]
+    assert ptq["int8_metric_drop"]["value"] == 0 and pcqat["int8_metric_drop"]["value"] is not None
+    assert "AUC" in ptq["int8_other_metrics"]["value"]
+    text = render(doc, "table")
+    assert "MSE and file size of each leaf" in text and "Int8 MSE" in text and "AUC" in text
+    assert "ccuracy" not in text  # the report speaks of the task's metric throughout
+
+
+def test_a_reconstruction_leaf_exports_golden_vectors_without_class_labels(ad_tree, anomaly_data, tmp_path):
+    """Its targets are the inputs, not class indices: export takes the evaluation rows in file order and
+    writes golden outputs equal to a TFLM run, with no label."""
+    from edgedeploy.pipeline.compile import compile_run
+
+    compile_run(ad_tree.run_dir, ["ethos-u55-128"])
+    fw = tmp_path / "fw"
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(ad_tree.run_dir), "--leaf", "ptq", "-t",
+                           "ethos-u55-128", "-o", str(fw), "--golden", "3", "--data", str(anomaly_data)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    g = np.load(fw / "golden.npz")
+    d = np.load(anomaly_data)
+    assert g["row"].tolist() == np.flatnonzero(d["split"] == 1)[:3].tolist()
+    assert g["label"].tolist() == [-1, -1, -1] and g["output_0"].shape == (3, 490)
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(fw / "ptq_int8.tflite"))
+    for x, want in zip(g["input_0"], g["output_0"]):
+        interp.set_input(x[None, ...], 0)
+        interp.invoke()
+        assert np.array_equal(np.asarray(interp.get_output(0))[0], want)
+
+
+def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_data, tmp_path):
+    d = np.load(anomaly_data)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=d["x"], split=d["split"], y=np.zeros((len(d["x"]), 7), np.float32))
+    out = tmp_path / "o"
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "optimize", str(autoencoder), "--data", str(bad),
+                           "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for needle in ("bad.npz", "[", "7]", "float32", "[490]"):
+        assert needle in lines[0], lines[0]
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def denoiser(shared_data, tmp_path_factory):
+    """A small convolutional denoiser: noisy MFCC maps in, the clean maps (float targets) out, trained briefly."""
+    from edgedeploy.keras import tfenv
+
+    x, _, split = _features(shared_data)
+    rng = np.random.default_rng(SEED)
+    # 1,200 fine-tune and 600 evaluation clips, or every clip of the bundled subset (900 and 400) in a clone
+    pools = [np.where(split == s)[0] for s in (0, 1)]
+    pick = np.sort(np.concatenate([rng.choice(pool, min(n, len(pool)), replace=False)
+                                   for pool, n in zip(pools, (1200, 600))]))
+    clean = x[pick].reshape(-1, 49, 10, 1)
+    clean = (clean - clean.mean()) / clean.std()
+    noisy = (clean + rng.normal(0, 0.5, clean.shape)).astype(np.float32)
+    out = tmp_path_factory.mktemp("denoise")
+    np.savez(out / "denoise.npz", x=noisy, y=clean.astype(np.float32), split=split[pick])
+    env = tfenv.load()
+    tfenv.set_seed(SEED)
+    keras = env.keras
+    inp = keras.Input((49, 10, 1))
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    model = keras.Model(inp, keras.layers.Conv2D(1, 3, padding="same")(h))
+    model.compile(keras.optimizers.Adam(2e-3), "mse")
+    fit = split[pick] == 0
+    model.fit(noisy[fit], clean[fit], epochs=4, batch_size=64, verbose=0)
+    plain = keras.models.clone_model(model)
+    plain.set_weights(model.get_weights())
+    plain.save(out / "denoiser.h5", include_optimizer=False)
+    return out / "denoiser.h5", out / "denoise.npz"
+
+
+def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(denoiser, tmp_path):
+    from edgedeploy.pipeline.tree_run import optimize
+
+    model, data = denoiser
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
+    outcome = optimize(model, data, tmp_path / "tree", recipe)
+    info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
+    assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]
+    assert info["task"]["kind"] == "regression" and "auc" not in info["task"]["metrics"]
+    training = outcome.nodes["pruned"].details["training"]
+    assert training["distillation"]["on"].startswith("outputs") and "random" in training["selection"]["hold_out"]
+    ptq = outcome.leaves["ptq"].metrics
+    assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
+    assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
+    from edgedeploy.pipeline.compile import compile_run
+
+    compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
+    # (the data file lies outside the run folder, so it is named: export never follows a recorded path out)
+    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(outcome.run_dir), "--leaf", "ptq", "-t",
+                           "ethos-u55-128", "-o", str(tmp_path / "fw"), "--golden", "2", "--data", str(data)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert np.load(tmp_path / "fw" / "golden.npz")["output_0"].shape == (2, 49, 10, 1)

@@ -1,0 +1,74 @@
+"""edgedeploy.cli.report: exit codes, project file, the gate and --help, run as a user runs them.
+
+tests/data/report/run_u55_u85 is a run folder written by `edgedeploy compile` with Vela 5.2.0 (see its
+SOURCE.md): the MLPerf DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 and ethos-u85-256.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import run_cli
+
+
+RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
+
+
+def test_cli_exit_codes_and_project_file(tmp_path):
+    proc = run_cli("report", RUN, "--json", "--max-flash", "20KiB")
+    assert proc.returncode == 8
+    assert json.loads(proc.stdout)["schema"] == "edgedeploy.report"  # stdout is only JSON
+    assert "no leaf meets max_flash" in proc.stderr
+    (tmp_path / "edgedeploy.toml").write_text('[requirements]\nmax_flash = "20KiB"\n')
+    assert run_cli("report", RUN, "--json", cwd=tmp_path).returncode == 8  # ./edgedeploy.toml applies
+    assert run_cli("report", RUN, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0
+    other = tmp_path / "other.toml"
+    other.write_text("[requirements]\nmax_sram = 1\n")
+    proc = run_cli("report", RUN, "--json", "--project", other)
+    assert proc.returncode == 8 and "max_sram" in proc.stderr
+    for args, msg in ((["--format", "pdf"], "--format is 'pdf'"), (["--max-flash", "big"], "--max-flash is 'big'"),
+                      (["--fail-on-regression"], "need a reference report")):
+        proc = run_cli("report", RUN, *args)
+        assert proc.returncode == 2 and msg in proc.stderr
+    proc = run_cli("report", tmp_path)
+    assert proc.returncode == 3 and "has no manifest.json" in proc.stderr
+
+
+def test_help_imports_no_heavy_modules():
+    code = ("import sys; from edgedeploy.cli.app import app; "
+            "bad = [m for m in ('tensorflow', 'matplotlib', 'numpy', 'h5py') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    help_text = run_cli("report", "--help").stdout
+    assert "--fail-on-regression" in help_text and "[requirements]" in help_text
+
+
+def test_cli_gate(tmp_path):
+    ref = tmp_path / "old.json"
+    assert run_cli("report", RUN, "--format", "json", "--out", ref).returncode == 0
+    ok = run_cli("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "markdown")
+    assert ok.returncode == 0 and "no regression" in ok.stdout
+    old = json.loads(ref.read_text())
+    old["rows"][0]["values"]["total_cycles"]["value"] -= 10_000
+    ref.write_text(json.dumps(old))
+    bad = run_cli("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "csv")
+    assert bad.returncode == 10
+    assert "1 regression(s)" in bad.stderr and "total cycles" in bad.stderr
+
+
+def test_a_walked_run_is_reported_against_the_walks_requirements(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    data = json.loads((run / "manifest.json").read_text())
+    data.setdefault("info", {})["walk"] = {"requirements": {"max_flash": 20480, "max_sram": None,
+                                                            "sources": ["edgedeploy.toml [requirements]"]}}
+    (run / "manifest.json").write_text(json.dumps(data))
+    proc = run_cli("report", run, "--json", cwd=tmp_path)  # no project file here: the walk's requirements apply
+    assert proc.returncode == 8 and "no leaf meets max_flash" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["requirements"]["max_flash"] == 20480
+    assert run_cli("report", run, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0  # given ones win

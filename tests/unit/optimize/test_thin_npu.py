@@ -1,0 +1,125 @@
+"""The cycle staircase and width search of thinned leaves, and the channel preservation check (pure)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from edgedeploy.optimize.thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, learn,
+                                          orthogonal_rows, shortlist)
+from edgedeploy.core.weights import WeightStats
+from edgedeploy.optimize.preserve_channels import check_channels, int8_channels
+
+
+def test_candidate_widths_are_npu_steps():
+    assert candidate_widths(64) == [64, 56, 48, 40, 32]  # the OFM block depth (8) where it gives five widths
+    assert candidate_widths(32) == [32, 28, 24, 20, 16]  # else a finer step, each width distinct
+    assert candidate_widths(16) == [16, 14, 12, 10, 8]
+    assert candidate_widths(6) == [6, 5, 4, 3, 3]
+    # 2:4 sparsity: every width a multiple of 4 (a 14-wide input leaves Ethos-U85's readers dense)
+    assert candidate_widths(16, 4) == [16, 12, 12, 8, 8]
+    assert candidate_widths(32, 4) == [32, 28, 24, 20, 16]
+    assert all(w % 4 == 0 for n in (16, 24, 32, 40, 64) for w in candidate_widths(n, 4))
+
+
+@pytest.mark.parametrize("colours", [1, 2, 3, N + 1])
+def test_orthogonal_rows_cover_every_pair(colours):
+    rows = orthogonal_rows(colours)
+    assert len(rows) == N * N and rows[0] == (0,) * colours
+    for a, b in itertools.combinations(range(colours), 2):
+        assert {(r[a], r[b]) for r in rows} == set(itertools.product(range(N), repeat=2))
+    with pytest.raises(ValueError):
+        orthogonal_rows(N + 2)
+
+
+def test_colouring_separates_what_an_operator_reads_and_writes():
+    edges = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "c")]
+    colours = colour_groups(["a", "b", "c", "d"], edges)
+    assert all(colours[x] != colours[y] for x, y in edges if x != y)
+    assert max(colours.values()) == 2
+
+
+def _chain_stair():
+    # two groups a -> b; operator 0 writes a, operator 1 reads a and writes b: cycles = width products
+    widths = {"a": [64, 56, 48, 40, 32], "b": [64, 56, 48, 40, 32]}
+    stair = Staircase(["a", "b"], widths, {"a": 0, "b": 1}, [(None, "a"), ("a", "b")])
+    assignments = [{"a": r[0], "b": r[1]} for r in orthogonal_rows(2)]
+    runs = []
+    for v in assignments:
+        wa, wb = widths["a"][v["a"]], widths["b"][v["b"]]
+        rows = [100.0 * wa, 2.0 * wa * wb]
+        runs.append({"npu_cycles": sum(rows) + 50, "rows": rows})
+    learn(assignments, {"u55": runs}, stair)
+    return stair
+
+
+def test_learned_staircase_predicts_every_grid_point():
+    stair = _chain_stair()
+    assert stair.full["u55"] == 100 * 64 + 2 * 64 * 64 + 50
+    assert stair.rest["u55"] == pytest.approx(50)
+    assert stair.predict("u55", {"a": 4, "b": 2}) == pytest.approx(100 * 32 + 2 * 32 * 48 + 50)
+
+
+def test_choose_meets_the_budget_where_the_loss_is_cheapest():
+    stair = _chain_stair()
+    budget = 0.75 * stair.full["u55"]
+    cheap_b = {"a": [0, 1, 2, 3, 4], "b": [0, 0.01, 0.02, 0.03, 0.04]}
+    values, _ = choose(stair, {"u55": budget}, cheap_b)
+    assert stair.predict("u55", values) <= budget
+    assert values["b"] > values["a"]  # b costs less accuracy per cycle bought
+    met = [(cheap_b["a"][x] + cheap_b["b"][y]) for x in range(N) for y in range(N)
+           if stair.predict("u55", {"a": x, "b": y}) <= budget]
+    assert cheap_b["a"][values["a"]] + cheap_b["b"][values["b"]] == min(met)
+    values, _ = choose(stair, {"u55": 10.0}, cheap_b)  # out of reach: the fewest cycles, everything narrowest
+    assert values == {"a": N - 1, "b": N - 1}
+    values, _ = choose(stair, {"u55": budget}, cheap_b, fixed={"a": 0})
+    assert values["a"] == 0
+
+
+def test_greedy_search_of_many_groups_meets_the_budget(monkeypatch):
+    from edgedeploy.optimize import thin_npu
+
+    monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
+    stair = _chain_stair()
+    budget = 0.75 * stair.full["u55"]
+    values, steps = choose(stair, {"u55": budget}, {"a": [0, 1, 2, 3, 4], "b": [0, 0.01, 0.02, 0.03, 0.04]})
+    assert stair.predict("u55", values) <= budget and steps
+    for g in values:  # nothing narrower than the budget needs
+        if values[g]:
+            assert stair.predict("u55", {**values, g: values[g] - 1}) > budget
+
+
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_shortlist_ranks_choices_near_the_budget_by_expected_loss(monkeypatch, exhaustive):
+    from edgedeploy.optimize import thin_npu
+
+    if not exhaustive:
+        monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
+    stair = _chain_stair()
+    budget = 0.75 * stair.full["u55"]
+    drops = {"a": [0, 0.1, 0.2, 0.3, 0.4], "b": [0, 0.01, 0.02, 0.03, 0.5]}
+    options = shortlist(stair, {"u55": budget}, drops, count=5, slack=0.05)
+    assert options[0] == choose(stair, {"u55": budget}, drops)[0]  # the prediction's own choice comes first
+    assert 1 < len(options) <= 5 and len({tuple(o.values()) for o in options}) == len(options)
+    losses = [drops["a"][o["a"]] + drops["b"][o["b"]] for o in options[1:]]
+    assert losses == sorted(losses)
+    assert all(stair.predict("u55", o) <= 1.05 * budget for o in options)
+    # a choice over the budget by the prediction, within the slack, cheaper than the first: Vela may still take it
+    assert any(stair.predict("u55", o) > budget and drops["a"][o["a"]] + drops["b"][o["b"]]
+               < drops["a"][options[0]["a"]] + drops["b"][options[0]["b"]] for o in options)
+    assert all(stair.predict("u55", o) <= budget for o in shortlist(stair, {"u55": budget}, drops, slack=0.0))
+
+
+def test_channel_check_fails_on_a_changed_width():
+    expected = {"conv": (8, 16), "dense": (64, 12)}
+    assert not check_channels("thinned_pruned", "keras", expected, dict(expected)).failures
+    verdict = check_channels("thinned_pruned", "keras", expected, {"conv": (8, 24), "dense": (64, 12)})
+    assert verdict.failures == ["thinned_pruned (keras): layer conv: channels (in, out) (8, 24) != thinned (8, 16)"]
+    assert check_channels("x", "int8", expected, {"conv": (8, 16)}).failures  # a kernel not found fails too
+
+
+def test_int8_layouts_give_input_and_output_channels():
+    found = [WeightStats("c", "Conv2D", (16, 3, 3, 8), 0, 1, 1, 16), WeightStats("d", "DepthwiseConv2D", (1, 3, 3, 16),
+             0, 1, 1, 16), WeightStats("f", "Dense", (12, 64), 0, 1, 1, 12)]
+    assert int8_channels(found) == {"c": (8, 16), "d": (16, 16), "f": (64, 12)}
