@@ -28,7 +28,12 @@ def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
     shape = [1, *model.input_shape[1:]]
     fn = tf.function(lambda t: model(t, training=False))
     concrete = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32))
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
+    # The converter saves its trackable object as a SavedModel before converting. Given the Keras model, that
+    # traces every layer's call (6.5 s for a QAT DS-CNN); given only the variables the function reads, it saves
+    # the one function, and the converted bytes are the same (1.5 s).
+    holder = tf.Module()
+    holder.model_variables = list(model.variables)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if calibration_x is not None:
         samples = calibration_x.astype(np.float32)
