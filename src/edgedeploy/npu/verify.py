@@ -1,9 +1,10 @@
 """Verification: run a compiled leaf on the NPU model and compare with TFLite's reference kernels.
 
 For each case the NPU model's outputs must equal the reference's bit for bit. Where they differ, the first
-NPU operation whose output differs from the TFLite tensor it stands for is named, with the TFLite operator
-that wrote that tensor and the largest difference. Which tensor an operation stands for is found from the
-data: the integer tensor of the same size that its output equals in most cases.
+NPU operation whose output differs from the TFLite tensor it stands for is named, with the TFLite operator Vela
+compiled it from (Vela's debug database, :mod:`edgedeploy.npu.origin`) and the largest difference. Which tensor
+an operation's output is compared with is found from the data: the integer tensor of the same size that its
+output equals in most cases.
 
 One difference is documented rather than a failure: TFLite 2.21's reference FULLY_CONNECTED rounds its
 output scaling once, while Vela compiles it as a 1x1 convolution, which the NPU's TFL rounding mode (and TFLite's
@@ -24,6 +25,7 @@ from .commands import Operation, counts, decode
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
 from .machine import run
+from .origin import describe, origins, recompiled_tables, recorded_tables
 from .ops import ofm_shape
 from .reference import Reference, run_reference
 
@@ -93,15 +95,44 @@ def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
     result.leaf, result.target = src.leaf, src.target
     if not result.ok:
         first = result.first_difference or {}
+        compiled = ""
+        if "word" in first:  # Vela's debug database: the TFLite operator and Keras layers the operation compiles
+            found = operation_origin(src, first["word"])
+            first["origin"] = found
+            compiled = f", which Vela compiled from {describe(found)}" if "tflite_operator" in found else ""
         raise MismatchError(
             f"'{src.leaf}' on {src.target}: {result.cases - result.exact_cases - result.documented_cases} of "
             f"{result.cases} cases differ from TFLite's reference kernels (largest difference {result.max_abs_diff}); "
-            f"first at NPU {first.get('operation', 'output')}"
-            + (f", TFLite {first['tflite_operator']} '{first['tflite_tensor']}' (largest difference "
-               f"{first['max_abs_diff']})" if first.get("tflite_tensor") else ""),
+            f"first at NPU {first.get('operation', 'output')}{compiled}"
+            + _differs_from(first),
             "compile the model again; if it persists, report the Vela version and this model",
         )
     return result
+
+
+def _differs_from(first: dict[str, Any]) -> str:
+    """Which TFLite tensor the operation's output was compared with, unless it is the one its origin names."""
+    if not first.get("tflite_tensor"):
+        return ""
+    if first.get("origin", {}).get("tflite_output") == first["tflite_tensor"]:
+        return f"; its output differs from that operator's by up to {first['max_abs_diff']}"
+    return (f"; its output differs from TFLite {first['tflite_operator']} '{first['tflite_tensor']}' by up to "
+            f"{first['max_abs_diff']}")
+
+
+def operation_origin(src, word: int) -> dict[str, Any]:
+    """The TFLite operator that the NPU operation at ``word`` compiles (:func:`edgedeploy.npu.origin.origins`),
+    from the compile's debug database or Vela run again with one; ``{"unmapped": why}`` when neither maps it."""
+    from edgedeploy.tflite.reader import read_tflite
+
+    leaf = read_leaf(src.vela_model)
+    tables, why = recorded_tables(src.manifest, src.compile_record), ""
+    if tables is None:
+        tables, why = recompiled_tables(src.int8_model, src.target, src.compile_record, leaf.commands)
+    if tables is None:
+        return {"unmapped": why}
+    found = origins(tables, read_tflite(src.int8_model).operators).get(4 * word)
+    return found or {"unmapped": f"Vela's debug database has no operation at word {word}"}
 
 
 def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: int, seed: int = 0,
@@ -258,6 +289,6 @@ def _first_difference(case: int, snaps, mapping: dict[int, str], ref: Reference)
         a = val[case].reshape(-1)
         b = ref.tensors[name][case].reshape(-1).astype(np.int64)
         if not np.array_equal(a, b):
-            return {"operation": op.title, "tflite_tensor": name, "tflite_operator": ref.producers.get(name, "?"),
-                    "max_abs_diff": int(np.abs(a - b).max())}
+            return {"operation": op.title, "word": op.word, "tflite_tensor": name,
+                    "tflite_operator": ref.producers.get(name, "?"), "max_abs_diff": int(np.abs(a - b).max())}
     return {"operation": "output (no intermediate tensor differs)", "max_abs_diff": 0}

@@ -58,19 +58,38 @@ def test_dscnn_is_bit_exact_on_evaluation_data(compiled, kws):
 
 
 def test_damaged_weights_are_named(compiled, kws, tmp_path):
+    run = _copy_with(compiled, tmp_path / "damaged", _damage_weights(compiled))
+    result = cli("verify", run, "-t", TARGET, "--data", kws["data"], "--count", 6)
+    assert result.exit_code == 12, result.output
+    # Vela, run again with its debug database, maps the operation to the TFLite operator and Keras layers
+    assert "first at NPU operation 7 (CONV, word 174), which Vela compiled from TFLite operator 2 CONV_2D" in \
+        result.output
+    assert "Keras layers activation_2, batch_normalization_2, conv2d_1" in result.output
+
+
+def _damage_weights(run: Path):
     from edgedeploy.npu.leaf import read_leaf
 
-    weights = read_leaf(compiled / VELA).weights
+    weights = read_leaf(run / VELA).weights
 
     def damage(data: bytearray) -> None:
         start = data.find(weights[:64])
         for i in range(start + 6000, start + 6040):
             data[i] ^= 0x5A
 
-    run = _copy_with(compiled, tmp_path / "damaged", damage)
-    result = cli("verify", run, "-t", TARGET, "--data", kws["data"], "--count", 6)
-    assert result.exit_code in (11, 12), result.output
-    assert "operation" in result.output
+    return damage
+
+
+def test_a_compile_with_its_debug_database_names_the_operator_from_it(kws, tmp_path, monkeypatch):
+    from edgedeploy.npu import verify
+
+    run = tmp_path / "run"
+    assert cli("compile", kws["model"], "-t", TARGET, "-o", run, "--debug-db").exit_code == 0
+    monkeypatch.setattr(verify, "recompiled_tables", lambda *a: pytest.fail("Vela was run again"))
+    damaged = _copy_with(run, tmp_path / "damaged", _damage_weights(run))
+    result = cli("verify", damaged, "-t", TARGET, "--count", 4)
+    assert result.exit_code == 12, result.output
+    assert "which Vela compiled from TFLite operator 2 CONV_2D" in result.output
 
 
 def test_damaged_command_stream_is_named(compiled, tmp_path):
