@@ -5,6 +5,9 @@ Compiles each model for each target with `edgedeploy compile`, then times `edged
 within the documented FULLY_CONNECTED rounding difference, the largest output difference, operations, seconds.
 
 Run: python bench/bench_npu_verify.py [--count 100] [--data ../shared/data] [--markdown]
+         [--model NAME=MODEL.tflite,DATA.npz ...] [--only-given] [--targets ethos-u55-128,ethos-u65-256]
+--model adds a model of your own (int8 .tflite, evaluation data as `verify --data` reads it); --only-given leaves
+out the models of ../shared/data. bench/toycar_windows.py makes such data for MLPerf Tiny's anomaly-detection model.
 """
 
 from __future__ import annotations
@@ -36,21 +39,37 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=MODEL.tflite,DATA.npz",
+                    help="a model of your own and its evaluation data (repeatable)")
+    ap.add_argument("--only-given", action="store_true", help="only the --model models")
+    ap.add_argument("--targets", default=",".join(TARGETS))
     args = ap.parse_args()
+    models = {} if args.only_given else {k: (args.data / m, args.data / d) for k, (m, d) in MODELS.items()}
+    for spec in args.model:
+        name, _, paths = spec.partition("=")
+        model, _, data = paths.partition(",")
+        if not (name and model and data):
+            sys.exit(f"--model {spec}: give NAME=MODEL.tflite,DATA.npz")
+        models[name] = (Path(model), Path(data))
+    targets = args.targets.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for optimise in OPTIMISE:
             run = Path(tmp) / optimise
-            compile_args = [str(args.data / m) for m, _ in MODELS.values()]
-            for t in TARGETS:
+            compile_args = [str(m) for m, _ in models.values()]
+            for t in targets:
                 compile_args += ["-t", t]
             done = edgedeploy("-q", "compile", *compile_args, "-o", str(run), "--optimise", optimise)
             if done.returncode:
                 sys.exit(f"compile failed: {done.stderr}")
-            for leaf, (_, data) in MODELS.items():
-                for t in TARGETS:
+            imported = json.loads((run / "manifest.json").read_text())["stages"]
+            leaves = {Path(r["inputs"][0]["path"]).resolve(): r["id"].split("/", 1)[1]
+                      for r in imported if r["id"].startswith("import/")}
+            for model, data in models.values():
+                leaf = leaves[model.resolve()]  # the variant `compile` named the model
+                for t in targets:
                     t0 = time.perf_counter()
-                    res = edgedeploy("verify", str(run), "--leaf", leaf, "-t", t, "--data", str(args.data / data),
+                    res = edgedeploy("verify", str(run), "--leaf", leaf, "-t", t, "--data", str(data),
                                      "--count", str(args.count), "--json")
                     seconds = time.perf_counter() - t0
                     if res.returncode not in (0, 12):
