@@ -33,3 +33,12 @@ def invoke_cli(*args):
     from edgedeploy.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def run_in_process(*args) -> subprocess.CompletedProcess:
+    """``edgedeploy ARGS`` in this process (:func:`invoke_cli`), answered as :func:`run_cli` answers: for a test
+    whose check is the command's outcome (exit code, error line, JSON on stdout) and whose process would spend
+    most of its time importing TensorFlow, which this process has loaded already."""
+    result = invoke_cli(*args)
+    return subprocess.CompletedProcess(["edgedeploy", *map(str, args)], result.exit_code, result.stdout,
+                                       result.stderr)

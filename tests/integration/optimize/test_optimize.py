@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import one_error_line, run_cli
+from helpers import one_error_line, run_cli, run_in_process
 
 from edgedeploy.config.recipe import Recipe, load_recipe
 from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
@@ -160,7 +160,9 @@ def test_compile_consumes_optimize_output(kws_tree, trained_tree, tmp_path):
 
 
 def _optimize_cli(*args):
-    return run_cli("optimize", *args)
+    """``edgedeploy optimize ARGS`` in this process: these tests check what it says and exits with, and the TensorFlow
+    a new process would import first is loaded here already."""
+    return run_in_process("optimize", *args)
 
 
 def _one_line_error(proc, code, *needles):
