@@ -99,7 +99,8 @@ def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
         if "word" in first:  # Vela's debug database: the TFLite operator and Keras layers the operation compiles
             found = operation_origin(src, first["word"])
             first["origin"] = found
-            compiled = f", which Vela compiled from {describe(found)}" if "tflite_operator" in found else ""
+            compiled = (f", which Vela compiled from {describe(found)}" if "tflite_operator" in found
+                        else f" (no TFLite operator named: {found['unmapped']})")
         raise MismatchError(
             f"'{src.leaf}' on {src.target}: {result.cases - result.exact_cases - result.documented_cases} of "
             f"{result.cases} cases differ from TFLite's reference kernels (largest difference {result.max_abs_diff}); "

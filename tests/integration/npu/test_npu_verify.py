@@ -156,3 +156,15 @@ def test_cpu_operators_run_on_tflite(shared_data, tmp_path):
                  "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "bit-exact"
+
+
+def test_a_mismatch_vela_cannot_map_says_why(compiled, kws, tmp_path, monkeypatch):
+    from edgedeploy.npu import verify
+
+    monkeypatch.setattr(verify, "recompiled_tables", lambda *a: (None, "target ethos-u55-128 changed since the "
+                                                                         "compile; compile with --debug-db"))
+    damaged = _copy_with(compiled, tmp_path / "damaged", _damage_weights(compiled))
+    result = cli("verify", damaged, "-t", TARGET, "--count", 4)
+    assert result.exit_code == 12, result.output
+    assert ("first at NPU operation 7 (CONV, word 174) (no TFLite operator named: target ethos-u55-128 changed "
+            "since the compile; compile with --debug-db)") in result.output
