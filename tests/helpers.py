@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
+# A run folder written by `edgedeploy compile` with Vela 5.2.0 (tests/data/report/run_u55_u85/SOURCE.md): the MLPerf
+# DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 and ethos-u85-256.
+RECORDED_RUN = Path(__file__).resolve().parent / "data" / "report" / "run_u55_u85"
 
 
 def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = None,
@@ -42,3 +45,8 @@ def run_in_process(*args) -> subprocess.CompletedProcess:
     result = invoke_cli(*args)
     return subprocess.CompletedProcess(["edgedeploy", *map(str, args)], result.exit_code, result.stdout,
                                        result.stderr)
+
+
+def report_row(doc: dict, leaf: str, target: str) -> dict:
+    """The row of ``leaf`` on ``target`` in a report document."""
+    return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)

@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import copy
 import csv
-from pathlib import Path
 
 import pytest
+
+from helpers import RECORDED_RUN as RUN, report_row as row
 
 from edgedeploy.core.manifest import Manifest
 from edgedeploy.report import build_report
 from edgedeploy.report.render import render
-
-RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
-
-
-@pytest.fixture(scope="module")
-def doc() -> dict:
-    return build_report(RUN)
-
-
-def row(doc, leaf, target):
-    return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)
 
 
 def test_rows_equal_recorded_vela_csvs(doc):

@@ -8,20 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from helpers import RECORDED_RUN as RUN, report_row as row
 
 from edgedeploy.report import Requirements, build_report, parse_size, pareto_front
-
-RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
-
-
-@pytest.fixture(scope="module")
-def doc() -> dict:
-    return build_report(RUN)
-
-
-def row(doc, leaf, target):
-    return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)
 
 
 def test_pareto_front():

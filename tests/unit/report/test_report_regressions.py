@@ -7,23 +7,13 @@ SOURCE.md): the MLPerf DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 a
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
+from helpers import RECORDED_RUN as RUN, report_row as row
+
 from edgedeploy.errors import RegressionError
 from edgedeploy.report import DEFAULT_TOLERANCES, build_report, compare_reports, parse_tolerances, raise_on_regression
-
-RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
-
-
-@pytest.fixture(scope="module")
-def doc() -> dict:
-    return build_report(RUN)
-
-
-def row(doc, leaf, target):
-    return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)
 
 
 def test_compare_equal_reports_pass(doc):

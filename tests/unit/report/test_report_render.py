@@ -8,20 +8,14 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
+
+from helpers import RECORDED_RUN as RUN
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.report import build_report, load_report_json
 from edgedeploy.report.render import render, render_csv, render_html, render_markdown
-
-RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
-
-
-@pytest.fixture(scope="module")
-def doc() -> dict:
-    return build_report(RUN)
 
 
 def test_csv_and_json_agree(doc):

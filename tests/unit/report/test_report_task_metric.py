@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from helpers import RECORDED_RUN as RUN
+
 from edgedeploy.core.manifest import Metric, StageRecord
 from edgedeploy.report import compare_reports, parse_tolerances
 from edgedeploy.report.collect import _Variant, _accuracy_values
@@ -49,7 +51,6 @@ def test_regression_gate_compares_the_metric_in_its_direction():
     assert better["passed"] and "better" in better["changes"][0]["text"]
 
 
-RUN = __import__("pathlib").Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
 PSNR = {"name": "psnr", "key": "psnr", "unit": "dB", "higher_is_better": True, "task": "regression", "title": "PSNR"}
 
 
