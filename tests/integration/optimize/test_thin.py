@@ -4,6 +4,8 @@ Vela's cycles chose, compiled for Ethos-U55."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -146,62 +148,56 @@ def _tiny_dscnn(keras, path, blocks: int, width: int):
     return path
 
 
-def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
-    """The tree's thinned leaf on a model with one group of channels: its width from Vela's staircase, kept in
-    its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles."""
-    from edgedeploy.keras import tfenv
+def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows: int) -> dict:
+    """The ptq and thinned leaves of ``model`` for ``thin_speedup = speedup`` on Ethos-U55-128: the output layer
+    left whole, the budget met, ``channel_rows`` channel checks passed in the int8 file, and the compiled thinned
+    leaf within ``speedup`` of ptq's NPU cycles and within 2% of the node's own estimate. Returns the node's
+    thinning record."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
     from edgedeploy.pipeline.tree_run import optimize
     from edgedeploy.config.recipe import load_recipe
 
-    keras = tfenv.load().keras
-    data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
     recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
-                                    "thin_speedup": 0.8, "calibration_samples": 64})
-    outcome = optimize(model, data, tmp_path / "run", recipe)
+                                    "thin_speedup": speedup, "calibration_samples": 64})
+    outcome = optimize(model, data, out, recipe)
     thinning = outcome.nodes["thinned"].details["thinning"]
     print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
     assert thinning["not_thinned"] == {"fc": "it is a model output"}
     assert thinning["npu"]["held_on"] == "ethos-u55-128" and thinning["npu"]["met"]
-    assert thinning["npu"]["grid"]["compiles_per_target"] == 5  # one group: its five candidate widths
-    assert thinning["widths"]["conv"] < 64
     rows = [r for r in outcome.leaves["thinned"].details["preservation"] if r.get("check") == "channels"]
-    assert len(rows) == 2 and all(r["status"] == "ok" and r["where"] == "int8" for r in rows)
+    assert len(rows) == channel_rows and all(r["status"] == "ok" and r["where"] == "int8" for r in rows)
     comp = compile_run(outcome.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1))
     cycles = {r.variant: r.metrics["npu_cycles"].value for r in comp.records}
     print("U55-128 NPU cycles", cycles)
-    assert cycles["thinned"] <= 0.8 * cycles["ptq"]
+    assert cycles["thinned"] <= speedup * cycles["ptq"]
     # the node checked its widths on the weights before fine-tuning; Vela's weight encoding moves a little
     assert cycles["thinned"] == pytest.approx(thinning["npu"]["npu_cycles"]["ethos-u55-128"], rel=0.02)
+    return thinning
+
+
+def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
+    """The tree's thinned leaf on a model with one group of channels: its width from Vela's staircase, kept in
+    its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles."""
+    from edgedeploy.keras import tfenv
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.8, channel_rows=2)
+    assert thinning["npu"]["grid"]["compiles_per_target"] == 5  # one group: its five candidate widths
+    assert thinning["widths"]["conv"] < 64
 
 
 @pytest.mark.slow
 def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
     """Three groups (a first convolution and two pointwise ones) searched together on the 25-row grid."""
     from edgedeploy.keras import tfenv
-    from edgedeploy.pipeline.compile import CompileOptions, compile_run
-    from edgedeploy.pipeline.tree_run import optimize
-    from edgedeploy.config.recipe import load_recipe
 
     keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=2, width=32)
-    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
-                                    "thin_speedup": 0.7, "calibration_samples": 64})
-    outcome = optimize(model, data, tmp_path / "run", recipe)
-    thinning = outcome.nodes["thinned"].details["thinning"]
-    print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
-    assert thinning["not_thinned"] == {"fc": "it is a model output"}
-    assert thinning["npu"]["held_on"] == "ethos-u55-128" and thinning["npu"]["met"]
+    thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.7, channel_rows=6)
     assert any(w < thinning["full_widths"][g] for g, w in thinning["widths"].items())
-    rows = [r for r in outcome.leaves["thinned"].details["preservation"] if r.get("check") == "channels"]
-    assert len(rows) == 6 and all(r["status"] == "ok" and r["where"] == "int8" for r in rows)
-    comp = compile_run(outcome.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1))
-    cycles = {r.variant: r.metrics["npu_cycles"].value for r in comp.records}
-    print("U55-128 NPU cycles", cycles)
-    assert cycles["thinned"] <= 0.7 * cycles["ptq"]
-    assert cycles["thinned"] == pytest.approx(thinning["npu"]["npu_cycles"]["ethos-u55-128"], rel=0.02)
 
 
 @pytest.mark.slow
