@@ -49,7 +49,8 @@ def model_part(key: str, args) -> dict:
         overrides={"epochs": args.epochs, "seed": args.seed, "sparsity_pattern": args.pattern,
                    "thin_speedup": args.speedup, "thin_targets": tuple(args.thin_targets.split(",")),
                    "stage_epochs": {"thin": args.thin_epochs}, "patience": args.patience,
-                   "thin_augment": args.thin_augment})
+                   "thin_augment": args.thin_augment, "pruning_end_fraction": args.prune_end_fraction,
+                   **({"stage_learning_rates": {"prune": args.prune_lr}} if args.prune_lr else {})})
     out = args.out / key / args.pattern.replace(":", "of")
     done, failed, nodes = {}, {}, {}
     for leaf in args.leaves.split(","):  # one leaf at a time: one that fails is reported, the others measured
@@ -189,6 +190,10 @@ def main(argv=None) -> int:
     ap.add_argument("--patience", type=int, default=0, help="hold-out epochs without improvement before a stage "
                     "stops (0: never; the best epoch is still kept)")
     ap.add_argument("--pattern", default="unstructured", choices=("unstructured", "2:4"))
+    ap.add_argument("--prune-end-fraction", type=float, default=0.6,
+                    help="pruning.end_fraction: share of the prune stage's steps after which the target is reached")
+    ap.add_argument("--prune-lr", type=float, default=0.0,
+                    help="[stages.prune] learning_rate (0: the recipe's learning_rate)")
     ap.add_argument("--thin-targets", default="ethos-u55-128")
     ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
     ap.add_argument("--seed", type=int, default=0)

@@ -45,6 +45,8 @@ class Dataset:
     reshaped_from: tuple[int, ...] | None = None
     # the float model's log-probabilities (classifiers) or outputs on x_fit (set by optimize when it distils)
     soft_targets: np.ndarray | None = None
+    # the same on each fine-tune image mirrored left to right (set by optimize for thin_augment = "hflip")
+    mirrored_targets: np.ndarray | None = None
     kind: str = "classification"  # edgedeploy.config.task: classification, regression or reconstruction
     task: Any = None  # the edgedeploy.config.task.Task it is scored for (set by optimize)
     anomaly: np.ndarray | None = None  # 0/1 per evaluation sample (anomalous = 1), when the file has them

@@ -21,6 +21,7 @@ from edgedeploy.config.tree import (
     NOT_NPU_FORMATS,
     PATTERNS,
     QAT_NODES,
+    THINNED_NODES,
     nodes_for,
     stage_kind,
 )
@@ -159,14 +160,16 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("layers.*.sparsity", float, None, "sparsity of this layer in the palette leaves", minimum=0, maximum=1,
         exclusive_maximum=True),
     Key("thin_speedup", float, 0.75, "NPU cycles of the thinned leaves as a fraction of the full model's (ptq), "
-        "on every thin target", minimum=0, maximum=1, exclusive_minimum=True),
+        "on every thin target (with sparsity_pattern 2:4: of the thinned model pruned 2:4)", minimum=0, maximum=1,
+        exclusive_minimum=True),
     Key("thin_targets", list, ["ethos-u55-128"], "targets whose Vela cycles choose the thinned widths", items=str),
     Key("thin_max_npu_cycles", int, 0, "NPU cycles the thinned leaves may take on each thin target (0: none)",
         minimum=0),
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
         minimum=0),
-    Key("thin_augment", str, "none", "extra fine-tuning samples of the thinned node, distilled from the float "
-        "model: none, or hflip (each image also mirrored left to right)", choices=("none", "hflip")),
+    Key("thin_augment", str, "none", "extra fine-tuning samples of the thinned node and the nodes below it, "
+        "distilled from the float model: none, or hflip (each image also mirrored left to right)",
+        choices=("none", "hflip")),
     Key("palette.search", bool, False, "run the per-layer sensitivity sweep"),
     Key("palette.accuracy_budget", float, None, "accuracy points the sweep may lose", minimum=0, maximum=100,
         exclusive_maximum=True),
@@ -317,10 +320,11 @@ class Recipe:
             out.update(thin_speedup=self.thin_speedup, thin_targets=list(self.thin_targets),
                        thin_max_npu_cycles=self.thin_max_npu_cycles, thin_max_latency_ms=self.thin_max_latency_ms,
                        calibration_samples=self.calibration_samples)
-            if self.thin_augment != "none":
-                out.update(thin_augment=self.thin_augment)
-            if self.sparsity_pattern != "unstructured":  # (the candidate widths keep the pattern's blocks)
-                out.update(sparsity_pattern=self.sparsity_pattern)
+            if self.sparsity_pattern != "unstructured":  # (the candidate widths keep the pattern's blocks, and
+                # the budget is held on the cycles of the thinned model pruned to the pattern)
+                out.update(sparsity_pattern=self.sparsity_pattern, thin_cycles_of="pruned")
+        if node in THINNED_NODES and self.thin_augment != "none":  # (the thinned branch's fine-tuning)
+            out.update(thin_augment=self.thin_augment)
         if technique in ("cluster", "sparsity_preserving_cluster"):
             out.update(clusters=self.clusters, per_channel_clusters=self.per_channel_clusters,
                        centroid_init=self.centroid_init, cluster_gradient_aggregation=self.cluster_gradient_aggregation)

@@ -25,14 +25,15 @@ def optimizable(layer, recipe: Recipe) -> bool:
     return kind in ("Conv2D", "Dense") and base_name(layer.name) not in recipe.skip_layers
 
 
-def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dict | None = None):
+def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dict | None = None,
+          mirrored: bool = False):
     from edgedeploy.optimize.finetune.loop import pruning_plan
 
     keras, sparsity = env.keras, env.tfmot.sparsity.keras
     settings = recipe.stage("prune")
     if settings.epochs < 1:
         raise UsageError("pruning needs at least one epoch of fine-tuning", "set [stages.prune] epochs >= 1")
-    ts = training_set(data, recipe)
+    ts = training_set(data, recipe, mirrored)
     plan = pruning_plan(recipe.pruning_schedule, ts.steps_per_epoch(recipe.batch_size), settings.epochs,
                         recipe.pruning_end_fraction)
     if plan.kind == "polynomial":
@@ -65,7 +66,7 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dic
 
 
 def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_sparsity: bool, *,
-            record: dict | None = None):
+            record: dict | None = None, mirrored: bool = False):
     from tensorflow_model_optimization.python.core.clustering.keras.cluster_config import GradientAggregation
 
     keras, clustering = env.keras, env.tfmot.clustering.keras
@@ -87,7 +88,7 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_spa
         return layer
 
     model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    report = fine_tune(env, model, data, recipe, "cluster", loss, "cluster", record=record)
+    report = fine_tune(env, model, data, recipe, "cluster", loss, "cluster", record=record, mirrored=mirrored)
     report["clustering"] = {"clusters": recipe.clusters, "centroid_init": recipe.centroid_init,
                             "preserve_sparsity": preserve_sparsity, "per_channel": recipe.per_channel_clusters,
                             "centroid_gradient": recipe.cluster_gradient_aggregation,
@@ -203,13 +204,19 @@ def baseline_node(run) -> Any:
     return model
 
 
+def mirrored(run) -> bool:
+    """The node fine-tunes on mirrored images as well: ``thin_augment = "hflip"`` in the thinned branch."""
+    return run.recipe.thin_augment == "hflip" and run.node.keeps_channels
+
+
 def prune_node(run) -> Any:
-    return prune(run.env, run.parent(), run.data, run.recipe, run.loss, record=run.training)
+    return prune(run.env, run.parent(), run.data, run.recipe, run.loss, record=run.training, mirrored=mirrored(run))
 
 
 def cluster_node(run) -> Any:
     return cluster(run.env, run.parent(), run.data, run.recipe, run.loss,
-                   preserve_sparsity=bool(run.node.settings.get("preserve_sparsity", False)), record=run.training)
+                   preserve_sparsity=bool(run.node.settings.get("preserve_sparsity", False)), record=run.training,
+                   mirrored=mirrored(run))
 
 
 def qat_node(run) -> Any:
@@ -225,7 +232,8 @@ def qat_node(run) -> Any:
         if computing:
             run.warnings.append(f"{', '.join(computing)}: TFMOT has no QAT config for these layers; only their "
                                 "outputs are fake-quantized in training, and the int8 converter quantizes the rest")
-    fine_tune(run.env, model, run.data, run.recipe, "qat", run.loss, node, record=run.training)
+    fine_tune(run.env, model, run.data, run.recipe, "qat", run.loss, node, record=run.training,
+              mirrored=mirrored(run))
     if run.node.settings.get("settle_clusters"):
         run.training["cluster_kernels_settled"] = settle_cluster_weights(model)
     return model

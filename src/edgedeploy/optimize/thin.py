@@ -6,9 +6,12 @@
 3. Each layer's cycle staircase from Vela on the recipe's ``thin_targets`` and the widths that meet the
    budget (:mod:`.thin_npu`): ``thin_speedup`` times the full model's NPU cycles, or ``thin_max_npu_cycles``,
    or ``thin_max_latency_ms``, whichever is least, on every target; a shortlist of choices near the budget
-   is compiled, and the least expected loss that Vela puts within it is taken.
+   is compiled, and the least expected loss that Vela puts within it is taken. With ``sparsity_pattern =
+   "2:4"`` every candidate is compiled with the prune stage's 2:4 masks: the budget is held on what the
+   ``thinned_pruned`` leaf costs (Ethos-U85 skips the zeros), still as a fraction of the dense full model's cycles.
 4. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
-   stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well).
+   stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well, here and in
+   the stages below).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, le
                        shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
+from .two_of_four import pruned_copy
 
 log = logging.getLogger("edgedeploy")
 
@@ -60,12 +64,15 @@ def _op_groups(graph, name: str) -> tuple[str | None, str | None]:
     return out, out
 
 
-def _candidate(model, graph, scores, widths, values, calibration, float_io) -> bytes:
+def _candidate(model, graph, scores, widths, values, calibration, recipe, dense: bool = False) -> bytes:
+    """The int8 model at the widths ``values``; under 2:4 (unless ``dense``) with the prune stage's 2:4 masks."""
     from edgedeploy.tflite.convert import convert_int8
 
     keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
-    return convert_int8(thin_model(model, graph, keep) if keep else model, calibration, float_io=float_io,
-                        source="thinned candidate")
+    thinned = thin_model(model, graph, keep) if keep else model
+    if recipe.sparsity_pattern == "2:4" and not dense:
+        thinned = pruned_copy(thinned, recipe.skip_layers)
+    return convert_int8(thinned, calibration, float_io=recipe.float_io, source="thinned candidate")
 
 
 def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, dict[str, Any]]:
@@ -104,7 +111,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
     calibration, _ = data.calibration(GRID_CALIBRATION, recipe.seed)
     unique = list(dict.fromkeys(tuple(widths[g][a[g]] for g in groups) for a in assignments))
     tflites = [_candidate(model, graph, scores, widths, {g: widths[g].index(w) for g, w in zip(groups, u)},
-                          calibration, recipe.float_io) for u in unique]  # (repeated widths converted once)
+                          calibration, recipe) for u in unique]  # (repeated widths converted once)
     compiled = compile_models(tflites, recipe.thin_targets, out / TRACE, jobs=1)
     measured = {t: [runs[unique.index(tuple(widths[g][a[g]] for g in groups))] for a in assignments]
                 for t, runs in compiled.items()}
@@ -117,6 +124,11 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
                       for r in runs] for t, runs in measured.items()}
     learn(assignments, per_target, stair)
     totals = {t: float(runs[0]["total_cycles"]) for t, runs in measured.items()}
+    if recipe.sparsity_pattern == "2:4":  # the budget is a fraction of the dense full model's (ptq's) cycles
+        dense = compile_models([_candidate(model, graph, scores, widths, {}, calibration, recipe, dense=True)],
+                               recipe.thin_targets, out / TRACE, jobs=1)
+        stair.full = {t: float(runs[0]["npu_cycles"]) for t, runs in dense.items()}
+        totals = {t: float(runs[0]["total_cycles"]) for t, runs in dense.items()}
     budgets = _budgets(recipe, stair, totals)
     limits = {t: b["npu_cycles"] for t, b in budgets.items()}
     checks: list[dict[str, Any]] = []  # every choice compiled, once
@@ -125,8 +137,13 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
     for _ in range(CHECKS):  # the shortlist compiled; the least expected loss that Vela finds within budget
         options = shortlist(stair, limits, drops, fixed)
         seen = {tuple(c["widths"][g] for g in groups): c for c in checks}
-        new = [v for v in options if tuple(widths[g][v[g]] for g in groups) not in seen]
-        got = compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe.float_io)
+        new, keys = [], set(seen)
+        for v in options:  # (each model once: two candidate values of a narrow group can be the same width)
+            key = tuple(widths[g][v[g]] for g in groups)
+            if key not in keys:
+                keys.add(key)
+                new.append(v)
+        got = compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe)
                               for v in new], recipe.thin_targets, out / TRACE, jobs=1) if new else {}
         checks += [_check(stair, widths, drops, v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}, budgets)
                    for i, v in enumerate(new)]
@@ -144,6 +161,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
     held_on = max(ratios, key=ratios.get)
     record = {
         "targets": list(recipe.thin_targets), "held_on": held_on,
+        "cycles_of": "the thinned model pruned 2:4" if recipe.sparsity_pattern == "2:4" else "the thinned model",
         "budget": {t: {**b, "npu_cycles": round(b["npu_cycles"])} for t, b in budgets.items()},
         "met": all(r <= 1.0 for r in ratios.values()),
         "npu_cycles": final, "cycles_vs_ptq": {t: round(final[t] / stair.full[t], 4) for t in final},
@@ -152,25 +170,6 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
         "steps": steps, "checks": checks,
     }
     return values, record
-
-
-def _augmented(ts, model, how: str, loss, classifier: bool, warnings: list[str]):
-    """The training set with each image also mirrored left to right (``hflip``), the mirrored images' soft
-    targets the float model's outputs on them (the hold-out is left as it is)."""
-    from dataclasses import replace
-
-    from edgedeploy.optimize.finetune.fit import teacher_targets
-
-    if ts.x.ndim != 4 or ts.teacher is None:
-        warnings.append(f"thinned: thin_augment = {how} not applied: it needs images (batch, height, width, "
-                        "channels) and distillation")
-        return ts
-    flipped = ts.x[:, :, ::-1, :]
-    teacher = teacher_targets(model, flipped, bool(getattr(loss, "from_logits", False)), classifier)
-    twice = (lambda a: None if a is None else np.concatenate([a, a]))
-    return replace(ts, x=np.concatenate([ts.x, flipped]), y=twice(ts.y), p=twice(ts.p),
-                   teacher=np.concatenate([ts.teacher, teacher.astype(ts.teacher.dtype)]),
-                   notes=[*ts.notes, f"{how}: {len(flipped)} mirrored images added, distilled from the float model"])
 
 
 def thin_node(run) -> Any:
@@ -224,7 +223,6 @@ def thin_node(run) -> Any:
         run.warnings.append(f"thinned: the widths found miss the cycle budget on {npu['held_on']} "
                             f"({npu['npu_cycles'][npu['held_on']]} > {npu['budget'][npu['held_on']]['npu_cycles']} "
                             "NPU cycles); every candidate width was tried")
-    if recipe.thin_augment != "none":
-        ts = _augmented(ts, model, recipe.thin_augment, run.loss, classifier, run.warnings)
-    fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, train_set=ts, record=run.training)
+    fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, record=run.training,
+              mirrored=recipe.thin_augment == "hflip")
     return thinned

@@ -145,3 +145,23 @@ def pattern_verdict(node: str, where: str, found, kernels, skip_layers, check) -
     reasons = left_out(found, where)
     verdict = check(tuple(skip_layers) + tuple(reasons))
     return merge(node, verdict, structured.check(node, where, kernels, skip_layers), reasons)
+
+
+def pruned_copy(model, skip_layers: Iterable[str] = ()):
+    """A copy of ``model`` whose Conv2D and Dense kernels (all but ``skip_layers`` and the layers the pattern
+    leaves out) hold the final 2:4 mask of the prune stage: what Vela compiles for a 2:4 leaf of this shape."""
+    from edgedeploy.keras.model import clone
+
+    copy = clone(model)
+    skip = set(skip_layers)
+    for layer in copy.layers:
+        kind = inner(layer).__class__.__name__
+        if kind not in ("Conv2D", "Dense") or base_name(layer.name) in skip:
+            continue
+        kernel = kernel_of(layer)
+        if kernel is None or structured.why_left_out(kind, tuple(kernel.shape)):
+            continue
+        weights = layer.get_weights()  # (the kernel first, then the bias)
+        weights[0] = kernel * structured.mask_2of4(kernel, kind)
+        layer.set_weights(weights)
+    return copy

@@ -226,3 +226,32 @@ def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_
     assert "pcqat" in record["not_walked"] and "pcqat" not in record["nodes"]
     thinned = [r for r in done.compiled.records if r.variant == "thinned"][0]
     assert thinned.metrics["npu_cycles"].value <= limit
+
+
+@pytest.mark.slow
+def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_pruned_2_of_4(tmp_path):
+    """With ``sparsity_pattern = "2:4"`` the candidates are compiled with the prune stage's 2:4 masks, so the
+    budget holds for the ``thinned_pruned`` leaf on Ethos-U85 (which skips the zeros), as a fraction of the dense
+    ptq leaf's cycles; the dense ``thinned`` model alone would be over it."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.pipeline.compile import CompileOptions, compile_run
+    from edgedeploy.pipeline.tree_run import optimize
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=1, width=64)
+    speedup, target = 0.6, "ethos-u85-256"
+    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned", "thinned_pruned"], "epochs": 1, "min_steps": 0,
+                                    "seed": SEED, "sparsity_pattern": "2:4", "thin_speedup": speedup,
+                                    "thin_targets": [target], "calibration_samples": 64})
+    outcome = optimize(model, data, tmp_path / "run", recipe)
+    npu = outcome.nodes["thinned"].details["thinning"]["npu"]
+    assert npu["cycles_of"] == "the thinned model pruned 2:4" and npu["met"], npu
+    assert all(w % 4 == 0 for w in outcome.nodes["thinned"].details["thinning"]["widths"].values())
+    cycles = {r.variant: r.metrics["npu_cycles"].value
+              for r in compile_run(outcome.run_dir, [target], CompileOptions(jobs=1)).records}
+    print("U85-256 NPU cycles", cycles, "budget", npu["budget"])
+    assert npu["budget"][target]["ptq_npu_cycles"] == cycles["ptq"]  # the budget is a share of dense ptq's
+    assert cycles["thinned_pruned"] <= speedup * cycles["ptq"] < cycles["thinned"]
+    assert cycles["thinned_pruned"] == pytest.approx(npu["npu_cycles"][target], rel=0.03)

@@ -91,9 +91,11 @@ class TrainingSet:
         return max(1, math.ceil(len(self.x) / batch_size))
 
 
-def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
+def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> TrainingSet:
     """Split the fine-tune samples into training and hold-out (seeded; stratified, labelled samples only, for a
-    classifier; a seeded random slice for target values)."""
+    classifier; a seeded random slice for target values). ``mirrored``: each training image is also given
+    mirrored left to right, distilled from the float model's outputs on it (``data.mirrored_targets``); the
+    hold-out is left as it is."""
     from edgedeploy.optimize.finetune.loop import holdout_split
 
     teacher = getattr(data, "soft_targets", None) if recipe.distill else None
@@ -112,6 +114,21 @@ def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
         raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
                                 "give labelled samples, or turn distillation on for unlabelled ones")
     p = getattr(data, "p_fit", None) if labelled else None
+    if mirrored:
+        mirror = getattr(data, "mirrored_targets", None)
+        if teacher is None or mirror is None or data.x_fit.ndim != 4:
+            notes.append(f"thin_augment = {recipe.thin_augment} not applied: it needs images (batch, height, "
+                         "width, channels) and distillation")
+        else:
+            x_train = data.x_fit[train_idx]
+            notes.append(f"{recipe.thin_augment}: {len(train_idx)} mirrored images added, distilled from the "
+                         "float model")
+            twice = (lambda a: None if a is None else np.concatenate([a[train_idx], a[train_idx]]))
+            return TrainingSet(
+                x=np.concatenate([x_train, x_train[:, :, ::-1, :]]), y=twice(data.y_fit),
+                teacher=np.concatenate([teacher[train_idx], mirror[train_idx].astype(teacher.dtype)]),
+                x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx], teacher_val=teacher[val_idx], notes=notes,
+                p=twice(p), p_val=None if p is None else p[val_idx])
     return TrainingSet(
         x=data.x_fit[train_idx], y=data.y_fit[train_idx],
         teacher=None if teacher is None else teacher[train_idx],
@@ -122,12 +139,13 @@ def training_set(data: Dataset, recipe: Recipe) -> TrainingSet:
 
 
 def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, title: str, callbacks=(), *,
-              train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None) -> dict:
+              train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None,
+              mirrored: bool = False) -> dict:
     """Fine-tune ``model`` in place for one stage; returns (and fills ``record`` with) what was done.
 
     Distillation, the learning-rate schedule, frozen batch norm and best-epoch selection on the hold-out
     follow the recipe (see :mod:`edgedeploy.optimize.finetune.loop`). ``eligible_from`` is the first epoch (1-based) the
-    hold-out may select, e.g. the one where pruning reaches its target.
+    hold-out may select, e.g. the one where pruning reaches its target. ``mirrored``: see :func:`training_set`.
     """
     from edgedeploy.optimize.finetune.loop import Selector, learning_rate_at, schedule_object
 
@@ -137,7 +155,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
     if settings.epochs == 0:
         report.update(epochs=0)
         return report
-    ts = train_set or training_set(data, recipe)
+    ts = train_set or training_set(data, recipe, mirrored)
     classifier = getattr(loss, "classifier", True)
     steps = ts.steps_per_epoch(recipe.batch_size)
     total = steps * settings.epochs
