@@ -308,11 +308,11 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
         assert outcome.leaves[leaf].metric("int8_accuracy") > max(ptq - 10, 2 * 100 / 12), (leaf, ptq)
 
 
-def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
-    """TFMOT's QAT transform for Concatenate gives the layers feeding one its default registry's plain config,
-    whatever the scheme, so PCQAT trained them without the preserving quantizers and the stage failed its
-    preservation check (zeros gone). A linear Activation between each such layer and the Concatenate keeps them
-    in the scheme; checked on the pcqat leaf's int8 kernels."""
+@pytest.fixture(scope="module")
+def shapes_tree(kws_data, tmp_path_factory):
+    """The ptq and pcqat leaves of one model holding three shapes TFMOT's QAT mishandles (each test below reads its
+    own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, and a ReLU6 layer
+    after a 1x1 convolution."""
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
@@ -322,78 +322,91 @@ def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(tmp
     a = keras.layers.Conv2D(16, 1, activation="relu", name="branch_1x1")(x)
     b = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="branch_3x3")(x)
     c = keras.layers.AveragePooling2D(3, strides=1, padding="same")(x)
-    x = keras.layers.Concatenate(name="cat")([a, b, c])
+    x = keras.layers.Concatenate(name="cat")([a, b, c])  # 48 channels
+    x = keras.layers.SeparableConv2D(32, 3, padding="same", name="sep")(x)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.Conv2D(24, 1, name="pw")(x)
+    x = keras.layers.ReLU(6.0, name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    outcome = _fit_and_optimize(model, kws_data, tmp_path, ["ptq", "pcqat"])
-    kernels = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D"]
+    return _fit_and_optimize(model, kws_data, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
+
+
+def _kept_zeros_and_clusters(kernel):
+    assert np.mean(kernel == 0) >= SPARSITY - 0.02
+    assert max(len(np.unique(ch)) for ch in kernel) <= CLUSTERS + 1  # per output channel (int8 scales)
+
+
+def _ops(outcome, leaf):
+    return [o.op for o in read_tflite(outcome.run_dir / outcome.leaves[leaf].output("int8_model").path).operators]
+
+
+def test_layers_feeding_a_concatenate_keep_their_zeros_and_clusters_in_pcqat(shapes_tree):
+    """TFMOT's QAT transform for Concatenate gives the layers feeding one its default registry's plain config,
+    whatever the scheme, so PCQAT trained them without the preserving quantizers and the stage failed its
+    preservation check (zeros gone). A linear Activation between each such layer and the Concatenate keeps them
+    in the scheme; checked on the pcqat leaf's int8 kernels."""
+    kernels = [v for op, v, _ in _int8_kernels(shapes_tree, "pcqat").values() if op == "CONV_2D"]
     branches = [v for v in kernels if v.shape[0] == 16 and v.shape[-1] == 16]  # the two 16 -> 16 branches
     assert len(branches) == 2
     for v in branches:
-        assert np.mean(v == 0) >= SPARSITY - 0.02
-        assert max(len(np.unique(ch)) for ch in v) <= CLUSTERS + 1  # per output channel (int8 scales)
-    ops = [o.op for o in read_tflite(outcome.run_dir / outcome.leaves["pcqat"].output("int8_model").path).operators]
+        _kept_zeros_and_clusters(v)
+    ops = _ops(shapes_tree, "pcqat")
     assert "CONCATENATION" in ops and "DEQUANTIZE" not in ops
 
 
-@pytest.mark.parametrize("relu", ["relu6", "unfused relu"])
-def test_a_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data, relu):
-    """TFMOT's QAT transform for a ReLU layer after a Conv/Dense gives the convolution a no-op quantize config. A
-    ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), nor is a ReLU with fuse_relu = false, so
-    PCQAT trained the convolution freely and the stage failed its preservation check (zeros gone). An identity
-    layer between the two keeps the scheme's config; the int8 model is the ptq leaf's graph, the ReLU fused into
-    its convolution."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
-    keras.utils.set_random_seed(23)
-
-    def act(name):
-        return keras.layers.ReLU(6.0, name=name) if relu == "relu6" else keras.layers.Activation("relu", name=name)
-
-    inp = keras.Input((49, 10, 1))
-    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp)
-    x = act("stem_relu")(x)
-    x = keras.layers.Conv2D(32, 1, name="pw")(x)
-    x = act("pw_relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
-                                kws_data, tmp_path, ["ptq", "pcqat"], fuse_relu=relu == "relu6")
-    pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D" and v.shape[0] == 32]
-    assert len(pointwise) == 1
-    assert np.mean(pointwise[0] == 0) >= SPARSITY - 0.02
-    assert max(len(np.unique(ch)) for ch in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
-    ops = {leaf: [o.op for o in read_tflite(outcome.run_dir / outcome.leaves[leaf].output("int8_model").path).operators]
-           for leaf in ("ptq", "pcqat")}
-    assert ops["pcqat"] == ops["ptq"] and not {"RELU", "RELU6"} & set(ops["pcqat"]), ops
-
-
-def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(tmp_path, kws_data):
+def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(shapes_tree):
     """TFMOT prunes and clusters a SeparableConv2D's pointwise kernel but has no QAT config for it, so PCQAT would
     train it unquantized and lose its zeros and clusters. The tree splits each one into the DepthwiseConv2D and
     1x1 Conv2D it computes (the two operators the converter writes), so the 1x1 half is pruned, clustered and
     quantization-aware trained like any convolution; checked here on the pcqat leaf's int8 kernels."""
+    assert shapes_tree.nodes["baseline"].details["split_separable"] == {"sep": "sep_depthwise"}
+    assert "qat_unquantized_layers" not in shapes_tree.nodes["pcqat"].details
+    kernels = _int8_kernels(shapes_tree, "pcqat")
+    pointwise = [v for op, v, _ in kernels.values() if op == "CONV_2D" and v.shape == (32, 1, 1, 48)]
+    assert len(pointwise) == 1
+    _kept_zeros_and_clusters(pointwise[0])
+    assert sum(op == "DEPTHWISE_CONV_2D" for op, _, _ in kernels.values()) == 1
+    assert read_tflite(shapes_tree.run_dir / shapes_tree.leaves["ptq"].output("int8_model").path).is_integer()
+
+
+def _relu_after_a_convolution(outcome, name: str):
+    pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D" and v.shape[0] == 24]
+    assert len(pointwise) == 1, name
+    _kept_zeros_and_clusters(pointwise[0])
+    # the graph from the last (separable or 1x1) convolution's input on is the ptq leaf's: no RELU, RELU6 or
+    # requantizing QUANTIZE beside the convolution (the shapes model's Concatenate may requantize before it)
+    ops = {leaf: _ops(outcome, leaf) for leaf in ("ptq", "pcqat")}
+    tail = {leaf: o[max(i for i, op in enumerate(o) if op in ("CONCATENATION", "DEPTHWISE_CONV_2D")) + 1:]
+            if {"CONCATENATION", "DEPTHWISE_CONV_2D"} & set(o) else o for leaf, o in ops.items()}
+    assert tail["pcqat"] == tail["ptq"] and "CONV_2D" in tail["ptq"], ops
+    assert not {"RELU", "RELU6"} & set(ops["pcqat"]), ops
+
+
+def test_a_relu6_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(shapes_tree):
+    """TFMOT's QAT transform for a ReLU layer after a Conv/Dense gives the convolution a no-op quantize config. A
+    ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), so PCQAT trained the convolution freely
+    and the stage failed its preservation check (zeros gone). An identity layer between the two keeps the
+    scheme's config; the int8 model is the ptq leaf's graph, the ReLU6 fused into its convolution."""
+    _relu_after_a_convolution(shapes_tree, "relu6")
+
+
+def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
+    """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``)."""
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
-    keras.utils.set_random_seed(11)
+    keras.utils.set_random_seed(23)
     inp = keras.Input((49, 10, 1))
-    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
-    x = keras.layers.SeparableConv2D(32, 3, padding="same", name="sep")(x)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp)
+    x = keras.layers.Activation("relu", name="stem_relu")(x)
+    x = keras.layers.Conv2D(24, 1, name="pw")(x)
+    x = keras.layers.Activation("relu", name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    out = keras.layers.Dense(12, activation="softmax", name="head")(x)
-    outcome = _fit_and_optimize(keras.Model(inp, out), kws_data, tmp_path, ["ptq", "pcqat"])
-    assert outcome.nodes["baseline"].details["split_separable"] == {"sep": "sep_depthwise"}
-    assert "qat_unquantized_layers" not in outcome.nodes["pcqat"].details
-    kernels = _int8_kernels(outcome, "pcqat")
-    pointwise = [v for op, v, _ in kernels.values() if op == "CONV_2D" and v.shape[1:3] == (1, 1)]
-    assert len(pointwise) == 1 and pointwise[0].shape == (32, 1, 1, 16)
-    assert np.mean(pointwise[0] == 0) >= SPARSITY - 0.02
-    assert max(len(np.unique(c)) for c in pointwise[0]) <= CLUSTERS + 1  # per output channel (int8 scales)
-    assert sum(op == "DEPTHWISE_CONV_2D" for op, _, _ in kernels.values()) == 1
-    assert read_tflite(outcome.run_dir / outcome.leaves["ptq"].output("int8_model").path).is_integer()
+    outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
+                                kws_data, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
+    _relu_after_a_convolution(outcome, "unfused relu")
 
 
 def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tmp_path, kws_data):

@@ -54,16 +54,32 @@ def _scores(model, x, y):
             float(-np.mean(np.log(np.clip(probs[np.arange(len(y)), y], 1e-7, 1.0)))))
 
 
+@pytest.fixture(scope="module")
+def pool_results(folded, hessians, tmp_path_factory):
+    """The items run in a process pool of two workers, without and with compensation (each run once a module)."""
+    from edgedeploy.optimize.palette.sensitivity import run_items
+
+    _, path, x, y = folded
+    done: dict[bool, list] = {}
+
+    def results(compensated: bool) -> list:
+        if compensated not in done:
+            done[compensated] = run_items(ITEMS, path, x, y, tmp_path_factory.mktemp("pool"), "process", workers=2,
+                                          hessians=hessians[0] if compensated else None)
+        return done[compensated]
+
+    return results
+
+
 @pytest.mark.parametrize("compensated", [False, True], ids=["nearest", "gptq"])
-def test_items_in_a_process_pool_match_in_process(folded, hessians, tmp_path, compensated):
+def test_items_in_a_process_pool_match_in_process(folded, hessians, pool_results, compensated):
     from edgedeploy.keras import tfenv
     from edgedeploy.optimize.palette.models import apply_plan
-    from edgedeploy.optimize.palette.sensitivity import run_items
 
     keras = tfenv.load().keras
     model, path, x, y = folded
     h = hessians[0] if compensated else None
-    results = run_items(ITEMS, path, x, y, tmp_path, "process", workers=2, hessians=h)
+    results = pool_results(compensated)
     assert [(r["layer"], r["setting"]) for r in results] == ITEMS
     # the same item computed here, independently of the pool
     for (layer, setting), r in zip(ITEMS, results):
@@ -79,12 +95,12 @@ def test_items_in_a_process_pool_match_in_process(folded, hessians, tmp_path, co
     assert results[0]["loss"] > results[1]["loss"]
 
 
-def test_items_as_ray_tasks_match_the_process_pool(folded, hessians, tmp_path, ray_home):
+def test_items_as_ray_tasks_match_the_process_pool(folded, hessians, pool_results, tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     from edgedeploy.optimize.palette.sensitivity import run_items
 
     _, path, x, y = folded
-    local = run_items(ITEMS, path, x, y, tmp_path, "process", workers=2, hessians=hessians[0])
+    local = pool_results(True)
     remote = run_items(ITEMS, path, x, y, tmp_path, "ray", workers=2, hessians=hessians[0])
     assert [r["accuracy"] for r in remote] == [r["accuracy"] for r in local]
     assert [r["loss"] for r in remote] == pytest.approx([r["loss"] for r in local], rel=1e-6)
