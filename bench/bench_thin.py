@@ -50,7 +50,8 @@ def model_part(key: str, args) -> dict:
                    "thin_speedup": args.speedup, "thin_targets": tuple(args.thin_targets.split(",")),
                    "stage_epochs": {"thin": args.thin_epochs}, "patience": args.patience,
                    "thin_augment": args.thin_augment, "pruning_end_fraction": args.prune_end_fraction,
-                   **({"stage_learning_rates": {"prune": args.prune_lr}} if args.prune_lr else {})})
+                   "stage_learning_rates": {**({"prune": args.prune_lr} if args.prune_lr else {}),
+                                            **({"thin": args.thin_lr} if args.thin_lr else {})}})
     out = args.out / key / args.pattern.replace(":", "of")
     done, failed, nodes = {}, {}, {}
     for leaf in args.leaves.split(","):  # one leaf at a time: one that fails is reported, the others measured
@@ -194,6 +195,8 @@ def main(argv=None) -> int:
                     help="pruning.end_fraction: share of the prune stage's steps after which the target is reached")
     ap.add_argument("--prune-lr", type=float, default=0.0,
                     help="[stages.prune] learning_rate (0: the recipe's learning_rate)")
+    ap.add_argument("--thin-lr", type=float, default=0.0,
+                    help="[stages.thin] learning_rate (0: the recipe's learning_rate)")
     ap.add_argument("--thin-targets", default="ethos-u55-128")
     ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
     ap.add_argument("--seed", type=int, default=0)

@@ -73,6 +73,8 @@ NODE_TABLE: Mapping[str, Node] = MappingProxyType({n.name: n for n in (
     Node("thinned_qat", "thinned", "qat", {"scheme": "default_8bit"}, stage="qat", qat=True, keeps_channels=True,
          level=3),
     Node("thinned_pruned", "thinned", "prune", stage="prune", keeps_sparsity=True, keeps_channels=True, level=3),
+    Node("thinned_pqat", "thinned_pruned", "qat", {"scheme": "prune_preserve"}, stage="qat", qat=True,
+         keeps_sparsity=True, keeps_channels=True, level=4),
     Node("thinned_pruned_clustered", "thinned_pruned", "sparsity_preserving_cluster", {"preserve_sparsity": True},
          stage="cluster", keeps_sparsity=True, keeps_clusters=True, keeps_channels=True, level=4),
     Node("thinned_pcqat", "thinned_pruned_clustered", "qat", {**_QAT_CLUSTER, "preserve_sparsity": True},
@@ -91,7 +93,8 @@ LEAF_TABLE: Mapping[str, Leaf] = MappingProxyType({leaf.name: leaf for leaf in (
     *(Leaf(n, n, conversion="palette_int8", default=False) for n in ("clustered_palette", "pruned_clustered_palette", "cqat_palette",
                                           "pcqat_palette")),
     # thinned leaves (not in the default leaves): e.g. `--leaves ptq,thinned,thinned_pcqat`
-    *(Leaf(n, n, default=False) for n in ("thinned", "thinned_qat", "thinned_pruned", "thinned_pcqat")),
+    *(Leaf(n, n, default=False) for n in ("thinned", "thinned_qat", "thinned_pruned", "thinned_pqat",
+                                                         "thinned_pcqat")),
     # the baseline with int16 activations and int8 weights (edgedeploy.tflite.convert16); asked for by name
     Leaf("ptq_16x8", "baseline", conversion="int16x8", default=False),
 )})

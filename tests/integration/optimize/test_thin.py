@@ -232,7 +232,8 @@ def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_
 def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_pruned_2_of_4(tmp_path):
     """With ``sparsity_pattern = "2:4"`` the candidates are compiled with the prune stage's 2:4 masks, so the
     budget holds for the ``thinned_pruned`` leaf on Ethos-U85 (which skips the zeros), as a fraction of the dense
-    ptq leaf's cycles; the dense ``thinned`` model alone would be over it."""
+    ptq leaf's cycles; the dense ``thinned`` model alone would be over it. ``thinned_pqat`` (PQAT of the thinned
+    2:4 model) keeps its pattern, channels and cycles."""
     from edgedeploy.keras import tfenv
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
@@ -242,7 +243,8 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=1, width=64)
     speedup, target = 0.6, "ethos-u85-256"
-    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned", "thinned_pruned"], "epochs": 1, "min_steps": 0,
+    recipe = load_recipe(overrides={"leaves": ["ptq", "thinned", "thinned_pruned", "thinned_pqat"], "epochs": 1,
+                                    "min_steps": 0,
                                     "seed": SEED, "sparsity_pattern": "2:4", "thin_speedup": speedup,
                                     "thin_targets": [target], "calibration_samples": 64})
     outcome = optimize(model, data, tmp_path / "run", recipe)
@@ -255,3 +257,7 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
     assert npu["budget"][target]["ptq_npu_cycles"] == cycles["ptq"]  # the budget is a share of dense ptq's
     assert cycles["thinned_pruned"] <= speedup * cycles["ptq"] < cycles["thinned"]
     assert cycles["thinned_pruned"] == pytest.approx(npu["npu_cycles"][target], rel=0.03)
+    # PQAT below it keeps the zeros (its int8 file passed the 2:4 and channel checks) and so the cycles
+    assert cycles["thinned_pqat"] == pytest.approx(cycles["thinned_pruned"], rel=0.03)
+    rows = outcome.leaves["thinned_pqat"].details["preservation"]
+    assert any(r.get("pattern") == "2:4" for r in rows) and any(r.get("check") == "channels" for r in rows), rows

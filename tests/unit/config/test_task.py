@@ -136,7 +136,7 @@ def test_the_node_table_is_the_one_tree():
     assert report.LEAF_LEVELS is tree.LEAF_LEVELS
     assert tree.LEAF_LEVELS["ptq"] == 0 and tree.LEAF_LEVELS["pcqat"] == 4 and tree.LEAF_LEVELS["pcqat_palette"] == 4
     assert set(tree.QAT_NODES) == {"qat", "pqat", "cqat", "pcqat", "cqat_palette", "pcqat_palette", "thinned_qat",
-                                   "thinned_pcqat"}
+                                   "thinned_pqat", "thinned_pcqat"}
     for node in tree.NODE_TABLE.values():  # every parent exists and every technique has a stage function
         assert node.parent is None or node.parent in tree.NODE_TABLE
     assert tree.DEFAULT_LEAVES == ("ptq", "qat", "pruned", "pqat", "clustered", "cqat", "pruned_clustered", "pcqat")
