@@ -28,6 +28,7 @@ from .thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, le
                        shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
+from .techniques import mirrored, optimizable
 from .two_of_four import pruned_copy
 
 log = logging.getLogger("edgedeploy")
@@ -71,7 +72,7 @@ def _candidate(model, graph, scores, widths, values, calibration, recipe, dense:
     keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
     thinned = thin_model(model, graph, keep) if keep else model
     if recipe.sparsity_pattern == "2:4" and not dense:
-        thinned = pruned_copy(thinned, recipe.skip_layers)
+        thinned = pruned_copy(thinned, lambda layer: optimizable(layer, recipe))
     return convert_int8(thinned, calibration, float_io=recipe.float_io, source="thinned candidate")
 
 
@@ -224,5 +225,5 @@ def thin_node(run) -> Any:
                             f"({npu['npu_cycles'][npu['held_on']]} > {npu['budget'][npu['held_on']]['npu_cycles']} "
                             "NPU cycles); every candidate width was tried")
     fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, record=run.training,
-              mirrored=recipe.thin_augment == "hflip")
+              mirrored=mirrored(run))
     return thinned

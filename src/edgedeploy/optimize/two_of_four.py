@@ -12,7 +12,7 @@ zero through training, as for unstructured pruning.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -147,17 +147,16 @@ def pattern_verdict(node: str, where: str, found, kernels, skip_layers, check) -
     return merge(node, verdict, structured.check(node, where, kernels, skip_layers), reasons)
 
 
-def pruned_copy(model, skip_layers: Iterable[str] = ()):
-    """A copy of ``model`` whose Conv2D and Dense kernels (all but ``skip_layers`` and the layers the pattern
-    leaves out) hold the final 2:4 mask of the prune stage: what Vela compiles for a 2:4 leaf of this shape."""
+def pruned_copy(model, eligible: Callable[[Any], bool]):
+    """A copy of ``model`` whose ``eligible`` layers (those the prune stage wraps), less those the pattern leaves
+    out, hold the prune stage's final 2:4 mask: what Vela compiles for a 2:4 leaf of this shape."""
     from edgedeploy.keras.model import clone
 
     copy = clone(model)
-    skip = set(skip_layers)
     for layer in copy.layers:
-        kind = inner(layer).__class__.__name__
-        if kind not in ("Conv2D", "Dense") or base_name(layer.name) in skip:
+        if not eligible(layer):
             continue
+        kind = inner(layer).__class__.__name__
         kernel = kernel_of(layer)
         if kernel is None or structured.why_left_out(kind, tuple(kernel.shape)):
             continue

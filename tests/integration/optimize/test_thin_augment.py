@@ -81,12 +81,15 @@ def test_the_thinned_branch_below_the_thinned_node_fine_tunes_on_mirrored_images
 
 def test_the_2_of_4_copy_has_the_prune_stages_final_masks_and_leaves_the_model_alone():
     from edgedeploy.config import pattern
+    from edgedeploy.config.recipe import load_recipe
     from edgedeploy.keras import tfenv
+    from edgedeploy.optimize.techniques import optimizable
     from edgedeploy.optimize.two_of_four import pruned_copy
 
     model = _model(tfenv.load().keras)
     before = [w.copy() for w in model.get_weights()]
-    copy = pruned_copy(model, skip_layers=("out",))
+    recipe = load_recipe(overrides={"skip_layers": ["out"]})
+    copy = pruned_copy(model, lambda layer: optimizable(layer, recipe))
     for w, b in zip(model.get_weights(), before):
         np.testing.assert_array_equal(w, b)
     conv, pw, out = (copy.get_layer(n).get_weights()[0] for n in ("conv", "pw", "out"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -114,28 +114,24 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
         raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
                                 "give labelled samples, or turn distillation on for unlabelled ones")
     p = getattr(data, "p_fit", None) if labelled else None
-    if mirrored:
-        mirror = getattr(data, "mirrored_targets", None)
-        if teacher is None or mirror is None or data.x_fit.ndim != 4:
-            notes.append(f"thin_augment = {recipe.thin_augment} not applied: it needs images (batch, height, "
-                         "width, channels) and distillation")
-        else:
-            x_train = data.x_fit[train_idx]
-            notes.append(f"{recipe.thin_augment}: {len(train_idx)} mirrored images added, distilled from the "
-                         "float model")
-            twice = (lambda a: None if a is None else np.concatenate([a[train_idx], a[train_idx]]))
-            return TrainingSet(
-                x=np.concatenate([x_train, x_train[:, :, ::-1, :]]), y=twice(data.y_fit),
-                teacher=np.concatenate([teacher[train_idx], mirror[train_idx].astype(teacher.dtype)]),
-                x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx], teacher_val=teacher[val_idx], notes=notes,
-                p=twice(p), p_val=None if p is None else p[val_idx])
-    return TrainingSet(
+    ts = TrainingSet(
         x=data.x_fit[train_idx], y=data.y_fit[train_idx],
         teacher=None if teacher is None else teacher[train_idx],
         x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx],
         teacher_val=None if teacher is None else teacher[val_idx], notes=notes,
         p=None if p is None else p[train_idx], p_val=None if p is None else p[val_idx],
     )
+    if not mirrored:
+        return ts
+    mirror = getattr(data, "mirrored_targets", None)
+    if ts.teacher is None or mirror is None or ts.x.ndim != 4:
+        notes.append(f"thin_augment = {recipe.thin_augment} not applied: it needs images (batch, height, width, "
+                     "channels) and distillation")
+        return ts
+    notes.append(f"{recipe.thin_augment}: {len(ts.x)} mirrored images added, distilled from the float model")
+    twice = (lambda a: None if a is None else np.concatenate([a, a]))
+    return replace(ts, x=np.concatenate([ts.x, ts.x[:, :, ::-1, :]]), y=twice(ts.y), p=twice(ts.p),
+                   teacher=np.concatenate([ts.teacher, mirror[train_idx].astype(ts.teacher.dtype)]))
 
 
 def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, title: str, callbacks=(), *,
