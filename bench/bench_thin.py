@@ -9,7 +9,9 @@ by both int8 models), MACs, NPU cycles, total cycles and encoded weight bytes, e
 
 Run: python bench/bench_thin.py [--models kws] [--leaves ptq,thinned,thinned_pcqat] [--thin-epochs 30]
      [--epochs 4] [--speedup 0.75] [--thin-augment none] [--patience 0] [--pattern unstructured]
-     [--thin-targets ethos-u55-128] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256] [--seed 0] [--out DIR] [--markdown] [--json FILE]
+     [--prune-lr R] [--thin-lr R] [--prune-end-fraction F] [--label-weight W] [--skip-layers L1,L2]
+     [--thin-targets ethos-u55-128] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256] [--seed 0]
+     [--out DIR] [--markdown] [--json FILE]
 Training runs on the CPU; Vela's cycle estimates are deterministic.
 """
 
@@ -51,7 +53,9 @@ def model_part(key: str, args) -> dict:
                    "stage_epochs": {"thin": args.thin_epochs}, "patience": args.patience,
                    "thin_augment": args.thin_augment, "pruning_end_fraction": args.prune_end_fraction,
                    "stage_learning_rates": {**({"prune": args.prune_lr} if args.prune_lr else {}),
-                                            **({"thin": args.thin_lr} if args.thin_lr else {})}})
+                                            **({"thin": args.thin_lr} if args.thin_lr else {})},
+                   "skip_layers": tuple(n for n in args.skip_layers.split(",") if n),
+                   **({"distill_label_weight": args.label_weight} if args.label_weight is not None else {})})
     out = args.out / key / args.pattern.replace(":", "of")
     done, failed, nodes = {}, {}, {}
     for leaf in args.leaves.split(","):  # one leaf at a time: one that fails is reported, the others measured
@@ -197,6 +201,11 @@ def main(argv=None) -> int:
                     help="[stages.prune] learning_rate (0: the recipe's learning_rate)")
     ap.add_argument("--thin-lr", type=float, default=0.0,
                     help="[stages.thin] learning_rate (0: the recipe's learning_rate)")
+    ap.add_argument("--label-weight", type=float, default=None,
+                    help="distillation's weight of the labels against the float model's outputs (default: the "
+                         "recipe's)")
+    ap.add_argument("--skip-layers", default="", help="comma-separated layers left unpruned (the recipe's "
+                    "skip_layers; under 2:4 they stay dense, and the widths are chosen with them dense)")
     ap.add_argument("--thin-targets", default="ethos-u55-128")
     ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
     ap.add_argument("--seed", type=int, default=0)
