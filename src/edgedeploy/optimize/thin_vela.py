@@ -3,7 +3,10 @@
 Each candidate is the model thinned to its widths (:func:`edgedeploy.keras.thin.thin_model`), converted to int8
 on a few calibration samples (cycles do not depend on the ranges) and compiled in a pool of Vela workers for
 each target; the per-operator cycles of Vela's per-layer CSV are keyed by the operator's name, kind and
-occurrence, which do not change with the widths.
+occurrence, which do not change with the widths. The cycles taken from each row are its ``NPU`` column, the
+share of the summary's NPU cycles (the column sums to them), which is what the budget holds: ``Op Cycles`` is
+the larger of the NPU's and the memory's cycles of the operator and sums to the total cycles instead (on
+Ethos-U85-256 the two sums differed by 3,400 to 18,000 cycles among ResNet-8's candidates, by the widths).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ TRACE = "_thin_vela"  # the work folder inside the node's stage folder (removed 
 
 
 def op_key_rows(layers: list[dict[str, Any]]) -> list[tuple[tuple[str, str, int], float]]:
-    """NPU operator rows of Vela's per-layer CSV as ((name, operator, occurrence), op cycles)."""
+    """NPU operator rows of Vela's per-layer CSV as ((name, operator, occurrence), NPU cycles)."""
     seen: dict[tuple[str, str], int] = {}
     out = []
     for row in layers:
@@ -27,7 +30,7 @@ def op_key_rows(layers: list[dict[str, Any]]) -> list[tuple[tuple[str, str, int]
         name, op = str(row.get("Name", "")), str(row.get("NNG Operator") or row.get("Original Operator"))
         k = seen.get((name, op), 0)
         seen[(name, op)] = k + 1
-        cycles = row.get("Op Cycles")
+        cycles = row.get("NPU")
         out.append(((name, op, k), float(cycles) if isinstance(cycles, (int, float)) else 0.0))
     return out
 

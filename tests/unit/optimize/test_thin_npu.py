@@ -123,3 +123,21 @@ def test_int8_layouts_give_input_and_output_channels():
     found = [WeightStats("c", "Conv2D", (16, 3, 3, 8), 0, 1, 1, 16), WeightStats("d", "DepthwiseConv2D", (1, 3, 3, 16),
              0, 1, 1, 16), WeightStats("f", "Dense", (12, 64), 0, 1, 1, 12)]
     assert int8_channels(found) == {"c": (8, 16), "d": (16, 16), "f": (64, 12)}
+
+
+def test_the_staircase_rows_add_up_to_the_npu_cycles_the_budget_holds():
+    """Each operator row gives its share of the summary's NPU cycles (the per-layer CSV's NPU column), not its
+    Op Cycles (the larger of NPU and memory cycles, which add up to the total cycles): recorded Vela 5.2 output
+    of the MLPerf DS-CNN on Ethos-U55-128."""
+    from pathlib import Path
+
+    from edgedeploy.optimize.thin_vela import op_key_rows
+    from edgedeploy.vela.outputs import parse_per_layer_csv, parse_summary_csv
+
+    vela = Path(__file__).resolve().parents[2] / "data" / "vela"
+    layers = parse_per_layer_csv((vela / "dscnn_u55_128_per-layer.csv").read_text(encoding="utf-8"))
+    summary = parse_summary_csv((vela / "dscnn_u55_128_summary.csv").read_text(encoding="utf-8"))
+    rows = op_key_rows(layers)
+    assert sum(c for _, c in rows) == summary["cycles_npu"] == 88902
+    assert sum(r["Op Cycles"] for r in layers) == summary["cycles_total"] == 89900
+    assert len({key for key, _ in rows}) == len(rows)  # (every row keyed once)
