@@ -25,7 +25,7 @@ from edgedeploy.core.stage import RunContext, StageSpec, begin_stage, end_stage
 from edgedeploy.core.graph import GraphTask, build_graph, leaf_id, node_id, run_graph
 from edgedeploy.config.tree import LEAF_TABLE, LEAVES, NODE_TABLE, QAT_NODES, THINNED_NODES, nodes_for
 from edgedeploy.config.task import Task, decide
-from edgedeploy.optimize.finetune.fit import teacher_targets, training_set
+from edgedeploy.optimize.finetune.fit import mirror, teacher_targets, training_set
 from edgedeploy.optimize.finetune.length import stretch
 from edgedeploy.optimize.registry import CONVERSIONS, TECHNIQUES
 
@@ -71,7 +71,7 @@ class TreeInputs:
                                                      self.loss.classifier)
         if (recipe.distill and recipe.thin_augment == "hflip" and self.data.mirrored_targets is None
                 and self.data.x_fit.ndim == 4 and THINNED_NODES & set(nodes_for(list(recipe.leaves)))):
-            self.data.mirrored_targets = teacher_targets(self.model, self.data.x_fit[:, :, ::-1, :],
+            self.data.mirrored_targets = teacher_targets(self.model, mirror(self.data.x_fit),
                                                          self.loss.from_logits, self.loss.classifier)
         return self.data
 

@@ -91,6 +91,12 @@ class TrainingSet:
         return max(1, math.ceil(len(self.x) / batch_size))
 
 
+def mirror(images: np.ndarray) -> np.ndarray:
+    """Images (batch, height, width, channels) mirrored left to right: the ``thin_augment = "hflip"`` samples, and
+    what the float model's ``data.mirrored_targets`` are computed on."""
+    return images[:, :, ::-1, :]
+
+
 def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> TrainingSet:
     """Split the fine-tune samples into training and hold-out (seeded; stratified, labelled samples only, for a
     classifier; a seeded random slice for target values). ``mirrored``: each training image is also given
@@ -123,15 +129,15 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
     )
     if not mirrored:
         return ts
-    mirror = getattr(data, "mirrored_targets", None)
-    if ts.teacher is None or mirror is None or ts.x.ndim != 4:
+    mirrored_targets = getattr(data, "mirrored_targets", None)
+    if ts.teacher is None or mirrored_targets is None or ts.x.ndim != 4:
         notes.append(f"thin_augment = {recipe.thin_augment} not applied: it needs images (batch, height, width, "
                      "channels) and distillation")
         return ts
     notes.append(f"{recipe.thin_augment}: {len(ts.x)} mirrored images added, distilled from the float model")
     twice = (lambda a: None if a is None else np.concatenate([a, a]))
-    return replace(ts, x=np.concatenate([ts.x, ts.x[:, :, ::-1, :]]), y=twice(ts.y), p=twice(ts.p),
-                   teacher=np.concatenate([ts.teacher, mirror[train_idx].astype(ts.teacher.dtype)]))
+    return replace(ts, x=np.concatenate([ts.x, mirror(ts.x)]), y=twice(ts.y), p=twice(ts.p),
+                   teacher=np.concatenate([ts.teacher, mirrored_targets[train_idx].astype(ts.teacher.dtype)]))
 
 
 def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, title: str, callbacks=(), *,
