@@ -10,6 +10,7 @@ by both int8 models), MACs, NPU cycles, total cycles and encoded weight bytes, e
 Run: python bench/bench_thin.py [--models kws] [--leaves ptq,thinned,thinned_pcqat] [--thin-epochs 30]
      [--epochs 4] [--speedup 0.75] [--thin-augment none] [--patience 0] [--pattern unstructured]
      [--prune-lr R] [--thin-lr R] [--prune-end-fraction F] [--label-weight W] [--skip-layers L1,L2]
+     [--thin-trials 0] [--thin-trial-epochs 2]
      [--thin-targets ethos-u55-128] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256] [--seed 0]
      [--out DIR] [--markdown] [--json FILE]
 Training runs on the CPU; Vela's cycle estimates are deterministic.
@@ -55,6 +56,7 @@ def model_part(key: str, args) -> dict:
                    "stage_learning_rates": {**({"prune": args.prune_lr} if args.prune_lr else {}),
                                             **({"thin": args.thin_lr} if args.thin_lr else {})},
                    "skip_layers": tuple(n for n in args.skip_layers.split(",") if n),
+                   "thin_trials": args.thin_trials, "thin_trial_epochs": args.thin_trial_epochs,
                    **({"distill_label_weight": args.label_weight} if args.label_weight is not None else {})})
     out = args.out / key / args.pattern.replace(":", "of")
     done, failed, nodes = {}, {}, {}
@@ -85,7 +87,7 @@ def model_part(key: str, args) -> dict:
     thinning = (nodes.get("thinned").details.get("thinning") if nodes.get("thinned") else None) or {}
     return {"key": key, "title": title, "run_dir": str(out), "leaves": rows, "failed": failed, "targets": targets,
             "widths": thinning.get("widths"), "full_widths": thinning.get("full_widths"),
-            "held_on": (thinning.get("npu") or {}).get("held_on"),
+            "held_on": (thinning.get("npu") or {}).get("held_on"), "trials": thinning.get("trials"),
             "thin_seconds": nodes["thinned"].metric("train_seconds") if "thinned" in nodes else None}
 
 
@@ -160,6 +162,13 @@ def render(doc: dict, markdown: bool) -> str:
             lines.append("Thinned widths: " + ", ".join(f"{g} {w}/{part['full_widths'][g]}"
                                                         for g, w in part["widths"].items()))
             lines.append("")
+        for i, trial in enumerate(part.get("trials") or []):
+            lines.append(f"Trial {i + 1} ({trial['epochs']} epochs, {trial['seconds']:.0f} s): hold-out loss "
+                         f"{trial['hold_out_loss']:.4f}, accuracy {_f(trial.get('hold_out_accuracy'), '.1f')}% at "
+                         + ", ".join(f"{g} {w}" for g, w in trial["widths"].items())
+                         + (" (kept)" if trial["widths"] == part["widths"] else ""))
+        if part.get("trials"):
+            lines.append("")
         header = ["leaf", "target", "int8 acc %", "Δ vs ptq (pt) ± SE", "MACs", "× ptq", "NPU cycles", "× ptq",
                   "total cycles", "× ptq", "enc. weights B", "× ptq"]
         rows = []
@@ -204,6 +213,9 @@ def main(argv=None) -> int:
     ap.add_argument("--label-weight", type=float, default=None,
                     help="distillation's weight of the labels against the float model's outputs (default: the "
                          "recipe's)")
+    ap.add_argument("--thin-trials", type=int, default=0, help="width choices fine-tuned briefly before the "
+                    "thinned node's fine-tuning, the best on the hold-out kept (the recipe's thin_trials)")
+    ap.add_argument("--thin-trial-epochs", type=int, default=2, help="epochs of each trial (thin_trial_epochs)")
     ap.add_argument("--skip-layers", default="", help="comma-separated layers left unpruned (the recipe's "
                     "skip_layers; under 2:4 they stay dense, and the widths are chosen with them dense)")
     ap.add_argument("--thin-targets", default="ethos-u55-128")

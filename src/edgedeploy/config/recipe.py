@@ -167,6 +167,11 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0),
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
         minimum=0),
+    Key("thin_trials", int, 0, "width choices fine-tuned for thin_trial_epochs before the thinned node's own "
+        "fine-tuning, the one of least hold-out loss kept: the search's choice and, for each group, the best "
+        "choice within the budget that gives it another width (0: the search's choice, untried)", minimum=0,
+        maximum=32),
+    Key("thin_trial_epochs", int, 2, "epochs of each thin_trials fine-tuning", minimum=1, maximum=MAX_EPOCHS),
     Key("thin_augment", str, "none", "extra fine-tuning samples of the thinned node and the nodes below it, "
         "distilled from the float model: none, or hflip (each image also mirrored left to right)",
         choices=("none", "hflip")),
@@ -273,6 +278,8 @@ class Recipe:
     thin_targets: tuple[str, ...] = _default("thin_targets")
     thin_max_npu_cycles: int = _default("thin_max_npu_cycles")
     thin_max_latency_ms: float = _default("thin_max_latency_ms")
+    thin_trials: int = _default("thin_trials")
+    thin_trial_epochs: int = _default("thin_trial_epochs")
     thin_augment: str = _default("thin_augment")
 
     def stage(self, kind: str) -> StageSettings:
@@ -323,6 +330,8 @@ class Recipe:
             if self.sparsity_pattern != "unstructured":  # (the candidate widths keep the pattern's blocks, and
                 # the budget is held on the cycles of the thinned model pruned to the pattern)
                 out.update(sparsity_pattern=self.sparsity_pattern, thin_cycles_of="pruned")
+            if self.thin_trials > 1:  # (without trials, cache keys stay as they were)
+                out.update(thin_trials=self.thin_trials, thin_trial_epochs=self.thin_trial_epochs)
         if node in THINNED_NODES and self.thin_augment != "none":  # (the thinned branch's fine-tuning)
             out.update(thin_augment=self.thin_augment)
         if technique in ("cluster", "sparsity_preserving_cluster"):

@@ -9,7 +9,11 @@
    is compiled, and the least expected loss that Vela puts within it is taken. With ``sparsity_pattern =
    "2:4"`` every candidate is compiled with the prune stage's 2:4 masks: the budget is held on what the
    ``thinned_pruned`` leaf costs (Ethos-U85 skips the zeros), still as a fraction of the dense full model's cycles.
-4. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
+4. With ``thin_trials``, the search's choice and its alternatives (:func:`.thin_npu.alternatives`, each checked
+   by Vela) are each thinned, refitted and fine-tuned for ``thin_trial_epochs``; the one of least hold-out loss
+   is kept (``details["thinning"]["trials"]``). The expected loss adds one-shot losses, and fine-tuning can
+   recover a choice it ranks lower better than the one it ranks first.
+5. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
    stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well, here and in
    the stages below).
 """
@@ -24,10 +28,11 @@ import numpy as np
 from ..errors import UsageError
 from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, training_set
-from .thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, learn, orthogonal_rows,
-                       shortlist)
+from .thin_npu import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
+                       orthogonal_rows, shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
+from .leaf import tfenv_seed
 from .techniques import mirrored, optimizable
 from .two_of_four import pruned_copy
 
@@ -102,8 +107,31 @@ def _check(stair: Staircase, widths, drops, values: dict[str, int], cycles: dict
             "met": all(c <= budgets[t]["npu_cycles"] for t, c in cycles.items())}
 
 
-def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[dict[str, int], dict[str, Any]]:
-    """The value index per group that meets the budget (see the module), and the record of the search."""
+def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths, compile_choices, row
+             ) -> tuple[list[dict[str, Any]], bool]:
+    """The row of ``checks`` for each choice of ``options``, compiling (once each, added to ``checks``) the choices
+    not compiled yet; and whether any was. Two candidate values of a narrow group can be the same width: a model
+    is compiled once."""
+    def key(v):
+        return tuple(widths[g][v[g]] for g in widths)
+
+    known = {tuple(c["widths"][g] for g in widths) for c in checks}
+    new = []
+    for v in options:
+        if key(v) not in known:
+            known.add(key(v))
+            new.append(v)
+    got = compile_choices(new) if new else {}
+    checks += [row(v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}) for i, v in enumerate(new)]
+    by_key = {tuple(c["widths"][g] for g in widths): c for c in checks}
+    return [by_key[key(v)] for v in options], bool(new)
+
+
+def npu_widths(model, graph, scores, drops, widths, recipe, data, out
+               ) -> tuple[dict[str, int], dict[str, Any], list[dict[str, int]]]:
+    """The value index per group that meets the budget (see the module), the record of the search, and the
+    choices to try by fine-tuning (``thin_trials``): that one first, then :func:`.thin_npu.alternatives` that
+    Vela puts within the budget."""
     groups = list(widths)
     colours = colour_groups(groups, _edges(graph))
     fixed = {g: 0 for g, c in colours.items() if c > N}  # (beyond the array's columns: kept at full width)
@@ -133,32 +161,33 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
     budgets = _budgets(recipe, stair, totals)
     limits = {t: b["npu_cycles"] for t, b in budgets.items()}
     checks: list[dict[str, Any]] = []  # every choice compiled, once
+
+    def compile_choices(choices):
+        return compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe) for v in choices],
+                              recipe.thin_targets, out / TRACE, jobs=1)
+
+    def row(v, cycles):
+        return _check(stair, widths, drops, v, cycles, budgets)
+
     values, steps = choose(stair, limits, drops, fixed)
     final: dict[str, float] = {}
     for _ in range(CHECKS):  # the shortlist compiled; the least expected loss that Vela finds within budget
         options = shortlist(stair, limits, drops, fixed)
-        seen = {tuple(c["widths"][g] for g in groups): c for c in checks}
-        new, keys = [], set(seen)
-        for v in options:  # (each model once: two candidate values of a narrow group can be the same width)
-            key = tuple(widths[g][v[g]] for g in groups)
-            if key not in keys:
-                keys.add(key)
-                new.append(v)
-        got = compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe)
-                              for v in new], recipe.thin_targets, out / TRACE, jobs=1) if new else {}
-        checks += [_check(stair, widths, drops, v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}, budgets)
-                   for i, v in enumerate(new)]
-        seen = {tuple(c["widths"][g] for g in groups): c for c in checks}
-        rows = [seen[tuple(widths[g][v[g]] for g in groups)] for v in options]
+        rows, compiled_any = _checked(options, checks, widths, compile_choices, row)
         met = [i for i, r in enumerate(rows) if r["met"]]
         pick = min(met, key=lambda i: (rows[i]["expected_loss"], i)) if met else 0
         values, final = options[pick], rows[pick]["npu_cycles"]
-        if met or not new:
+        if met or not compiled_any:
             break
         for t, cycles in final.items():  # below this choice's prediction, by what the prediction missed
             if cycles > budgets[t]["npu_cycles"]:
                 limits[t] = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
     ratios = {t: final[t] / budgets[t]["npu_cycles"] for t in final}
+    tried = [values]
+    if recipe.thin_trials > 1 and all(r <= 1.0 for r in ratios.values()):
+        others = alternatives(stair, limits, drops, values, fixed, count=recipe.thin_trials - 1)
+        rows, _ = _checked(others, checks, widths, compile_choices, row)
+        tried += [v for v, r in zip(others, rows) if r["met"]]
     held_on = max(ratios, key=ratios.get)
     record = {
         "targets": list(recipe.thin_targets), "held_on": held_on,
@@ -170,7 +199,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out) -> tuple[
                  "widths": {g: widths[g] for g in groups}, **({"held_at_full_width": sorted(fixed)} if fixed else {})},
         "steps": steps, "checks": checks,
     }
-    return values, record
+    return values, record, tried
 
 
 def thin_node(run) -> Any:
@@ -198,8 +227,12 @@ def thin_node(run) -> Any:
     classifier = getattr(run.loss, "classifier", True)
     drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
                         bool(getattr(run.loss, "from_logits", False)))
-    values, npu = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
-    keep = {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if v and widths[g][v] < groups[g].size}
+    values, npu, choices = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
+    trials = _trials(run, model, graph, scores, widths, choices, x_fit) if len(choices) > 1 else []
+    if trials:
+        values = choices[min(range(len(trials)), key=lambda i: (trials[i]["hold_out_loss"], i))]
+        _take(npu, values, choices[0], widths)
+    keep = _keep(scores, widths, values)
     thinned = thin_model(model, graph, keep) if keep else model
     refitted = refit(model, thinned, graph, keep, x_fit, seed=recipe.seed) if keep else {}
     run.details["thinning"] = {
@@ -213,6 +246,7 @@ def thin_node(run) -> Any:
                         "hold_out_samples": int(len(x_hold)), "per_width": {g: [round(d, 5) for d in drops[g]]
                                                                             for g in groups}},
         "npu": npu,
+        **({"trials": trials} if trials else {}),
         "refit": refitted,
         "kernel_channels": {k: list(v) for k, v in kernel_channels(thinned).items()},
     }
@@ -224,6 +258,61 @@ def thin_node(run) -> Any:
         run.warnings.append(f"thinned: the widths found miss the cycle budget on {npu['held_on']} "
                             f"({npu['npu_cycles'][npu['held_on']]} > {npu['budget'][npu['held_on']]['npu_cycles']} "
                             "NPU cycles); every candidate width was tried")
+    if trials:  # (the kept choice trains from the seed, as it would have without the trials before it)
+        tfenv_seed(recipe.seed)
     fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, record=run.training,
               mirrored=mirrored(run))
     return thinned
+
+
+def _keep(scores, widths, values: dict[str, int]) -> dict[str, np.ndarray]:
+    """The channels each thinned group keeps at the value indices ``values``."""
+    return {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
+
+
+def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_fit) -> list[dict[str, Any]]:
+    """``thin_trials``: each choice thinned, refitted and fine-tuned for ``thin_trial_epochs`` as the thinned node
+    would be; per choice its widths, its best hold-out loss and accuracy and its seconds. Empty without a
+    hold-out (``selection.validation_fraction = 0``): the search's choice is kept, untried."""
+    import time
+    from dataclasses import replace
+
+    recipe = run.recipe
+    if recipe.validation_fraction <= 0:
+        run.warnings.append("thin_trials: no choice tried, there is no hold-out to score them "
+                            "(selection.validation_fraction = 0)")
+        return []
+    short = replace(recipe, stage_epochs={**recipe.stage_epochs, "thin": recipe.thin_trial_epochs})
+    rows = []
+    for i, values in enumerate(choices):
+        start = time.monotonic()
+        keep = _keep(scores, widths, values)
+        trial = thin_model(model, graph, keep)
+        refit(model, trial, graph, keep, x_fit, seed=recipe.seed)
+        tfenv_seed(recipe.seed)
+        done: dict[str, Any] = {}
+        fine_tune(run.env, trial, run.data, short, "thin", run.loss, f"{run.node.name} trial {i + 1}/{len(choices)}",
+                  record=done, mirrored=mirrored(run))
+        curve = [e for e in done.get("curve", []) if "val_loss" in e]
+        if not curve:  # (too few fine-tune samples to hold any out)
+            run.warnings.append("thin_trials: no choice tried, the hold-out is empty")
+            return []
+        best = min(curve, key=lambda e: e["val_loss"])
+        rows.append({"widths": {g: widths[g][values[g]] for g in widths}, "hold_out_loss": best["val_loss"],
+                     **({"hold_out_accuracy": best["val_accuracy"]} if "val_accuracy" in best else {}),
+                     "epochs": recipe.thin_trial_epochs, "seconds": round(time.monotonic() - start, 1)})
+        log.info("thinned trial %d/%d: hold-out loss %.4f at %s", i + 1, len(choices), best["val_loss"],
+                 ", ".join(f"{g} {w}" for g, w in rows[-1]["widths"].items()))
+    return rows
+
+
+def _take(npu: dict[str, Any], values: dict[str, int], first: dict[str, int], widths) -> None:
+    """Point the search's record at the tried choice ``values`` when it is not the search's own (``first``)."""
+    key, own = ({g: widths[g][v] for g, v in c.items()} for c in (values, first))
+    if key == own:
+        return
+    check = next(c for c in npu["checks"] if c["widths"] == key)
+    npu["search_choice"] = own
+    npu["npu_cycles"] = check["npu_cycles"]
+    npu["cycles_vs_ptq"] = {t: round(c / npu["budget"][t]["ptq_npu_cycles"], 4) for t, c in check["npu_cycles"].items()}
+    npu["held_on"] = max(check["npu_cycles"], key=lambda t: check["npu_cycles"][t] / npu["budget"][t]["npu_cycles"])

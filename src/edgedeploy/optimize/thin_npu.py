@@ -9,7 +9,8 @@ orthogonal array: in 25 compiles every pair of widths meets on every pair of col
 cycles are measured at every (input width, output width) it can take. The model's predicted cycles are the
 sum of its operators' measured cycles (plus what no operator names); :func:`choose` finds the widths of least
 expected loss whose prediction meets the budget on every target; :func:`shortlist` adds the choices of least
-expected loss predicted just over it, which the caller compiles together to take the best Vela puts within it.
+expected loss predicted just over it, which the caller compiles together to take the best Vela puts within it;
+:func:`alternatives` gives the choices a short fine-tuning tries against the one taken.
 """
 
 from __future__ import annotations
@@ -201,3 +202,39 @@ def shortlist(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str
         if w <= 1.0 + slack and values not in out:
             out.append(values)
     return out
+
+
+def alternatives(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, Sequence[float]],
+                 first: Mapping[str, int], fixed: Mapping[str, int] | None = None, count: int = SHORTLIST
+                 ) -> list[dict[str, int]]:
+    """Up to ``count`` choices to try against ``first`` by fine-tuning, least expected loss first: for each free
+    group, the choice of least expected loss predicted within the budget on every target that gives the group
+    another width than ``first`` does (:func:`choose` with the group held at each other width). The expected
+    loss adds what each group costs alone, one-shot; it can rank a choice that narrows one group far below one
+    that narrows several a little, while fine-tuning recovers the first better. One alternative per group keeps
+    every group's other widths in play at a cost of at most one fine-tuning per group."""
+    fixed = dict(fixed or {})
+    free = [g for g in stair.groups if g not in fixed]
+
+    def met(v):
+        return all(stair.predict(t, v) <= budgets[t] for t in budgets)
+
+    def loss(v):
+        return sum(drops[g][v[g]] for g in free)
+
+    def key(v):
+        return tuple(stair.widths[g][v[g]] for g in stair.groups)
+
+    found: dict[tuple[int, ...], dict[str, int]] = {}
+    for g in free:
+        best = None
+        for v in range(N):
+            if stair.widths[g][v] == stair.widths[g][first[g]]:
+                continue
+            values, _ = choose(stair, budgets, drops, {**fixed, g: v})
+            values = {h: values[h] for h in stair.groups}
+            if met(values) and (best is None or loss(values) < loss(best)):
+                best = values
+        if best is not None and key(best) != key(first):
+            found.setdefault(key(best), best)
+    return sorted(found.values(), key=lambda v: (loss(v), key(v)))[:count]

@@ -148,7 +148,7 @@ def _tiny_dscnn(keras, path, blocks: int, width: int):
     return path
 
 
-def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows: int) -> dict:
+def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows: int, **recipe_keys) -> dict:
     """The ptq and thinned leaves of ``model`` for ``thin_speedup = speedup`` on Ethos-U55-128: the output layer
     left whole, the budget met, ``channel_rows`` channel checks passed in the int8 file, and the compiled thinned
     leaf within ``speedup`` of ptq's NPU cycles and within 2% of the node's own estimate. Returns the node's
@@ -158,7 +158,7 @@ def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows:
     from edgedeploy.config.recipe import load_recipe
 
     recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
-                                    "thin_speedup": speedup, "calibration_samples": 64})
+                                    "thin_speedup": speedup, "calibration_samples": 64, **recipe_keys})
     outcome = optimize(model, data, out, recipe)
     thinning = outcome.nodes["thinned"].details["thinning"]
     print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
@@ -175,17 +175,30 @@ def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows:
     return thinning
 
 
-def test_thinned_leaf_meets_its_cycle_budget_on_u55(tmp_path):
+def test_thinned_leaf_meets_its_cycle_budget_on_u55_keeping_the_best_tried_width(tmp_path):
     """The tree's thinned leaf on a model with one group of channels: its width from Vela's staircase, kept in
-    its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles."""
+    its int8 file, and compiled it is within ``thin_speedup`` of the ptq leaf's NPU cycles. With ``thin_trials``
+    the search's width and the best other one within the budget by Vela are fine-tuned for
+    ``thin_trial_epochs``; the node keeps the one of least hold-out loss, with that one's cycles in its record."""
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
-    thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.8, channel_rows=2)
+    thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.8, channel_rows=2, thin_trials=3,
+                                      thin_trial_epochs=1)
     assert thinning["npu"]["grid"]["compiles_per_target"] == 5  # one group: its five candidate widths
     assert thinning["widths"]["conv"] < 64
+    trials, npu = thinning["trials"], thinning["npu"]
+    print("trials", trials)
+    assert len(trials) == 2 and trials[0]["widths"] != trials[1]["widths"]  # one group: one other width
+    checks = {c["widths"]["conv"]: c for c in npu["checks"]}
+    assert all(checks[t["widths"]["conv"]]["met"] for t in trials)  # each tried width within budget by Vela
+    kept = min(trials, key=lambda t: t["hold_out_loss"])
+    assert thinning["widths"] == kept["widths"]
+    assert npu["npu_cycles"] == checks[kept["widths"]["conv"]]["npu_cycles"]
+    assert npu.get("search_choice", trials[0]["widths"]) == trials[0]["widths"]
+    assert ("search_choice" in npu) == (kept is not trials[0])
 
 
 @pytest.mark.slow

@@ -141,3 +141,66 @@ def test_the_staircase_rows_add_up_to_the_npu_cycles_the_budget_holds():
     assert sum(c for _, c in rows) == summary["cycles_npu"] == 88902
     assert sum(r["Op Cycles"] for r in layers) == summary["cycles_total"] == 89900
     assert len({key for key, _ in rows}) == len(rows)  # (every row keyed once)
+
+
+def _three_group_stair():
+    # a -> b -> c; each operator's cycles the product of the widths it reads and writes
+    widths = {g: [64, 56, 48, 40, 32] for g in "abc"}
+    stair = Staircase(list("abc"), widths, {"a": 0, "b": 1, "c": 2}, [(None, "a"), ("a", "b"), ("b", "c")])
+    assignments = [{"a": r[0], "b": r[1], "c": r[2]} for r in orthogonal_rows(3)]
+    runs = []
+    for v in assignments:
+        wa, wb, wc = (widths[g][v[g]] for g in "abc")
+        rows = [100.0 * wa, 2.0 * wa * wb, 2.0 * wb * wc]
+        runs.append({"npu_cycles": sum(rows), "rows": rows})
+    learn(assignments, {"u55": runs}, stair)
+    return stair
+
+
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_alternatives_give_every_group_another_width_within_the_budget(monkeypatch, exhaustive):
+    from edgedeploy.optimize import thin_npu
+    from edgedeploy.optimize.thin_npu import alternatives
+
+    if not exhaustive:
+        monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
+    stair = _three_group_stair()
+    budget = {"u55": 0.7 * stair.full["u55"]}
+    # a is cheap to narrow one-shot, b and c dear: the search narrows a as far as it goes
+    drops = {"a": [0, 0.01, 0.02, 0.03, 0.04], "b": [0, 0.2, 0.4, 0.6, 0.8], "c": [0, 0.25, 0.5, 0.75, 1.0]}
+    first, _ = choose(stair, budget, drops)
+    others = alternatives(stair, budget, drops, first, count=10)
+
+    def loss(v):
+        return sum(drops[g][v[g]] for g in v)
+
+    assert others and first not in others
+    assert all(stair.predict("u55", v) <= budget["u55"] for v in others)
+    assert [loss(v) for v in others] == sorted(loss(v) for v in others)
+    for g in "abc":  # each group at another width than the search's: the least loss that allows, among them
+        moved = [v for v in itertools.product(range(N), repeat=3)
+                 if v["abc".index(g)] != first[g] and stair.predict("u55", dict(zip("abc", v))) <= budget["u55"]]
+        if moved:
+            least = min(loss(dict(zip("abc", v))) for v in moved)
+            assert any(v[g] != first[g] and loss(v) == pytest.approx(least) for v in others) or not exhaustive
+    assert any(v["a"] != first["a"] for v in others)  # a narrowed less, the others more: fine-tuning may prefer it
+    assert alternatives(stair, budget, drops, first, count=1) == others[:1]
+
+
+def test_a_tried_choice_that_wins_takes_its_own_cycles_in_the_record():
+    from edgedeploy.optimize.thin import _take
+
+    widths = {"a": [64, 56, 48], "b": [32, 28, 24]}
+    budget = {"u55": {"npu_cycles": 1000, "ptq_npu_cycles": 2000}, "u85": {"npu_cycles": 500, "ptq_npu_cycles": 800}}
+    checks = [{"widths": {"a": 48, "b": 32}, "npu_cycles": {"u55": 990, "u85": 400}, "met": True},
+              {"widths": {"a": 56, "b": 24}, "npu_cycles": {"u55": 900, "u85": 480}, "met": True}]
+    npu = {"budget": budget, "checks": checks, "npu_cycles": checks[0]["npu_cycles"], "held_on": "u55",
+           "cycles_vs_ptq": {"u55": 0.495, "u85": 0.5}}
+    same = dict(npu)
+    _take(same, {"a": 2, "b": 0}, {"a": 2, "b": 0}, widths)  # the search's own choice: nothing changes
+    assert same == npu
+    _take(npu, {"a": 1, "b": 2}, {"a": 2, "b": 0}, widths)
+    assert npu["search_choice"] == {"a": 48, "b": 32}
+    assert npu["npu_cycles"] == {"u55": 900, "u85": 480}
+    assert npu["cycles_vs_ptq"] == {"u55": 0.45, "u85": 0.6}
+    assert npu["held_on"] == "u85"  # 480 / 500 is the nearer to its budget
