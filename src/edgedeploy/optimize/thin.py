@@ -229,6 +229,8 @@ def thin_node(run) -> Any:
                         bool(getattr(run.loss, "from_logits", False)))
     values, npu, choices = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
     trials = _trials(run, model, graph, scores, widths, choices, x_fit) if len(choices) > 1 else []
+    if recipe.thin_trials > 1 and len(choices) == 1:
+        log.info("thinned: no trial, no other choice is within the budget by Vela")
     if trials:
         values = choices[min(range(len(trials)), key=lambda i: (trials[i]["hold_out_loss"], i))]
         _take(npu, values, choices[0], widths)
@@ -246,7 +248,7 @@ def thin_node(run) -> Any:
                         "hold_out_samples": int(len(x_hold)), "per_width": {g: [round(d, 5) for d in drops[g]]
                                                                             for g in groups}},
         "npu": npu,
-        **({"trials": trials} if trials else {}),
+        **({"trials": trials} if recipe.thin_trials > 1 else {}),  # (empty: nothing but the search's was tried)
         "refit": refitted,
         "kernel_channels": {k: list(v) for k, v in kernel_channels(thinned).items()},
     }

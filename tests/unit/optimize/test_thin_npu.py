@@ -204,3 +204,14 @@ def test_a_tried_choice_that_wins_takes_its_own_cycles_in_the_record():
     assert npu["npu_cycles"] == {"u55": 900, "u85": 480}
     assert npu["cycles_vs_ptq"] == {"u55": 0.45, "u85": 0.6}
     assert npu["held_on"] == "u85"  # 480 / 500 is the nearer to its budget
+
+
+def test_without_a_hold_out_no_choice_is_tried_and_the_run_says_so():
+    from types import SimpleNamespace
+
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.optimize.thin import _trials
+
+    run = SimpleNamespace(recipe=load_recipe(overrides={"validation_fraction": 0.0, "thin_trials": 4}), warnings=[])
+    assert _trials(run, None, None, {}, {}, [{"a": 0}, {"a": 1}], None) == []
+    assert len(run.warnings) == 1 and "selection.validation_fraction = 0" in run.warnings[0]
