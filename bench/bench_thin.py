@@ -166,6 +166,8 @@ def render(doc: dict, markdown: bool) -> str:
             lines.append(f"Trial {i + 1} ({trial['epochs']} epochs, {trial['seconds']:.0f} s): hold-out loss "
                          f"{trial['hold_out_loss']:.4f}, accuracy {_f(trial.get('hold_out_accuracy'), '.1f')}% at "
                          + ", ".join(f"{g} {w}" for g, w in trial["widths"].items())
+                         + (f"; vs the search's {trial['vs_search']['difference']:+.4f} ± {trial['vs_search']['se']:.4f}"
+                            if trial.get("vs_search") else " (the search's)")
                          + (" (kept)" if trial["widths"] == part["widths"] else ""))
         if part.get("trials"):
             lines.append("")
@@ -214,7 +216,7 @@ def main(argv=None) -> int:
                     help="distillation's weight of the labels against the float model's outputs (default: the "
                          "recipe's)")
     ap.add_argument("--thin-trials", type=int, default=0, help="width choices fine-tuned briefly before the "
-                    "thinned node's fine-tuning, the best on the hold-out kept (the recipe's thin_trials)")
+                    "thinned node's fine-tuning (the recipe's thin_trials)")
     ap.add_argument("--thin-trial-epochs", type=int, default=2, help="epochs of each trial (thin_trial_epochs)")
     ap.add_argument("--skip-layers", default="", help="comma-separated layers left unpruned (the recipe's "
                     "skip_layers; under 2:4 they stay dense, and the widths are chosen with them dense)")

@@ -168,9 +168,9 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
         minimum=0),
     Key("thin_trials", int, 0, "width choices fine-tuned for thin_trial_epochs before the thinned node's own "
-        "fine-tuning, the one of least hold-out loss kept: the search's choice and, for each group, the best "
-        "choice within the budget that gives it another width (0: the search's choice, untried)", minimum=0,
-        maximum=32),
+        "fine-tuning: the search's choice and, for each group, the best choice within the budget that gives it "
+        "another width; the one of least hold-out loss is kept where it beats the search's by more than two "
+        "standard errors (0: the search's choice, untried)", minimum=0, maximum=32),
     Key("thin_trial_epochs", int, 2, "epochs of each thin_trials fine-tuning", minimum=1, maximum=MAX_EPOCHS),
     Key("thin_augment", str, "none", "extra fine-tuning samples of the thinned node and the nodes below it, "
         "distilled from the float model: none, or hflip (each image also mirrored left to right)",

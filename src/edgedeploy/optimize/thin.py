@@ -11,7 +11,7 @@
    ``thinned_pruned`` leaf costs (Ethos-U85 skips the zeros), still as a fraction of the dense full model's cycles.
 4. With ``thin_trials``, the search's choice and its alternatives (:func:`.thin_npu.alternatives`, each checked
    by Vela) are each thinned, refitted and fine-tuned for ``thin_trial_epochs``; the one of least hold-out loss
-   is kept (``details["thinning"]["trials"]``). The expected loss adds one-shot losses, and fine-tuning can
+   is kept where it beats the search's by more than the hold-out can tell (``details["thinning"]["trials"]``). The expected loss adds one-shot losses, and fine-tuning can
    recover a choice it ranks lower better than the one it ranks first.
 5. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
    stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well, here and in
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
-from edgedeploy.optimize.finetune.fit import fine_tune, training_set
+from edgedeploy.optimize.finetune.fit import fine_tune, hold_out_losses, training_set
 from .thin_npu import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
                        orthogonal_rows, shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
@@ -228,11 +228,11 @@ def thin_node(run) -> Any:
     drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
                         bool(getattr(run.loss, "from_logits", False)))
     values, npu, choices = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
-    trials = _trials(run, model, graph, scores, widths, choices, x_fit) if len(choices) > 1 else []
+    trials, kept = _trials(run, model, graph, scores, widths, choices, x_fit) if len(choices) > 1 else ([], 0)
     if recipe.thin_trials > 1 and len(choices) == 1:
         log.info("thinned: no trial, no other choice is within the budget by Vela")
     if trials:
-        values = choices[min(range(len(trials)), key=lambda i: (trials[i]["hold_out_loss"], i))]
+        values = choices[kept]
         _take(npu, values, choices[0], widths)
     keep = _keep(scores, widths, values)
     thinned = thin_model(model, graph, keep) if keep else model
@@ -272,10 +272,17 @@ def _keep(scores, widths, values: dict[str, int]) -> dict[str, np.ndarray]:
     return {g: top_channels(scores[g], widths[g][v]) for g, v in values.items() if widths[g][v] < widths[g][0]}
 
 
-def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_fit) -> list[dict[str, Any]]:
+TRIAL_Z = 2.0  # standard errors by which a tried choice must beat the search's on the hold-out to be kept
+
+
+def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_fit
+            ) -> tuple[list[dict[str, Any]], int]:
     """``thin_trials``: each choice thinned, refitted and fine-tuned for ``thin_trial_epochs`` as the thinned node
-    would be; per choice its widths, its best hold-out loss and accuracy and its seconds. Empty without a
-    hold-out (``selection.validation_fraction = 0``): the search's choice is kept, untried."""
+    would be; per choice its widths, hold-out loss and accuracy, its difference to the search's choice (the first)
+    in hold-out loss, sample by sample, with its standard error, and its seconds. Returns the rows and the index of
+    the choice kept: the least hold-out loss where it is below the search's by more than :data:`TRIAL_Z`
+    standard errors, else the search's (choices a hold-out cannot tell apart are left to the search). No row
+    without a hold-out (``selection.validation_fraction = 0``)."""
     import time
     from dataclasses import replace
 
@@ -283,9 +290,9 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
     if recipe.validation_fraction <= 0:
         run.warnings.append("thin_trials: no choice tried, there is no hold-out to score them "
                             "(selection.validation_fraction = 0)")
-        return []
+        return [], 0
     short = replace(recipe, stage_epochs={**recipe.stage_epochs, "thin": recipe.thin_trial_epochs})
-    rows = []
+    rows, losses = [], []
     for i, values in enumerate(choices):
         start = time.monotonic()
         keep = _keep(scores, widths, values)
@@ -295,17 +302,25 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
         done: dict[str, Any] = {}
         fine_tune(run.env, trial, run.data, short, "thin", run.loss, f"{run.node.name} trial {i + 1}/{len(choices)}",
                   record=done, mirrored=mirrored(run))
-        curve = [e for e in done.get("curve", []) if "val_loss" in e]
-        if not curve:  # (too few fine-tune samples to hold any out)
+        per = hold_out_losses(run.env, trial, run.data, short, run.loss, mirrored(run))
+        if not len(per):  # (too few fine-tune samples to hold any out)
             run.warnings.append("thin_trials: no choice tried, the hold-out is empty")
-            return []
-        best = min(curve, key=lambda e: e["val_loss"])
-        rows.append({"widths": {g: widths[g][values[g]] for g in widths}, "hold_out_loss": best["val_loss"],
+            return [], 0
+        losses.append(per)
+        curve = {e["epoch"]: e for e in done.get("curve", [])}
+        best = curve.get((done.get("selection") or {}).get("best_epoch"), {})
+        diff = per - losses[0]
+        rows.append({"widths": {g: widths[g][values[g]] for g in widths}, "hold_out_loss": round(float(per.mean()), 5),
                      **({"hold_out_accuracy": best["val_accuracy"]} if "val_accuracy" in best else {}),
+                     **({"vs_search": {"difference": round(float(diff.mean()), 5),
+                                       "se": round(float(diff.std(ddof=1) / np.sqrt(len(diff))), 5)}} if i else {}),
                      "epochs": recipe.thin_trial_epochs, "seconds": round(time.monotonic() - start, 1)})
-        log.info("thinned trial %d/%d: hold-out loss %.4f at %s", i + 1, len(choices), best["val_loss"],
+        log.info("thinned trial %d/%d: hold-out loss %.4f at %s", i + 1, len(choices), per.mean(),
                  ", ".join(f"{g} {w}" for g, w in rows[-1]["widths"].items()))
-    return rows
+    best_i = min(range(len(rows)), key=lambda i: (rows[i]["hold_out_loss"], i))
+    versus = rows[best_i].get("vs_search")
+    kept = best_i if versus and versus["difference"] < -TRIAL_Z * versus["se"] else 0
+    return rows, kept
 
 
 def _take(npu: dict[str, Any], values: dict[str, int], first: dict[str, int], widths) -> None:

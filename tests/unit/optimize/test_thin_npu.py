@@ -213,5 +213,5 @@ def test_without_a_hold_out_no_choice_is_tried_and_the_run_says_so():
     from edgedeploy.optimize.thin import _trials
 
     run = SimpleNamespace(recipe=load_recipe(overrides={"validation_fraction": 0.0, "thin_trials": 4}), warnings=[])
-    assert _trials(run, None, None, {}, {}, [{"a": 0}, {"a": 1}], None) == []
+    assert _trials(run, None, None, {}, {}, [{"a": 0}, {"a": 1}], None) == ([], 0)
     assert len(run.warnings) == 1 and "selection.validation_fraction = 0" in run.warnings[0]

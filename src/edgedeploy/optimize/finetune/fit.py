@@ -212,6 +212,18 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
     return report
 
 
+ALL = slice(None)  # every hold-out row
+
+
+def hold_out_losses(env, model, data: Dataset, recipe: Recipe, loss: Task, mirrored: bool = False) -> np.ndarray:
+    """Per hold-out sample of :func:`training_set`, the loss :func:`fine_tune`'s hold-out scores (its mean is the
+    hold-out loss) of ``model``'s outputs: two models compared sample by sample on the same hold-out."""
+    ts = training_set(data, recipe, mirrored)
+    objective = _objective(env, ts, recipe, loss, int(model.output_shape[-1]), getattr(loss, "classifier", True))
+    out = np.asarray(model.predict(ts.x_val, batch_size=256, verbose=0))
+    return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(out))])
+
+
 @dataclass
 class _Objective:
     """What a stage fits the model to: the Keras loss and the targets it reads, the metrics Keras shows, and the
@@ -220,7 +232,7 @@ class _Objective:
     loss: Any
     y: np.ndarray
     metrics: list[Any]
-    val_loss: Callable[[Any], float]
+    val_loss: Callable[..., float]  # (outputs, rows=every row): the hold-out loss of those rows
 
 
 def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: int, classifier: bool) -> _Objective:
@@ -233,7 +245,8 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
         # the float model's outputs as soft targets, packed after the targets on the last axis
         train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
         return _Objective(train_loss, np.concatenate([ts.y, ts.teacher], axis=-1), [],
-                          lambda out: float(train_loss(np.concatenate([ts.y_val, ts.teacher_val], axis=-1), out)))
+                          lambda out, rows=ALL: float(train_loss(
+                              np.concatenate([ts.y_val, ts.teacher_val], axis=-1)[rows], out[rows])))
     if ts.distill and ts.p is not None:
         # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
         train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
@@ -245,8 +258,9 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             return tf.reduce_mean(tf.cast(hit, tf.float32))
 
         return _Objective(train_loss, np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32), [accuracy],
-                          lambda out: float(train_loss(
-                              np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32), out)))
+                          lambda out, rows=ALL: float(train_loss(
+                              np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32)[rows],
+                              out[rows])))
     if ts.distill:
         train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
                                        label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
@@ -258,14 +272,16 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
         return _Objective(train_loss, pack_targets(ts.y, ts.teacher, num_classes), [accuracy],
-                          lambda out: float(train_loss(pack_targets(ts.y_val, ts.teacher_val, num_classes), out)))
+                          lambda out, rows=ALL: float(train_loss(
+                              pack_targets(ts.y_val, ts.teacher_val, num_classes)[rows], out[rows])))
     if ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
         train_loss = loss.build(keras, probabilities=True)
         # (the metric is categorical: the arg max of the probabilities)
-        return _Objective(train_loss, ts.p, ["accuracy"], lambda out: float(train_loss(ts.p_val, out)))
+        return _Objective(train_loss, ts.p, ["accuracy"],
+                          lambda out, rows=ALL: float(train_loss(ts.p_val[rows], out[rows])))
     train_loss = loss.build(keras)
     return _Objective(train_loss, ts.y, ["accuracy"] if classifier else [],
-                      lambda out: float(train_loss(ts.y_val, out)))
+                      lambda out, rows=ALL: float(train_loss(ts.y_val[rows], out[rows])))
 
 
 def _validation(keras, ts: TrainingSet, objective: _Objective, selector, recipe: Recipe, title: str,
