@@ -163,11 +163,12 @@ def render(doc: dict, markdown: bool) -> str:
                                                         for g, w in part["widths"].items()))
             lines.append("")
         for i, trial in enumerate(part.get("trials") or []):
+            versus = trial.get("vs_search")
             lines.append(f"Trial {i + 1} ({trial['epochs']} epochs, {trial['seconds']:.0f} s): hold-out loss "
                          f"{trial['hold_out_loss']:.4f}, accuracy {_f(trial.get('hold_out_accuracy'), '.1f')}% at "
                          + ", ".join(f"{g} {w}" for g, w in trial["widths"].items())
-                         + (f"; vs the search's {trial['vs_search']['difference']:+.4f} ± {trial['vs_search']['se']:.4f}"
-                            if trial.get("vs_search") else " (the search's)")
+                         + (f"; vs the search's {versus['difference']:+.4f} ± {versus['se']:.4f}" if versus
+                            else " (the search's)")
                          + (" (kept)" if trial["widths"] == part["widths"] else ""))
         if part.get("trials"):
             lines.append("")

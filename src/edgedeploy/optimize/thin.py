@@ -11,8 +11,9 @@
    ``thinned_pruned`` leaf costs (Ethos-U85 skips the zeros), still as a fraction of the dense full model's cycles.
 4. With ``thin_trials``, the search's choice and its alternatives (:func:`.thin_npu.alternatives`, each checked
    by Vela) are each thinned, refitted and fine-tuned for ``thin_trial_epochs``; the one of least hold-out loss
-   is kept where it beats the search's by more than the hold-out can tell (``details["thinning"]["trials"]``). The expected loss adds one-shot losses, and fine-tuning can
-   recover a choice it ranks lower better than the one it ranks first.
+   is kept where it beats the search's by more than the hold-out can tell (``details["thinning"]["trials"]``).
+   The expected loss adds one-shot losses, and fine-tuning can recover a choice it ranks lower better than the
+   one it ranks first.
 5. The thinned model, its readers refitted by least squares, fine-tuned with distillation (the ``thin``
    stage's epochs, under ``min_steps``; with ``thin_augment = "hflip"`` on mirrored images as well, here and in
    the stages below).

@@ -212,7 +212,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
     return report
 
 
-ALL = slice(None)  # every hold-out row
+EVERY_ROW = slice(None)  # the rows of the hold-out a loss is taken over, by default
 
 
 def hold_out_losses(env, model, data: Dataset, recipe: Recipe, loss: Task, mirrored: bool = False) -> np.ndarray:
@@ -245,7 +245,7 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
         # the float model's outputs as soft targets, packed after the targets on the last axis
         train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
         return _Objective(train_loss, np.concatenate([ts.y, ts.teacher], axis=-1), [],
-                          lambda out, rows=ALL: float(train_loss(
+                          lambda out, rows=EVERY_ROW: float(train_loss(
                               np.concatenate([ts.y_val, ts.teacher_val], axis=-1)[rows], out[rows])))
     if ts.distill and ts.p is not None:
         # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
@@ -258,7 +258,7 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             return tf.reduce_mean(tf.cast(hit, tf.float32))
 
         return _Objective(train_loss, np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32), [accuracy],
-                          lambda out, rows=ALL: float(train_loss(
+                          lambda out, rows=EVERY_ROW: float(train_loss(
                               np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32)[rows],
                               out[rows])))
     if ts.distill:
@@ -272,16 +272,16 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
         return _Objective(train_loss, pack_targets(ts.y, ts.teacher, num_classes), [accuracy],
-                          lambda out, rows=ALL: float(train_loss(
+                          lambda out, rows=EVERY_ROW: float(train_loss(
                               pack_targets(ts.y_val, ts.teacher_val, num_classes)[rows], out[rows])))
     if ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
         train_loss = loss.build(keras, probabilities=True)
         # (the metric is categorical: the arg max of the probabilities)
         return _Objective(train_loss, ts.p, ["accuracy"],
-                          lambda out, rows=ALL: float(train_loss(ts.p_val[rows], out[rows])))
+                          lambda out, rows=EVERY_ROW: float(train_loss(ts.p_val[rows], out[rows])))
     train_loss = loss.build(keras)
     return _Objective(train_loss, ts.y, ["accuracy"] if classifier else [],
-                      lambda out, rows=ALL: float(train_loss(ts.y_val[rows], out[rows])))
+                      lambda out, rows=EVERY_ROW: float(train_loss(ts.y_val[rows], out[rows])))
 
 
 def _validation(keras, ts: TrainingSet, objective: _Objective, selector, recipe: Recipe, title: str,
