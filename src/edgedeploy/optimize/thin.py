@@ -293,6 +293,7 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
                             "(selection.validation_fraction = 0)")
         return [], 0
     short = replace(recipe, stage_epochs={**recipe.stage_epochs, "thin": recipe.thin_trial_epochs})
+    ts = training_set(run.data, short, mirrored(run))  # (one split for every trial, and its hold-out)
     rows, losses = [], []
     for i, values in enumerate(choices):
         start = time.monotonic()
@@ -302,8 +303,8 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
         tfenv_seed(recipe.seed)
         done: dict[str, Any] = {}
         fine_tune(run.env, trial, run.data, short, "thin", run.loss, f"{run.node.name} trial {i + 1}/{len(choices)}",
-                  record=done, mirrored=mirrored(run))
-        per = hold_out_losses(run.env, trial, run.data, short, run.loss, mirrored(run))
+                  train_set=ts, record=done)
+        per = hold_out_losses(run.env, trial, ts, short, run.loss)
         if not len(per):  # (too few fine-tune samples to hold any out)
             run.warnings.append("thin_trials: no choice tried, the hold-out is empty")
             return [], 0

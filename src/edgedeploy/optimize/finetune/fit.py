@@ -215,10 +215,9 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
 EVERY_ROW = slice(None)  # the rows of the hold-out a loss is taken over, by default
 
 
-def hold_out_losses(env, model, data: Dataset, recipe: Recipe, loss: Task, mirrored: bool = False) -> np.ndarray:
-    """Per hold-out sample of :func:`training_set`, the loss :func:`fine_tune`'s hold-out scores (its mean is the
-    hold-out loss) of ``model``'s outputs: two models compared sample by sample on the same hold-out."""
-    ts = training_set(data, recipe, mirrored)
+def hold_out_losses(env, model, ts: TrainingSet, recipe: Recipe, loss: Task) -> np.ndarray:
+    """Per hold-out sample of ``ts``, the loss :func:`fine_tune`'s hold-out scores (its mean is the hold-out loss)
+    of ``model``'s outputs: two models compared sample by sample on the same hold-out."""
     objective = _objective(env, ts, recipe, loss, int(model.output_shape[-1]), getattr(loss, "classifier", True))
     out = np.asarray(model.predict(ts.x_val, batch_size=256, verbose=0))
     return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(out))])
