@@ -294,6 +294,9 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
         return [], 0
     short = replace(recipe, stage_epochs={**recipe.stage_epochs, "thin": recipe.thin_trial_epochs})
     ts = training_set(run.data, short, mirrored(run))  # (one split for every trial, and its hold-out)
+    if not len(ts.x_val):  # (too few fine-tune samples to hold any out)
+        run.warnings.append("thin_trials: no choice tried, the hold-out is empty")
+        return [], 0
     rows, losses = [], []
     for i, values in enumerate(choices):
         start = time.monotonic()
@@ -305,9 +308,6 @@ def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_
         fine_tune(run.env, trial, run.data, short, "thin", run.loss, f"{run.node.name} trial {i + 1}/{len(choices)}",
                   train_set=ts, record=done)
         per = hold_out_losses(run.env, trial, ts, short, run.loss)
-        if not len(per):  # (too few fine-tune samples to hold any out)
-            run.warnings.append("thin_trials: no choice tried, the hold-out is empty")
-            return [], 0
         losses.append(per)
         curve = {e["epoch"]: e for e in done.get("curve", [])}
         best = curve.get((done.get("selection") or {}).get("best_epoch"), {})

@@ -243,9 +243,9 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
     if ts.distill and not classifier:
         # the float model's outputs as soft targets, packed after the targets on the last axis
         train_loss = value_distillation_loss(tf, loss.build(keras), recipe.distill_label_weight)
+        val = np.concatenate([ts.y_val, ts.teacher_val], axis=-1)
         return _Objective(train_loss, np.concatenate([ts.y, ts.teacher], axis=-1), [],
-                          lambda out, rows=EVERY_ROW: float(train_loss(
-                              np.concatenate([ts.y_val, ts.teacher_val], axis=-1)[rows], out[rows])))
+                          lambda out, rows=EVERY_ROW: float(train_loss(val[rows], out[rows])))
     if ts.distill and ts.p is not None:
         # probability targets: cross-entropy on the probabilities beside the teacher, packed [p, teacher]
         train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
@@ -256,10 +256,9 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             hit = tf.equal(tf.argmax(y_pred, axis=-1), tf.argmax(y_true[:, :num_classes], axis=-1))
             return tf.reduce_mean(tf.cast(hit, tf.float32))
 
+        val = np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32)
         return _Objective(train_loss, np.concatenate([ts.p, ts.teacher], axis=-1).astype(np.float32), [accuracy],
-                          lambda out, rows=EVERY_ROW: float(train_loss(
-                              np.concatenate([ts.p_val, ts.teacher_val], axis=-1).astype(np.float32)[rows],
-                              out[rows])))
+                          lambda out, rows=EVERY_ROW: float(train_loss(val[rows], out[rows])))
     if ts.distill:
         train_loss = distillation_loss(tf, temperature=recipe.distill_temperature,
                                        label_weight=recipe.distill_label_weight, from_logits=loss.from_logits)
@@ -270,9 +269,9 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
             hit = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), label), tf.float32)
             return tf.reduce_sum(hit * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
+        val = pack_targets(ts.y_val, ts.teacher_val, num_classes)
         return _Objective(train_loss, pack_targets(ts.y, ts.teacher, num_classes), [accuracy],
-                          lambda out, rows=EVERY_ROW: float(train_loss(
-                              pack_targets(ts.y_val, ts.teacher_val, num_classes)[rows], out[rows])))
+                          lambda out, rows=EVERY_ROW: float(train_loss(val[rows], out[rows])))
     if ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
         train_loss = loss.build(keras, probabilities=True)
         # (the metric is categorical: the arg max of the probabilities)
