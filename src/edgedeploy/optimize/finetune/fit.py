@@ -319,6 +319,7 @@ def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: li
             if i == 1:
                 frozen = set_batch_norm_frozen(model, True)
             model.compile(optimizer=optimizer, loss=objective.loss, metrics=objective.metrics)
+            _build_step_variables(model, optimizer, objective.y)
             history = model.fit(ts.x, objective.y, batch_size=batch_size, initial_epoch=first, epochs=last,
                                 shuffle=True, verbose=0, callbacks=callbacks)
             if validate is None:
@@ -334,6 +335,26 @@ def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: li
         if frozen:
             set_batch_norm_frozen(model, False)
     return frozen
+
+
+def _build_step_variables(model, optimizer, y) -> None:
+    """Create the optimizer's slots and the compiled loss's and metrics' variables before ``model.fit``.
+
+    Created inside the first training step instead, they make TensorFlow trace that step twice (once creating
+    them, once again without): a third of a short fine-tuning's time. They start at the same zeros either way, so
+    the training is unchanged. A model whose outputs have another unknown dimension than the batch is left to build
+    them in its first step."""
+    from edgedeploy.keras import tfenv
+
+    tf = tfenv.load().tf
+    shapes = [tuple(t.shape)[1:] for t in model.outputs]
+    if any(d is None for shape in shapes for d in shape):
+        return
+    optimizer.build(model.trainable_variables)
+    zeros = [tf.zeros((1, *shape), dtype=t.dtype) for shape, t in zip(shapes, model.outputs)]
+    y_pred = zeros[0] if len(zeros) == 1 else zeros
+    model.compiled_loss.build(y_pred)
+    model.compiled_metrics.build(y_pred, tf.nest.map_structure(lambda a: tf.constant(a[:1]), y))
 
 
 def _distillation_summary(recipe: Recipe, loss: Task, classifier: bool) -> dict[str, Any]:
