@@ -97,6 +97,40 @@ def pytest_report_collectionfinish(config, start_path, items):
     return [f"{skipping} of {len(items)} tests need real data beyond the bundled examples/ and will skip"]
 
 
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: hand out modules in the order set below
+        config.option.loadscopereorder = False
+
+
+def _module_rank(items) -> dict[Path, int]:
+    """Each test module's place in the run: 0, the module with the most tests that read the shared trained tree (a
+    worker trains it at once, then runs the rest of that long module); 1, the other integration and e2e modules; 2,
+    the other modules that read the tree (long trained by then: no worker waits for it); 3, the unit tests, many
+    small modules that fill the workers' last minutes evenly (pytest-xdist's own order, most tests first, left a
+    long module to run alone at the end)."""
+    unit = Path(__file__).parent / "unit"
+    rank: dict[Path, int] = {}
+    readers: dict[Path, int] = {}
+    for item in items:
+        path = Path(str(item.path))
+        if unit in path.parents:
+            rank[path] = 3
+        elif "trained_tree" in getattr(item, "fixturenames", ()):
+            rank[path] = 2
+            readers[path] = readers.get(path, 0) + 1
+        else:
+            rank.setdefault(path, 1)
+    if readers:
+        rank[max(readers, key=lambda p: readers[p])] = 0
+    return rank
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(session, config, items):
+    rank = _module_rank(items)
+    items.sort(key=lambda item: rank[Path(str(item.path))])  # stable: each module's tests stay in their order
+
+
 def pytest_runtest_setup(item):
     reason = missing_data(item)
     if reason:
