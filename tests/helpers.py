@@ -38,11 +38,25 @@ def invoke_cli(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def run_in_process(*args) -> subprocess.CompletedProcess:
+def run_in_process(*args, cwd: Path | str | None = None, env: dict[str, str] | None = None
+                   ) -> subprocess.CompletedProcess:
     """``edgedeploy ARGS`` in this process (:func:`invoke_cli`), answered as :func:`run_cli` answers: for a test
-    whose check is the command's outcome (exit code, error line, JSON on stdout) and whose process would spend
-    most of its time importing TensorFlow, which this process has loaded already."""
-    result = invoke_cli(*args)
+    whose check is the command's outcome (exit code, error line, JSON on stdout, files) and whose process would
+    spend much of its time importing TensorFlow, which this process has loaded already. ``cwd`` and ``env`` hold
+    while it runs."""
+    old_cwd, old_env = os.getcwd(), {k: os.environ.get(k) for k in (env or {})}
+    try:
+        os.environ.update(env or {})
+        if cwd is not None:
+            os.chdir(cwd)
+        result = invoke_cli(*args)
+    finally:
+        os.chdir(old_cwd)
+        for key, value in old_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return subprocess.CompletedProcess(["edgedeploy", *map(str, args)], result.exit_code, result.stdout,
                                        result.stderr)
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from helpers import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 TFLM_TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
@@ -154,12 +154,10 @@ def trained_tree(tmp_path_factory) -> TrainedTree:
         if not done.is_file():
             shutil.rmtree(out, ignore_errors=True)
             s = TREE_SETTINGS
-            proc = subprocess.run(
-                [sys.executable, "-m", "edgedeploy", "optimize", str(TREE_MODEL), "--data", str(TREE_DATA), "-o",
-                 str(out), "--leaves", ",".join(TREE_LEAVES), "--epochs", str(s["epochs"]), "--min-steps",
-                 str(s["min_steps"]), "--seed", str(s["seed"]), "--sparsity", str(s["sparsity"]), "--clusters",
-                 str(s["clusters"]), "--json"],
-                capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+            # in this process, which has TensorFlow loaded already (a new one would spend seconds importing it)
+            proc = run_in_process("optimize", TREE_MODEL, "--data", TREE_DATA, "-o", out, "--leaves", ",".join(TREE_LEAVES),
+                                  "--epochs", s["epochs"], "--min-steps", s["min_steps"], "--seed", s["seed"],
+                                  "--sparsity", s["sparsity"], "--clusters", s["clusters"], "--json")
             assert proc.returncode == 0, proc.stderr[-3000:]
             done.write_text(proc.stdout)
     return TrainedTree(out, TREE_MODEL, TREE_DATA, dict(TREE_SETTINGS), json.loads(done.read_text()))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import run_in_process
 
 from edgedeploy.tflite.reader import read_weight_tensors
 
@@ -26,7 +26,7 @@ LEAVES = "ptq,pcqat,pcqat_palette"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return run_cli(*args, env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=1500)
+    return run_in_process(*args)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_in_process
 
 from edgedeploy.core.manifest import Manifest
 
@@ -121,7 +121,7 @@ def test_one_report_compares_the_models(swept):
 
 def test_walk_walks_each_model_reusing_the_sweeps_nodes(swept):
     tmp, path, _ = swept
-    proc = run_cli("compile", path, "--walk", cwd=tmp)
+    proc = run_in_process("compile", path, "--walk", cwd=tmp)
     assert proc.returncode == 3, proc.stderr  # the broken model again
     for name in ("dscnn", "dscnn_sparse"):
         walk = Manifest.load(tmp / "out" / name).info["walk"]
@@ -156,7 +156,7 @@ def test_a_walk_that_meets_nothing_fails_its_model_only(swept):
     # no loss at all against ptq, and ptq itself is over the flash limit: no leaf of either model meets both
     strict = tmp / "strict.toml"
     strict.write_text(path.read_text().replace("max_flash = 35000", "max_flash = 35000\nmax_accuracy_drop = 0.0"))
-    proc = run_cli("compile", strict, "--walk", cwd=tmp)
+    proc = run_in_process("compile", strict, "--walk", cwd=tmp)
     assert proc.returncode == 8, proc.stderr  # the first failed model's code: dscnn's walk (8), before broken (3)
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert "model 'dscnn' of the sweep failed: walk through ptq, pruned" in line

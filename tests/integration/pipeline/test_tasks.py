@@ -9,12 +9,12 @@ anomaly labels of the evaluation split, so the task must be found from the model
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers import run_in_process
 
 from edgedeploy.config.recipe import load_recipe
 from edgedeploy.tflite.reader import read_weight_tensors
@@ -132,9 +132,8 @@ def test_a_reconstruction_leaf_exports_golden_vectors_without_class_labels(ad_tr
 
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     fw = tmp_path / "fw"
-    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(ad_tree.run_dir), "--leaf", "ptq", "-t",
-                           "ethos-u55-128", "-o", str(fw), "--golden", "3", "--data", str(anomaly_data)],
-                          capture_output=True, text=True)
+    proc = run_in_process("export", ad_tree.run_dir, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", fw, "--golden", "3",
+                          "--data", anomaly_data)
     assert proc.returncode == 0, proc.stderr[-2000:]
     g = np.load(fw / "golden.npz")
     d = np.load(anomaly_data)
@@ -154,8 +153,7 @@ def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=d["x"], split=d["split"], y=np.zeros((len(d["x"]), 7), np.float32))
     out = tmp_path / "o"
-    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "optimize", str(autoencoder), "--data", str(bad),
-                           "-o", str(out)], capture_output=True, text=True)
+    proc = run_in_process("optimize", autoencoder, "--data", bad, "-o", out)
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -214,8 +212,7 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
     # (the data file lies outside the run folder, so it is named: export never follows a recorded path out)
-    proc = subprocess.run([sys.executable, "-m", "edgedeploy", "export", str(outcome.run_dir), "--leaf", "ptq", "-t",
-                           "ethos-u55-128", "-o", str(tmp_path / "fw"), "--golden", "2", "--data", str(data)],
-                          capture_output=True, text=True)
+    proc = run_in_process("export", outcome.run_dir, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", tmp_path / "fw",
+                          "--golden", "2", "--data", data)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert np.load(tmp_path / "fw" / "golden.npz")["output_0"].shape == (2, 49, 10, 1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_in_process
 
 from edgedeploy.core.manifest import Manifest
 
@@ -122,7 +122,7 @@ def test_report_shows_the_walk(walked):
 def test_walk_that_nothing_meets_exits_8_and_says_by_how_much(walked, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(walked.run_dir, out)  # the levels walked before are reused, pqat is trained now
-    proc = run_cli("compile", project(tmp_path, out, "max_flash = 1024"), "--walk")
+    proc = run_in_process("compile", project(tmp_path, out, "max_flash = 1024"), "--walk")
     assert proc.returncode == 8, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
