@@ -280,3 +280,29 @@ def test_cluster_preserving_qat_kernels_hold_only_centroids(env):
 
     assert settle_cluster_weights(model) == 2
     assert all(n <= 4 for n in distinct().values()), distinct()
+
+
+# --------------------------------------------------------------------------- one trace of the training step
+
+
+@pytest.mark.parametrize("bn", [True, False])
+def test_variables_made_before_fit_trace_the_step_once_and_train_the_same_weights(env, bn):
+    """The optimizer's slots and the loss's and metrics' variables made before ``fit`` (as fine-tuning does): the
+    training step is traced once instead of twice, and the weights after training are bit for bit those of a fit
+    that made them in its first step."""
+    from edgedeploy.optimize.finetune.fit import _build_step_variables
+
+    data = _dataset()
+    trained = []
+    for prebuilt in (False, True):
+        model = _model(env, bn=bn)
+        optimizer = env.keras.optimizers.Adam(1e-2)
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        if prebuilt:
+            _build_step_variables(model, optimizer, data.y_fit)
+        env.keras.utils.set_random_seed(SEED)
+        model.fit(data.x_fit, data.y_fit, batch_size=64, epochs=2, shuffle=True, verbose=0)
+        assert model.train_function.experimental_get_tracing_count() == (1 if prebuilt else 2)
+        trained.append(model.get_weights())
+    for lazy, early in zip(*trained):
+        np.testing.assert_array_equal(lazy, early)

@@ -342,13 +342,13 @@ def _build_step_variables(model, optimizer, y) -> None:
 
     Created inside the first training step instead, they make TensorFlow trace that step twice (once creating
     them, once again without): a third of a short fine-tuning's time. They start at the same zeros either way, so
-    the training is unchanged. A model whose outputs have another unknown dimension than the batch is left to build
-    them in its first step."""
+    the training is unchanged. A model without symbolic outputs, or whose outputs have another unknown dimension than
+    the batch, is left to build them in its first step."""
     from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
-    shapes = [tuple(t.shape)[1:] for t in model.outputs]
-    if any(d is None for shape in shapes for d in shape):
+    shapes = [tuple(t.shape)[1:] for t in getattr(model, "outputs", None) or ()]
+    if not shapes or any(d is None for shape in shapes for d in shape):
         return
     optimizer.build(model.trainable_variables)
     zeros = [tf.zeros((1, *shape), dtype=t.dtype) for shape, t in zip(shapes, model.outputs)]
