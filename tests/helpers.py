@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
 # A run folder written by `edgedeploy compile` with Vela 5.2.0 (tests/data/report/run_u55_u85/SOURCE.md): the MLPerf
 # DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 and ethos-u85-256.
@@ -44,19 +46,12 @@ def run_in_process(*args, cwd: Path | str | None = None, env: dict[str, str] | N
     whose check is the command's outcome (exit code, error line, JSON on stdout, files) and whose process would
     spend much of its time importing TensorFlow, which this process has loaded already. ``cwd`` and ``env`` hold
     while it runs."""
-    old_cwd, old_env = os.getcwd(), {k: os.environ.get(k) for k in (env or {})}
-    try:
-        os.environ.update(env or {})
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in (env or {}).items():
+            mp.setenv(key, value)
         if cwd is not None:
-            os.chdir(cwd)
+            mp.chdir(cwd)
         result = invoke_cli(*args)
-    finally:
-        os.chdir(old_cwd)
-        for key, value in old_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return subprocess.CompletedProcess(["edgedeploy", *map(str, args)], result.exit_code, result.stdout,
                                        result.stderr)
 
