@@ -15,9 +15,9 @@ def main() -> None:
 
     from edgedeploy import api
 
-    # One Vela worker starts importing Vela now, while typer loads and converts the options; the command
-    # adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
-    warm = None if os.environ.get("_EDGEDEPLOY_COMPLETE") else api.fork_warm_worker()
+    # For a command that compiles, one Vela worker starts importing Vela now, while typer loads and converts the
+    # options; the command adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
+    warm = api.fork_warm_worker() if may_compile(sys.argv[1:]) and not os.environ.get("_EDGEDEPLOY_COMPLETE") else None
 
     import signal
 
@@ -49,6 +49,20 @@ def main() -> None:
         if warm is not None:
             warm.close(now=True)  # when no command took it (ended already if one did)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# The commands with a ``prestart`` hook (the only ones that adopt the worker forked at start); a test keeps this
+# equal to :data:`.prestart.PRESTART`, which is filled only as the commands load.
+PRESTART_COMMANDS = ("compile",)
+
+
+def may_compile(args: list[str]) -> bool:
+    """Whether the command line names a command that may adopt a Vela worker (the root options are all flags, so
+    the first word that is not an option is the command), and asks for more than its help or the version."""
+    if any(a in ("-h", "--help", "--version") for a in args):
+        return False
+    command = next((a for a in args if not a.startswith("-")), None)
+    return command in PRESTART_COMMANDS
 
 
 def _default_signals() -> None:

@@ -137,6 +137,17 @@ def test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_b
             os.waitpid(other.pid, os.WNOHANG)
 
 
+def test_only_a_command_that_compiles_forks_the_warm_worker():
+    from edgedeploy.cli import PRESTART_COMMANDS, may_compile
+    from edgedeploy.cli.prestart import PRESTART
+
+    assert set(PRESTART_COMMANDS) == set(PRESTART)  # the commands that can adopt it
+    assert may_compile(["compile", "m.tflite", "-t", "ethos-u55-128"]) and may_compile(["-v", "compile", "p.toml"])
+    for argv in (["report", "run"], ["targets", "list"], ["export", "run", "-o", "fw"], ["compile", "--help"],
+                 ["--version"], [], ["-q"]):
+        assert not may_compile(argv), argv
+
+
 def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool():
     import signal
     from concurrent.futures.process import BrokenProcessPool
