@@ -81,7 +81,7 @@ def test_each_model_runs_into_its_own_folder_and_a_failure_does_not_stop_the_oth
 
 def test_one_report_compares_the_models(swept):
     tmp, path, _ = swept
-    proc = run_cli("report", tmp / "out", "--json", "--project", path)
+    proc = run_in_process("report", tmp / "out", "--json", "--project", path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "edgedeploy.sweep_report" and doc["comparable"]["ranked"] is True
@@ -91,7 +91,7 @@ def test_one_report_compares_the_models(swept):
     assert any("model broken failed (exit 3)" in n for n in doc["notes"])
     # each row is its member run's own report row, read from that run's manifest
     for name in ("dscnn", "dscnn_sparse"):
-        own = json.loads(run_cli("report", tmp / "out" / name, "--json", "--project", path).stdout)
+        own = json.loads(run_in_process("report", tmp / "out" / name, "--json", "--project", path).stdout)
         mine = [r for r in doc["rows"] if r["model"] == name]
         for r in mine:
             theirs = next(o for o in own["rows"] if o["leaf"] == r["leaf"] and o["target"] == r["target"])
@@ -111,11 +111,11 @@ def test_one_report_compares_the_models(swept):
     for r in doc["rows"]:
         if r is not best and r["meets_requirements"]:
             assert not all(a <= b for a, b in zip(point(r), point(best))) or point(r) == point(best)
-    table = run_cli("report", tmp / "out", "--project", path)
+    table = run_in_process("report", tmp / "out", "--project", path)
     assert table.returncode == 0 and f"Overall {TARGET}: {best['model']} / pruned (" in table.stdout
-    md = run_cli("report", tmp / "out", "-f", "markdown", "--project", path).stdout
+    md = run_in_process("report", tmp / "out", "-f", "markdown", "--project", path).stdout
     assert md.count(f"| {TARGET} |") == 4 and "## Overall recommendation" in md
-    html = run_cli("report", tmp / "out", "-f", "html")
+    html = run_in_process("report", tmp / "out", "-f", "html")
     assert html.returncode == 0 and (tmp / "out" / "report.html").is_file()
 
 
@@ -133,21 +133,21 @@ def test_walk_walks_each_model_reusing_the_sweeps_nodes(swept):
 
 def test_regression_gate_compares_each_model_with_its_own(swept, tmp_path):
     tmp, path, _ = swept
-    proc = run_cli("report", tmp / "out", "--json")
+    proc = run_in_process("report", tmp / "out", "--json")
     old = json.loads(proc.stdout)
     (tmp_path / "same.json").write_text(proc.stdout)
-    assert run_cli("report", tmp / "out", "--compare", tmp_path / "same.json", "--fail-on-regression").returncode == 0
+    assert run_in_process("report", tmp / "out", "--compare", tmp_path / "same.json", "--fail-on-regression").returncode == 0
     # the reference had dscnn_sparse's ptq leaf 3 points more accurate than now
     model = next(m for m in old["models"] if m["name"] == "dscnn_sparse")
     row = next(r for r in model["report"]["rows"] if r["leaf"] == "ptq")
     row["values"]["int8_accuracy_pct"]["value"] += 3.0
     (tmp_path / "better.json").write_text(json.dumps(old))
-    proc = run_cli("report", tmp / "out", "--compare", tmp_path / "better.json", "--fail-on-regression")
+    proc = run_in_process("report", tmp / "out", "--compare", tmp_path / "better.json", "--fail-on-regression")
     assert proc.returncode == 10, proc.stderr
     assert "1 regression(s)" in proc.stderr and "dscnn_sparse: ptq on ethos-u55-128: int8 accuracy" in proc.stderr
-    one = run_cli("report", tmp / "out" / "dscnn", "--json").stdout
+    one = run_in_process("report", tmp / "out" / "dscnn", "--json").stdout
     (tmp_path / "one.json").write_text(one)
-    proc = run_cli("report", tmp / "out", "--compare", tmp_path / "one.json")
+    proc = run_in_process("report", tmp / "out", "--compare", tmp_path / "one.json")
     assert proc.returncode == 2 and "is the report of one run, and this is a sweep's" in proc.stderr
 
 

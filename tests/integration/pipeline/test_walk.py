@@ -112,7 +112,7 @@ def test_walk_stops_at_the_first_level_that_meets_and_trains_nothing_deeper(walk
 
 
 def test_report_shows_the_walk(walked):
-    proc = run_cli("report", walked.run_dir)
+    proc = run_in_process("report", walked.run_dir)
     assert proc.returncode == 0, proc.stderr
     assert "Walk level 0: trained baseline; ptq (ethos-u55-128: misses max_flash)" in proc.stdout
     assert "Walk level 2: trained pruned; pruned (ethos-u55-128: meets)" in proc.stdout

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import run_in_process
 
 from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
@@ -130,7 +130,7 @@ def vela_summary(manifest: Manifest, row: dict) -> dict:
 @pytest.mark.parametrize("which", ["plain_run", "tree_run"])
 def test_numbers_equal_velas_own_csv(which, request):
     run = request.getfixturevalue(which)
-    doc = json.loads(run_cli("report", run, "--format", "json").stdout)
+    doc = json.loads(run_in_process("report", run, "--format", "json").stdout)
     manifest = Manifest.load(run)
     compiled = [r for r in doc["rows"] if r["target"]]
     assert len(compiled) == len(TARGETS) * len({r["leaf"] for r in doc["rows"]})
@@ -200,7 +200,7 @@ def test_all_formats_agree(which, request, tmp_path):
     run = request.getfixturevalue(which)
     outs = {}
     for fmt in ("json", "csv", "markdown", "html", "table"):
-        proc = run_cli("report", run, "--format", fmt, "--out", tmp_path / f"r.{fmt}")
+        proc = run_in_process("report", run, "--format", fmt, "--out", tmp_path / f"r.{fmt}")
         assert proc.returncode == 0, proc.stderr
         outs[fmt] = (tmp_path / f"r.{fmt}").read_text(encoding="utf-8")
     doc = json.loads(outs["json"])
@@ -247,7 +247,7 @@ def test_all_formats_agree(which, request, tmp_path):
 
 @NEEDS_IC
 def test_imported_variants_say_why_accuracy_is_unavailable(plain_run):
-    proc = run_cli("report", plain_run)
+    proc = run_in_process("report", plain_run)
     assert proc.returncode == 0, proc.stderr
     assert "unavailable: no accuracy: dscnn_mlperf was imported from a .tflite" in proc.stdout
     doc = build_report(plain_run)
@@ -285,7 +285,7 @@ def test_small_board_does_not_fit(shared_data, tmp_path):
     board.write_text(text)
     run = tmp_path / "run"
     compile_tflite([shared_data / "kws" / "dscnn_mlperf_int8.tflite"], [str(board)], run)
-    proc = run_cli("report", run, "--format", "json")
+    proc = run_in_process("report", run, "--format", "json")
     assert proc.returncode == 8, proc.stderr  # nothing fits the board
     doc = json.loads(proc.stdout)  # the report is still written
     (row,) = doc["rows"]
@@ -350,7 +350,7 @@ def test_nothing_meets_says_which_requirement_and_by_how_much(tree_run, tmp_path
     doc = build_report(tree_run)
     t = "ethos-u85-256"
     smallest = min(_flash(doc, leaf, t) for leaf in TREE_MODELS)
-    proc = run_cli("report", tree_run, "--max-flash", "1KiB", "--format", "json")
+    proc = run_in_process("report", tree_run, "--max-flash", "1KiB", "--format", "json")
     assert proc.returncode == 8
     out = json.loads(proc.stdout)
     rec = out["recommendations"][t]
@@ -384,12 +384,12 @@ def test_project_file_requirements_and_cli_precedence(tree_run, tmp_path, monkey
     t = "ethos-u55-128"
     limit = (_flash(base, "pruned", t) + _flash(base, "ptq", t)) // 2
     (tmp_path / "edgedeploy.toml").write_text(f'[requirements]\nmax_flash = "{limit / 1024:.3f}KiB"\n')
-    proc = run_cli("report", tree_run, "--format", "json", cwd=tmp_path)
+    proc = run_in_process("report", tree_run, "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["recommendations"][t]["leaf"] == "pcqat"
     assert any("edgedeploy.toml" in s for s in doc["requirements"]["sources"])
-    proc = run_cli("report", tree_run, "--format", "json", "--max-flash", "10MiB", cwd=tmp_path)
+    proc = run_in_process("report", tree_run, "--format", "json", "--max-flash", "10MiB", cwd=tmp_path)
     assert json.loads(proc.stdout)["recommendations"][t]["leaf"] == "qat"  # the command line wins
 
 
@@ -399,8 +399,8 @@ def test_project_file_requirements_and_cli_precedence(tree_run, tmp_path, monkey
 @NEEDS_IC
 def test_regression_gate(plain_run, tmp_path):
     ref = tmp_path / "old.json"
-    assert run_cli("report", plain_run, "--format", "json", "--out", ref).returncode == 0
-    same = run_cli("report", plain_run, "--compare", ref, "--fail-on-regression")
+    assert run_in_process("report", plain_run, "--format", "json", "--out", ref).returncode == 0
+    same = run_in_process("report", plain_run, "--compare", ref, "--fail-on-regression")
     assert same.returncode == 0, same.stderr
     assert "no regression" in same.stdout
     # A reference in which DS-CNN on U55 was 10% faster and ResNet-8 used less SRAM: now it looks worse.
@@ -412,7 +412,7 @@ def test_regression_gate(plain_run, tmp_path):
             row["values"]["sram_bytes"]["value"] -= 4096
     doctored = tmp_path / "doctored.json"
     doctored.write_text(json.dumps(old))
-    worse = run_cli("report", plain_run, "--compare", doctored, "--fail-on-regression", "--format", "json")
+    worse = run_in_process("report", plain_run, "--compare", doctored, "--fail-on-regression", "--format", "json")
     assert worse.returncode == 10, worse.stderr
     comp = json.loads(worse.stdout)["comparison"]
     assert not comp["passed"]
@@ -420,10 +420,10 @@ def test_regression_gate(plain_run, tmp_path):
         ("dscnn_mlperf", "ethos-u55-128", "cycles"), ("resnet8_mlperf", "ethos-u85-256", "sram")}
     assert "2 regression(s)" in worse.stderr and "total cycles" in worse.stderr
     # A wide enough tolerance accepts both changes; without --fail-on-regression it only reports.
-    ok = run_cli("report", plain_run, "--compare", doctored, "--fail-on-regression", "--tolerance",
+    ok = run_in_process("report", plain_run, "--compare", doctored, "--fail-on-regression", "--tolerance",
                  "cycles=12%,sram=8KiB")
     assert ok.returncode == 0, ok.stderr
-    info = run_cli("report", plain_run, "--compare", doctored)
+    info = run_in_process("report", plain_run, "--compare", doctored)
     assert info.returncode == 0 and "REGRESSION" in info.stdout
 
 
@@ -467,7 +467,7 @@ def test_html_renders_in_headless_chromium(tree_run, tmp_path):
     if chromium is None:
         pytest.skip("chromium is not installed (apt-get install chromium) to render the HTML report")
     page = tmp_path / "report.html"
-    proc = run_cli("report", tree_run, "--format", "html", "--out", page)
+    proc = run_in_process("report", tree_run, "--format", "html", "--out", page)
     assert proc.returncode == 0, proc.stderr
     text = page.read_text(encoding="utf-8")
     parser = _Tables()

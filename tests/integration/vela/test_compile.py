@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_in_process
 
 from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 from edgedeploy.config.targets import get_target
@@ -242,17 +242,17 @@ def test_debug_db_gives_per_layer_npu_weights_in_the_report(shared_data, tmp_pat
     assert len(facts["layers"]) == 10 and facts["summary"]["layers_over_palette"] == 10
     assert sum(r["encoded_weight_bytes"] for r in facts["layers"]) == facts["summary"]["encoded_weight_bytes"]
     assert abs(facts["summary"]["encoded_weight_bytes"] - rec["metrics"]["encoded_weights_bytes"]["value"]) < 512
-    report = run_cli("report", tmp_path, "--json")
+    report = run_in_process("report", tmp_path, "--json")
     assert report.returncode == 0, report.stderr
     (per_target,) = json.loads(report.stdout)["npu_weights"].values()
     layers = per_target["ethos-u55-128"]["layers"]
     assert [r["layer"].split("/")[-1] for r in layers].count("depthwise") == 4
-    table = run_cli("report", tmp_path)
+    table = run_in_process("report", tmp_path)
     assert "NPU weights per layer" in table.stdout and "functional_1/dense/MatMul" in table.stdout
     # without --debug-db there is no per-layer section and no debug database
     plain = run_cli("compile", model, "-t", "ethos-u55-128", "-o", tmp_path / "plain")
     assert plain.returncode == 0 and not list((tmp_path / "plain").rglob("*_debug.xml"))
-    assert json.loads(run_cli("report", tmp_path / "plain", "--json").stdout)["npu_weights"] == {}
+    assert json.loads(run_in_process("report", tmp_path / "plain", "--json").stdout)["npu_weights"] == {}
 
 
 def test_another_model_with_the_same_file_name_is_kept_beside_the_first(tmp_path):
