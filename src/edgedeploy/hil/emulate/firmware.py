@@ -65,6 +65,7 @@ def write_project(
         "TFLM_DIR": cmake_path(tree, "the TFLM folder"),
         "BUNDLE_DIR": cmake_path(bundle, "the bundle folder"),
         "TFLM_LIBRARY": cmake_path(library.path, "the TFLM library"),
+        "TFLM_SCHEMA_HEADER": cmake_path(library.schema_header, "the TFLM library"),
         "NUM_OPS": str(max(len(kernels), 1)),
         "ADD_OPS": "\n".join(f"  resolver.{k.method}();  // {k.op}" for k in kernels),
         "RUNNER_LIBS": " edgedeploy::runner_an547" if serve else "",

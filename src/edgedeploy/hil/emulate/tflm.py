@@ -156,6 +156,12 @@ class TflmLibrary:
     seconds: float
     sources: int
 
+    @property
+    def schema_header(self) -> Path:
+        """The header CMake wrote for the library's precompiled FlatBuffers schema (``.gch`` beside it): firmware
+        built with the same settings includes it to load the schema instead of parsing it again."""
+        return self.path.parent / "CMakeFiles" / "tflm.dir" / "cmake_pch.hxx"
+
 
 def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, timeout: float = 1800) -> TflmLibrary:
     """``libtflm.a`` with the runtime and these kernels, from the cache when it already has them."""
