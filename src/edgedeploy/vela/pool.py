@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from edgedeploy.vela.worker import VelaJobResult, WarmWorker, vela_job, worker_init
+from edgedeploy.vela.worker import WORKER_MODULES, VelaJobResult, WarmWorker, vela_job, worker_init
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,8 +42,14 @@ def prestart_pool(jobs: str, n_tasks: int, warm: WarmWorker | None = None) -> Ve
 
 def _context() -> multiprocessing.context.BaseContext:
     # Forking after TensorFlow has started threads is unsafe; otherwise fork is fastest.
-    if "tensorflow" in sys.modules or sys.platform != "linux":
+    if sys.platform != "linux":
         return multiprocessing.get_context("spawn")
+    if "tensorflow" in sys.modules:
+        # Workers forked from a server process that never loads TensorFlow and imports Vela once (started at the
+        # first pool, kept until this process ends): each later worker starts without importing Vela again.
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(WORKER_MODULES))
+        return ctx
     return multiprocessing.get_context("fork")
 
 

@@ -36,12 +36,17 @@ class VelaJobResult:
             other.returncode, other.seconds, other.error)
 
 
-def worker_init() -> None:
-    """Import Vela once per worker, and the .tflite reader that workers run too; jobs then pay only for the
-    work itself."""
-    import ethosu.vela.vela  # noqa: F401
+# What a worker imports before its first job: Vela, and the .tflite reader that workers run too.
+WORKER_MODULES = ("ethosu.vela.vela", "edgedeploy.tflite.reader")
 
-    from edgedeploy.tflite import reader as tflite_model  # noqa: F401
+
+def worker_init() -> None:
+    """Import :data:`WORKER_MODULES` once per worker (at once where the worker was forked from a process that has
+    them); jobs then pay only for the work itself."""
+    import importlib
+
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
 
 
 def installed_vela_version() -> str:
