@@ -24,6 +24,18 @@ def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = N
                           env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
 
 
+def pytest_argv(*args: str) -> list[str]:
+    """``pytest ARGS`` in a new process, as a user runs the HIL tests: with edgedeploy's plugin (named with ``-p``
+    in a source checkout that was not installed), without the cache and without Hypothesis' plugin, which this
+    environment has for its own tests and which would spend a second importing Hypothesis at the end."""
+    from importlib.metadata import entry_points
+
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args]
+    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
+        argv[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
+    return argv
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     """The single ``error:`` line of a failed command's stderr (fails when there is none, several, or a traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import pytest_argv
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -52,8 +53,8 @@ def test_only_a_folder_holding_the_data_counts_as_shared_data(tmp_path, monkeypa
 
 @pytest.mark.parametrize("value", ["", " ", "/nonexistent"])
 def test_the_test_run_never_takes_the_current_folder_for_the_data(tmp_path, value):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider",
-                           str(TESTS / "unit" / "core" / "test_names.py")], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(pytest_argv("--co", str(TESTS / "unit" / "core" / "test_names.py")), capture_output=True,
+                          text=True, timeout=120,
                           cwd=tmp_path, env={**os.environ, "EDGEDEPLOY_SHARED_DATA": value})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     default = TESTS.parent.parent / "shared" / "data"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.vela import worker as vela_worker
-from edgedeploy.errors import ToolFailedError, ToolMissingError
+from edgedeploy.errors import ToolFailedError
 from edgedeploy.core.manifest import Metric
 from edgedeploy.config.targets import Target
 

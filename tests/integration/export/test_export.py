@@ -10,13 +10,12 @@ import shutil
 import subprocess
 import sys
 import time
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import invoke_cli as cli
+from helpers import invoke_cli as cli, pytest_argv
 
 from edgedeploy.pipeline.compile import compile_tflite
 
@@ -287,10 +286,7 @@ def test_edgedeploy_add_model_regenerates_when_settings_or_model_change(cmake, b
 
 
 def run_hil(test_dir: Path, bundle: Path, *more: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_dir), "--edgedeploy-bundle", str(bundle),
-            *more]
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
+    args = pytest_argv("-q", str(test_dir), "--edgedeploy-bundle", str(bundle), *more)
     return subprocess.run(args, capture_output=True, text=True, cwd=test_dir)
 
 
@@ -338,9 +334,7 @@ def test_sample_hil_test_fails_on_a_one_element_change(bundle, tmp_path):
 
 
 def test_hil_without_a_bundle_skips_with_a_reason():
-    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "examples" / "hil")]
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.hil.testing"]
+    args = pytest_argv("-q", "-rs", str(REPO / "examples" / "hil"))
     env = {k: v for k, v in os.environ.items() if k != "EDGEDEPLOY_BUNDLE"}
     proc = subprocess.run(args, capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "2 skipped" in proc.stdout

@@ -10,14 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import invoke_cli as cli
+from helpers import invoke_cli as cli, pytest_argv
 
 from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.core.files import sha256_file
@@ -138,10 +136,8 @@ def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path
 
 
 def test_sample_hil_test_passes_on_the_qemu_device(tflm_cache, bundle):
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "hil"),
-            "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", "qemu"]  # fmt: skip
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
+    args = pytest_argv("-q", str(REPO / "examples" / "hil"), "--edgedeploy-bundle", str(bundle),
+                       "--edgedeploy-device", "qemu")
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO / "examples" / "hil", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 passed" in proc.stdout  # 4 golden cases + the top-1 test

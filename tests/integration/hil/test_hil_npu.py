@@ -8,11 +8,11 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from helpers import pytest_argv
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
@@ -51,10 +51,7 @@ def u55_bundle(kws_run, kws_data, tmp_path_factory) -> Path:
 
 
 def run_hil(bundle: Path, *more: str, tests: Path = REPO / "examples" / "hil") -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests), "--edgedeploy-bundle",
-            str(bundle), "--edgedeploy-device", "npu", *more]  # fmt: skip
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
+    args = pytest_argv("-q", str(tests), "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", "npu", *more)
     return subprocess.run(args, capture_output=True, text=True, cwd=tests, timeout=600)
 
 

@@ -16,10 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from helpers import pytest_argv
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
@@ -102,10 +103,8 @@ def kws_server(tflm_cache, kws_bundle, tmp_path_factory):
 
 
 def run_hil(bundle: Path, device: str, *extra: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "hil"),
-            "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", device, *extra]  # fmt: skip
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        args[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
+    args = pytest_argv("-q", str(REPO / "examples" / "hil"), "--edgedeploy-bundle", str(bundle),
+                       "--edgedeploy-device", device, *extra)
     return subprocess.run(args, capture_output=True, text=True, cwd=REPO / "examples" / "hil", timeout=600)
 
 

@@ -13,7 +13,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 import zlib
 from importlib import resources
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers import pytest_argv
 
 from edgedeploy.errors import InvalidInputError, ToolFailedError
 from edgedeploy.export import npz_bytes
@@ -326,15 +327,6 @@ def tiny_bundle(path: Path) -> Path:
     }  # fmt: skip
     (path / "manifest.json").write_text(json.dumps(manifest))
     return path
-
-
-def pytest_argv(*args: str) -> list[str]:
-    from importlib.metadata import entry_points
-
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
-    if not any(ep.value == "edgedeploy.hil.testing" for ep in entry_points(group="pytest11")):
-        argv[3:3] = ["-p", "edgedeploy.hil.testing"]  # a source checkout that was not installed
-    return argv
 
 
 def run_hil(bundle: Path, device: str, *extra: str) -> subprocess.CompletedProcess:
