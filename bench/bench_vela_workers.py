@@ -1,9 +1,9 @@
 """Wall time of compiles in turn in one process that has TensorFlow loaded (a compile after `optimize`, the Python
 API in a notebook), where Vela's workers cannot be forked from the process itself.
 
-Each compile goes into a fresh run folder and a fresh compile cache, for another target each time (nothing is
-reused); the first starts Vela's worker processes from nothing, the later ones show what starting them costs once
-a process has compiled. Prints each compile's wall seconds (`/usr/bin/time` around it gives the processor time of
+Each compile goes into a fresh run folder, for another target each time, with a compile cache made for this run
+(nothing is reused); the first starts Vela's worker processes from nothing, the later ones show what starting them
+costs once a process has compiled. Prints each compile's wall seconds (`/usr/bin/time` around it gives the processor time of
 the whole, its worker processes included once they have ended with it).
 
 Run: python bench/bench_vela_workers.py [--model examples/kws/dscnn_mlperf_int8.tflite]
