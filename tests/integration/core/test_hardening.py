@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -147,13 +148,26 @@ def test_a_command_waits_for_the_lock_and_says_so(tmp_path):
 
     lock_run_dir(tmp_path / "run")  # as another command writing the folder would
     p = _cli("compile", EXAMPLE, "-t", "ethos-u55-128", "-o", "run", cwd=tmp_path)
+    lines: list[str] = []
+    said = threading.Event()
+
+    def read_stderr():
+        for line in p.stderr:
+            lines.append(line)
+            if "waiting for it to finish" in line:
+                said.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        time.sleep(8)
-        assert p.poll() is None  # still waiting
+        assert said.wait(120), "".join(lines)
+        time.sleep(1)  # and it goes on waiting
+        assert p.poll() is None
         assert not (tmp_path / "run" / "manifest.json").exists()
     finally:
         release_run_dirs()
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err
-    assert "run is being written by another edgedeploy command; waiting for it to finish" in err
+    p.stdout.read()  # to its end: the command is done
+    assert p.wait(timeout=300) == 0, "".join(lines)
+    reader.join(timeout=60)
+    assert "run is being written by another edgedeploy command; waiting for it to finish" in "".join(lines)
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["stages"]

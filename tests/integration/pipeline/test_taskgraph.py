@@ -1,21 +1,19 @@
 """The tree as a task graph: two stage workers (``jobs = 2``) give the leaves, int8 accuracies, preservation rows
 and compiles of the one-at-a-time run, and a leaf's compile starts while the tree is still training.
 
-Stages that do not train (the ptq chain) must give the same bytes. A node trained in another process may end
-with float weights a few bits apart (TensorFlow's thread pools schedule its updates differently; seen once in
-CI on the qat node, its int8 accuracy and preservation unchanged): for the trained chains the records must
-agree on everything but the files' bytes and the cache keys made from them."""
+The one-at-a-time run is the run's shared tree (``trained_tree``, trained with one job by `edgedeploy optimize`),
+its ptq, pruned and qat leaves compiled here into a copy of its folder. Stages that do not train (the ptq chain)
+must give the same bytes. A node trained in another process may end with float weights a few bits apart
+(TensorFlow's thread pools schedule its updates differently; seen once in CI on the qat node, its int8 accuracy
+and preservation unchanged): for the trained chains the records must agree on everything but the files' bytes
+and the cache keys made from them."""
 
 from __future__ import annotations
 
 import calendar
 import time
 from dataclasses import replace
-from pathlib import Path
 
-from edgedeploy.config.recipe import load_recipe
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws_tree"
 VOLATILE = ("started", "seconds")  # when and how long; everything else of a record must match
 
 
@@ -45,17 +43,17 @@ def _comparable(rec) -> dict:
     return d
 
 
-def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
+def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(trained_tree, tmp_path):
     from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
     from edgedeploy.core.manifest import Manifest
     from edgedeploy.pipeline.tree_run import optimize
 
-    model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
-                                    "batch_size": 64, "seed": 5, "calibration_samples": 100})
+    model, data = trained_tree.model, trained_tree.data
+    recipe = trained_tree.recipe(leaves=["ptq", "pruned", "qat"])
     targets = resolve_targets(["ethos-u55-128"])
     opts = CompileOptions(jobs=1)
-    one = optimize(model, data, tmp_path / "one", recipe, targets=targets, compile_options=opts)
+    # the shared tree's stages, reused, and the three leaves' compiles
+    one = optimize(model, data, trained_tree.copy(tmp_path / "one"), recipe, targets=targets, compile_options=opts)
     two = optimize(model, data, tmp_path / "two", replace(recipe, jobs=2), targets=targets, compile_options=opts)
 
     assert list(two.leaves) == list(one.leaves) == ["ptq", "pruned", "qat"]
@@ -63,9 +61,12 @@ def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(tmp_path):
         assert two.leaves[leaf].metric("int8_accuracy") == one.leaves[leaf].metric("int8_accuracy")
         assert two.leaves[leaf].details["preservation"] == one.leaves[leaf].details["preservation"]
     a, b = Manifest.load(tmp_path / "one").records, Manifest.load(tmp_path / "two").records
-    assert sorted(a) == sorted(b)
-    assert len([i for i in a if i.startswith("compile/")]) == 3
-    for stage_id in a:
+    mine = sorted(i for i, r in a.items() if r.variant in ("baseline", *one.leaves))  # the three leaves' chains
+    assert sorted(b) == mine
+    assert len([i for i in b if i.startswith("compile/")]) == 3
+    shared = Manifest.load(trained_tree.run_dir).records
+    assert all(a[i].started == shared[i].started for i in mine if not i.startswith("compile/"))  # none ran again
+    for stage_id in b:
         if any(part in ("pruned", "qat") for part in stage_id.split("/")):  # trained, or made from what was
             assert _trained(b[stage_id]) == _trained(a[stage_id]), stage_id
         else:
