@@ -33,6 +33,7 @@ def load() -> SimpleNamespace:
                 "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
             )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    collect_less_often()  # before the import: set after it, the tree saved nothing measurable
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
@@ -49,6 +50,22 @@ def load() -> SimpleNamespace:
         ) from exc
     tf.get_logger().setLevel("ERROR")
     return SimpleNamespace(tf=tf, keras=tf_keras, tfmot=tfmot, versions=versions())
+
+
+# Importing TensorFlow and building, tracing and converting Keras models allocate millions of objects that live
+# on, which Python's default collector (a young-generation pass every 700 allocations) rescans again and again.
+# With these thresholds the example's tree took 0.93-0.97 of the processor time, with the same results and about
+# 15% more peak memory (python bench/bench_gc.py --pairs 3: 1.28 GB against 1.12 GB).
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def collect_less_often() -> None:
+    """Raise the cyclic garbage collector's thresholds to :data:`GC_THRESHOLD` for the TensorFlow work of this
+    process; a process that switched the collector off or set higher thresholds keeps its own."""
+    import gc
+
+    if gc.isenabled() and gc.get_threshold()[0] < GC_THRESHOLD[0]:
+        gc.set_threshold(*GC_THRESHOLD)
 
 
 @contextlib.contextmanager
