@@ -14,7 +14,6 @@ Run: python bench/bench_gc.py [--pairs 2]   (on at least 2 cores)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -43,7 +42,8 @@ def start(threshold: tuple[int, int, int], out: Path) -> tuple[subprocess.Popen,
 def finish(proc: subprocess.Popen, t0: float, out: Path) -> dict:
     _, status, usage = os.wait4(proc.pid, 0)  # this run's own processor time and peak memory
     wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status):
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
         sys.exit(f"optimize failed: {out.with_suffix('.log').read_text()[-2000:]}")
     return {"cpu": usage.ru_utime + usage.ru_stime, "wall": wall, "peak_mib": usage.ru_maxrss / 1024,
             "facts": facts(out)}
@@ -51,15 +51,16 @@ def finish(proc: subprocess.Popen, t0: float, out: Path) -> dict:
 
 def facts(run_dir: Path) -> dict:
     """Each stage's metrics (timings left out) and output files' hashes, from the run's manifest."""
-    doc = json.loads((run_dir / "manifest.json").read_text())
-    return {s["id"]: ({k: v.get("value") for k, v in s.get("metrics", {}).items() if not k.endswith("seconds")},
-                      {o["role"]: o.get("sha256") for o in s.get("outputs", []) if o.get("role") != "log"})
-            for s in doc["stages"]}
+    from edgedeploy.core.manifest import Manifest
+
+    return {rid: ({k: m.value for k, m in rec.metrics.items() if not k.endswith("seconds")},
+                  {a.role: a.sha256 for a in rec.outputs if a.role != "log"})
+            for rid, rec in Manifest.load(run_dir).records.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=2, help="runs of each setting, in turn")
+    ap.add_argument("--pairs", type=int, default=2, help="pairs of runs, the two settings of a pair side by side")
     args = ap.parse_args()
     from edgedeploy.keras.tfenv import GC_THRESHOLD
 

@@ -33,7 +33,7 @@ def load() -> SimpleNamespace:
                 "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
             )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    collect_less_often()  # before the import: set after it, the tree saved nothing measurable
+    collect_less_often()  # before the import: set after it, the tree took as long in the one pair measured
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
