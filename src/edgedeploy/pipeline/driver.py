@@ -26,20 +26,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.targets import Target
 from edgedeploy.errors import UsageError
 from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, compile_run, compile_tflite, resolve_targets
 from edgedeploy.pipeline.project import ModelEntry, Project, load_project, merged_options
-from edgedeploy.pipeline.sweep import SweepOutcome, run_sweep
-from edgedeploy.pipeline.tree_run import load_inputs, make_runner, run_tree
-from edgedeploy.pipeline.walk import levels_of
-from edgedeploy.pipeline.walk import walk as walk_levels
-from edgedeploy.pipeline.runners import StageRunner
 from edgedeploy.report import Requirements, requirements_from_table
-from edgedeploy.vela import VelaExecutor
+
+if TYPE_CHECKING:
+    from edgedeploy.pipeline.runners import StageRunner
+    from edgedeploy.pipeline.sweep import SweepOutcome
+    from edgedeploy.vela import VelaExecutor
 
 DEFAULT_OUT = Path("edgedeploy-out")
 
@@ -85,6 +84,11 @@ def compile_driver(request: CompileRequest, *, pool: VelaExecutor | None = None)
     targets = resolve_targets([*project.targets, *request.targets])  # at least one, or a usage error
     options = merged_options(project, request.options)
     requirements = project_requirements(project, request.requirements) if request.walk else Requirements()
+    # the tree's modules (TensorFlow's users among them) load only for a project: .tflite files and run folders
+    # compile without them
+    from edgedeploy.pipeline.sweep import run_sweep
+    from edgedeploy.pipeline.tree_run import make_runner
+
     if project.is_sweep:
         sweep = run_sweep(project, targets, options, request.out or project.out, requirements, walk=request.walk,
                           run_model=run_model)
@@ -128,6 +132,10 @@ def run_model(entry: ModelEntry, run_dir: Path, targets: Sequence[Target], optio
               walk: bool = False) -> tuple[CompileOutcome, dict | None]:
     """One model into ``run_dir``: its inputs loaded once, then the whole tree, or the walk level by level; its
     compile outcome and walk record. A walk that meets nothing raises (its record is in the run's manifest)."""
+    from edgedeploy.pipeline.tree_run import load_inputs, run_tree
+    from edgedeploy.pipeline.walk import levels_of
+    from edgedeploy.pipeline.walk import walk as walk_levels
+
     recipe = entry.recipe
     # a walk checks the leaves of its first level now, each deeper level's when it gets there
     first = next(iter(levels_of(recipe.leaves).values())) if walk else None
@@ -143,6 +151,8 @@ def walk_model(model: Path, data: Path, out: Path, recipe: Recipe, targets: Sequ
                trust_lambda: bool = False) -> DriverOutcome:
     """``edgedeploy optimize MODEL --data DATA --walk``: one model walked without a project file (raises
     :class:`~edgedeploy.errors.BudgetExceededError` when no level meets the requirements)."""
+    from edgedeploy.pipeline.tree_run import make_runner
+
     options = options or CompileOptions()
     options.check()
     entry = ModelEntry("", Path(model), data, recipe, trust_lambda)
