@@ -9,8 +9,6 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-
 from edgedeploy.errors import InvalidInputError, ToolFailedError
 
 log = logging.getLogger("edgedeploy")
@@ -107,6 +105,8 @@ def attach_int8(layers: list[dict[str, Any]], operators: Sequence[Any], tensors:
     ``operators`` are :class:`~edgedeploy.tflite.reader.OperatorInfo` of the input model, ``tensors`` its
     :func:`~edgedeploy.tflite.reader.read_weight_tensors`; both in operator order.
     """
+    import numpy as np  # here, not at the top: `edgedeploy report` reads this module's constants without numpy
+
     weighted = [o.index for o in operators if o.op in WEIGHT_OPS]
     wt = [t for t in tensors if t.op in WEIGHT_OPS]
     by_op = dict(zip(weighted, wt)) if len(weighted) == len(wt) else {}
