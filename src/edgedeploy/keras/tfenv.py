@@ -87,8 +87,9 @@ def keras3_probe_fails_fast():
     TFMOT 0.8.1 (``sparsity/keras/prune_registry.py``) tries ``from keras.src.engine import base_layer``. With
     Keras 3 installed beside tf_keras (TensorFlow 2.21 requires it), that imports all of Keras 3, matplotlib
     included, only to fail, and TFMOT falls back to no base layer. Reported missing, ``keras`` fails the same
-    way without being imported: the same fallback, and the import of TFMOT took 0.16 s of processor time
-    instead of 0.83 s. A process that imported Keras 3 already keeps it; TFMOT then fails as it always did."""
+    way without being imported: the same fallback, and :func:`load` took 2.59 s of processor time instead of
+    3.29 s (``python bench/bench_startup.py --tensorflow``). A process that imported Keras 3 already keeps it;
+    TFMOT's probe then fails as it always did."""
     if "keras" in sys.modules:
         yield
         return
