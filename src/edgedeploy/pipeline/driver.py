@@ -84,8 +84,8 @@ def compile_driver(request: CompileRequest, *, pool: VelaExecutor | None = None)
     targets = resolve_targets([*project.targets, *request.targets])  # at least one, or a usage error
     options = merged_options(project, request.options)
     requirements = project_requirements(project, request.requirements) if request.walk else Requirements()
-    # the tree's modules (TensorFlow's users among them) load only for a project: .tflite files and run folders
-    # compile without them
+    # the tree's modules (optimize, walk, sweep, the judge) and numpy load only for a project file: .tflite files
+    # and run folders compile without them (bench/bench_startup.py)
     from edgedeploy.pipeline.sweep import run_sweep
     from edgedeploy.pipeline.tree_run import make_runner
 
