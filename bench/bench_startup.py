@@ -148,7 +148,8 @@ def main() -> None:
     if tf_rows:
         print(f"\nImporting TensorFlow, tf_keras and TFMOT (`tfenv.load()`) in a fresh process, {args.repeat} runs of "
               "each, interleaved: processor time of the call.\n")
-        print("| TFMOT's probe for Keras 2.13 | CPU median (s) | min (s) | max (s) | Keras 3 imported |\n|---|---|---|---|---|")
+        print("| TFMOT's probe for Keras 2.13 | CPU median (s) | min (s) | max (s) | Keras 3 imported |\n"
+              "|---|---|---|---|---|")
         for probe, med, lo, hi, keras3 in tf_rows:
             print(f"| {'fails at once (edgedeploy)' if probe else 'left alone (imports Keras 3)'} | {med:.2f} | "
                   f"{lo:.2f} | {hi:.2f} | {', '.join(map(str, keras3)).lower()} |")

@@ -24,6 +24,24 @@ def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = N
                           env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
 
 
+# `edgedeploy ARGS` as the console script runs it, then the watched modules it loaded, on a last line of their own
+_LOADED = ("import sys\nfrom edgedeploy.cli import main\ncode = 0\n"
+           "watch = sys.argv.pop(1).split(',')\nsys.argv[0] = 'edgedeploy'\n"
+           "try:\n    main()\nexcept SystemExit as end:\n    code = end.code\n"
+           "print('\\n' + ','.join(w for w in watch if any(m == w or m.startswith(w + '.') for m in sys.modules)))\n"
+           "sys.exit(code)")
+
+
+def run_cli_loading(*args, watch: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``edgedeploy ARGS`` in a new process (:func:`run_cli`), and which of the modules or packages in ``watch``
+    it had loaded when the command ended (a package counts when any of its modules was)."""
+    proc = subprocess.run([sys.executable, "-c", _LOADED, ",".join(watch), *map(str, args)], capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    out, _, last = proc.stdout.rpartition("\n\n")
+    proc.stdout = out + "\n" if out else ""
+    return proc, [m for m in last.strip().split(",") if m]
+
+
 def pytest_argv(*args: str) -> list[str]:
     """``pytest ARGS`` in a new process, as a user runs the HIL tests: with edgedeploy's plugin (named with ``-p``
     in a source checkout that was not installed), without the cache and without Hypothesis' plugin, which this

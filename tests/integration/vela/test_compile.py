@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import run_cli, run_in_process
+from helpers import run_cli, run_cli_loading, run_in_process
 
 from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 from edgedeploy.config.targets import get_target
@@ -108,15 +107,10 @@ def test_compiling_tflite_files_loads_none_of_the_trees_modules(dscnn_int8, tmp_
     """`edgedeploy compile MODEL.tflite` loads what compiling needs: the deployment tree's modules (the optimize
     package, the walk, the sweep, the judge), numpy and TensorFlow stay out of the command's process (Vela runs
     in its workers), which starts in about 0.2 s less processor time for it."""
-    code = ("import sys\nfrom edgedeploy.cli import main\nsys.argv[0] = 'edgedeploy'\n"
-            "try:\n    main()\nexcept SystemExit as end:\n    code = end.code\n"
-            f"print(code, sorted({{m.split('.')[0] if m.startswith(('numpy', 'tensorflow')) else m for m in sys.modules"
-            f" if m.startswith({TREE_MODULES!r})}}))")
-    proc = subprocess.run([sys.executable, "-c", code, "compile", str(dscnn_int8), "-t", "ethos-u55-128", "-o",
-                           str(tmp_path / "run"), "--json"], capture_output=True, text=True, timeout=300)
-    *out, last = proc.stdout.splitlines()
-    assert last == "0 []", proc.stdout + proc.stderr
-    assert json.loads("\n".join(out))["results"][0]["target"] == "ethos-u55-128"
+    proc, loaded = run_cli_loading("compile", dscnn_int8, "-t", "ethos-u55-128", "-o", tmp_path / "run", "--json",
+                                   watch=TREE_MODULES)
+    assert proc.returncode == 0 and loaded == [], proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["results"][0]["target"] == "ethos-u55-128"
 
 
 @pytest.mark.requires_data("kws/ds_cnn_s_arm_int8.tflite")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import run_cli, run_cli_loading
 
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
@@ -49,13 +49,9 @@ def test_help_imports_no_heavy_modules():
 def test_a_json_report_loads_no_numpy():
     """Reading manifests and judging them needs no array library: `edgedeploy report --json` starts without numpy
     (about half the processor time it took with it)."""
-    code = ("import sys\nfrom edgedeploy.cli import main\nsys.argv[0] = 'edgedeploy'\n"
-            "try:\n    main()\nexcept SystemExit as end:\n    code = end.code\n"
-            "print(code, [m for m in ('numpy', 'tensorflow', 'ethosu.vela') if m in sys.modules])")
-    proc = subprocess.run([sys.executable, "-c", code, "report", str(RUN), "--json"], capture_output=True, text=True)
-    *doc, last = proc.stdout.splitlines()
-    assert last == "0 []", proc.stdout + proc.stderr
-    assert json.loads("\n".join(doc))["rows"]
+    proc, loaded = run_cli_loading("report", RUN, "--json", watch=("numpy", "tensorflow", "ethosu.vela"))
+    assert proc.returncode == 0 and loaded == [], proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["rows"]
 
 
 def test_cli_gate(tmp_path):
