@@ -23,7 +23,7 @@ def _forget_keras(monkeypatch) -> None:
         monkeypatch.delitem(sys.modules, name)
 
 
-def test_keras_is_missing_inside_the_block_and_importable_after(monkeypatch):
+def test_keras_is_missing_inside_the_block_and_the_finder_gone_after(monkeypatch):
     _forget_keras(monkeypatch)
     with tfenv.keras3_probe_fails_fast():
         with pytest.raises(ModuleNotFoundError) as err:
