@@ -168,6 +168,11 @@ def versions() -> dict[str, str]:
     return found
 
 
+def restart_layer_names() -> None:
+    """Count Keras's automatic layer names (``conv2d``, ``conv2d_1``, ...) from the start again."""
+    load().keras.backend.reset_uids()
+
+
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and TensorFlow, and ask TF for deterministic kernels."""
     import random

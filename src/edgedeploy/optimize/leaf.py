@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedeploy.optimize import preserve
+from edgedeploy.optimize import handoff, preserve
 from edgedeploy.tflite.convert import convert_int8, convert_qat_int8, gzip_size
 from edgedeploy.config.data import Dataset
 from edgedeploy.keras.model import base_name, keras_weight_stats
@@ -33,6 +33,17 @@ def tfenv_seed(seed: int) -> None:
     from edgedeploy.keras import tfenv
 
     tfenv.set_seed(seed)
+
+
+def start_keras_stage(seed: int) -> None:
+    """What a stage that builds Keras models does first: seed (:func:`tfenv_seed`), and count Keras's automatic
+    layer names from the start. The layers it builds, and so the tensor names in its files, are then named the
+    same whatever ran before it in the process: the whole tree in one process, a pool worker, a Ray task, or a
+    re-run that reuses the earlier stages."""
+    from edgedeploy.keras import tfenv
+
+    tfenv_seed(seed)
+    tfenv.restart_layer_names()
 
 
 def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
@@ -163,12 +174,13 @@ def leaf_result(leaf: ConvertedLeaf, data: Dataset, recipe: Recipe, t0: float, p
 
 def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
     """The convert stage of a leaf of a TFMOT node (float or QAT)."""
-    tfenv_seed(recipe.seed)
+    start_keras_stage(recipe.seed)
     t0 = time.perf_counter()
     node = LEAVES[leaf]
-    if node in QAT_NODES:
+    model = handoff.take(node, inputs["model"])  # the model its node stage just saved, in this process
+    if model is None and node in QAT_NODES:
         model = load_qat(env, inputs["parent_model"], inputs["model"], node)
-    else:
+    elif model is None:
         model = env.keras.models.load_model(inputs["model"], compile=False)
     converted = convert_and_score(model, leaf, out, data, recipe)
     keras_stats = keras_weight_stats(model)

@@ -13,14 +13,14 @@ from edgedeploy.config.data import Dataset
 from edgedeploy.core.manifest import Metric
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
-from .leaf import tfenv_seed
+from .leaf import start_keras_stage
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
 
 MODEL_16X8 = "model_16x8.tflite"
 
 
 def convert_leaf_16x8(env, leaf: str, inputs: dict[str, Path], out: Path, data: Dataset, recipe: Recipe) -> StageResult:
-    tfenv_seed(recipe.seed)
+    start_keras_stage(recipe.seed)
     t0 = time.perf_counter()
     model = env.keras.models.load_model(inputs["model"], compile=False)
     float_scores_ = float_scores(model, data)

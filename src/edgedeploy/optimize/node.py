@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from edgedeploy.optimize import preserve
+from edgedeploy.optimize import handoff, preserve
 from edgedeploy.config.data import Dataset
 from edgedeploy.keras.model import keras_weight_stats
 from edgedeploy.keras.rewrites import separate_relu_layers
@@ -17,7 +17,7 @@ from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
 from edgedeploy.config.tree import NODE_TABLE, Node, stage_kind
 from edgedeploy.config.task import Task
-from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, tfenv_seed, verdict
+from .leaf import FLOAT_MODEL, QAT_WEIGHTS, keras_kernels, start_keras_stage, verdict
 from .scoring import float_scores, metric_details, metrics, task_of
 
 
@@ -56,7 +56,7 @@ def channels_kept(env, node: str, parent_path: Path, model) -> list[dict[str, An
 def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: dict[str, Path], out: Path,
                      data: Dataset, recipe: Recipe, loss: Task, trust_lambda: bool) -> StageResult:
     """Run ``build`` for ``node`` and record the result as the node's stage."""
-    tfenv_seed(recipe.seed)
+    start_keras_stage(recipe.seed)
     t0 = time.perf_counter()
     spec = NODE_TABLE[node]
     run = NodeRun(env, spec, dict(inputs), out, data, recipe, loss, trust_lambda)
@@ -77,6 +77,7 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
     else:
         target = out / FLOAT_MODEL
         result_model.save(target, include_optimizer=False)
+    handoff.keep(node, target, result_model)
     node_metrics = {
         **metrics(data, "float", scores),
         "train_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),

@@ -27,6 +27,7 @@ from edgedeploy.config.tree import LEAF_TABLE, LEAVES, NODE_TABLE, QAT_NODES, TH
 from edgedeploy.config.task import Task, decide
 from edgedeploy.optimize.finetune.fit import mirror, teacher_targets, training_set
 from edgedeploy.optimize.finetune.length import stretch
+from edgedeploy.optimize import handoff
 from edgedeploy.optimize.registry import CONVERSIONS, TECHNIQUES
 
 if TYPE_CHECKING:
@@ -170,7 +171,10 @@ def run_tree(inputs: TreeInputs, out: Path, recipe: Recipe, runner: StageRunner,
     ctx.manifest.info["optimize"] = {**inputs.manifest_info["head"], "recipe": recipe.to_dict(),
                                      "fit_length": fit_length, **inputs.manifest_info["tail"]}
     ctx.manifest.save()
-    return _TreeGraph(ctx, runner, recipe, inputs, reuse, list(targets), compile_options).run()
+    try:
+        return _TreeGraph(ctx, runner, recipe, inputs, reuse, list(targets), compile_options).run()
+    finally:
+        handoff.drop()  # the last node's model, kept here for its leaf (stage workers keep theirs until they end)
 
 
 def make_runner(executor: str = "local", ray_address: str | None = None, jobs: int = 1) -> StageRunner:

@@ -138,6 +138,28 @@ def test_rerun_reuses_every_stage(kws_tree, trained_tree, tmp_path):
     assert {k: v.started for k, v in again.leaves.items()} == before
 
 
+def test_a_leaf_converted_again_on_its_own_is_the_same_file(kws_tree, trained_tree, tmp_path):
+    """In one process a leaf stage converts the very model its node stage saved (``optimize.handoff``), and each
+    stage counts Keras's automatic layer names from the start. So the pcqat leaf converted again later, from its
+    node's files, in a process that has built other models since, is the same file, byte for byte."""
+    import shutil
+
+    from edgedeploy.core.manifest import Manifest
+    from edgedeploy.pipeline.tree_run import optimize
+
+    run = trained_tree.copy(tmp_path / "run")
+    manifest = Manifest.load(run)
+    del manifest.records["convert/pcqat"]
+    manifest.save()
+    shutil.rmtree(run / "convert" / "pcqat")
+    again = optimize(trained_tree.model, trained_tree.data, run, trained_tree.recipe(leaves=["pcqat"]))
+    assert again.nodes["pcqat"].started == kws_tree.nodes["pcqat"].started  # the node reused, not trained again
+    first, second = kws_tree.leaves["pcqat"], again.leaves["pcqat"]
+    assert second.started != first.started
+    assert second.output("int8_model").sha256 == first.output("int8_model").sha256
+    assert second.metric("int8_accuracy") == first.metric("int8_accuracy")
+
+
 def test_compile_consumes_optimize_output(kws_tree, trained_tree, tmp_path):
     """`edgedeploy compile RUN_DIR` compiles every leaf optimize converted into that folder, into the same folder."""
     run_dir = trained_tree.copy(tmp_path / "run")

@@ -15,7 +15,7 @@ from edgedeploy.core.files import read_input_text
 from edgedeploy.config.recipe import PALETTE_PLAN_VERSION
 from edgedeploy.config.tree import LEAVES, NODE_TABLE, QAT_NODES
 from edgedeploy.optimize.finetune.fit import fine_tune
-from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, tfenv_seed
+from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, start_keras_stage
 from ..scoring import float_scores, metrics, task_of
 from ..techniques import start_qat_ranges
 from .projection import DAMP, PALETTE_LIMIT
@@ -132,7 +132,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     from edgedeploy.core.manifest import Metric
     from edgedeploy.core.stage import StageResult
 
-    tfenv_seed(recipe.seed)
+    start_keras_stage(recipe.seed)
     t0 = time.perf_counter()
     parent = env.keras.models.load_model(inputs["model"], compile=False)
     details: dict[str, Any] = {"technique": NODE_TABLE[node].technique}
@@ -241,7 +241,7 @@ def convert_leaf(env, leaf: str, inputs: Mapping[str, Path], out: Path, data, re
     """The convert stage of a palette leaf (the registry's "palette_int8" conversion)."""
     from edgedeploy.core.manifest import Metric
 
-    tfenv_seed(recipe.seed)
+    start_keras_stage(recipe.seed)
     t0 = time.perf_counter()
     node = LEAVES[leaf]
     doc = read_plan(Path(inputs["model"]).parent)
