@@ -7,6 +7,7 @@ TFMOT rejects the model. Everything else gets TensorFlow from here.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.abc
 import logging
@@ -171,6 +172,31 @@ def versions() -> dict[str, str]:
 def restart_layer_names() -> None:
     """Count Keras's automatic layer names (``conv2d``, ``conv2d_1``, ...) from the start again."""
     load().keras.backend.reset_uids()
+
+
+@contextlib.contextmanager
+def caller_layer_names():
+    """Put the process's counts of Keras's automatic layer names back as they were when the block ends.
+
+    Stages count names from the start (:func:`restart_layer_names`); a tree run in a user's Python session (the API,
+    a notebook) would otherwise leave the session's next ``Dense()`` named like one it already has. tf_keras keeps
+    the counts in ``tf_keras.src.backend``; without them (another tf_keras) the block changes nothing.
+    """
+    backend = sys.modules.get("tf_keras.src.backend")
+    uids, observed = getattr(backend, "PER_GRAPH_OBJECT_NAME_UIDS", None), getattr(backend, "OBSERVED_NAMES", None)
+    if uids is None or observed is None:
+        yield
+        return
+    saved = {graph: dict(counts) for graph, counts in uids.items()}
+    seen = set(observed)
+    try:
+        yield
+    finally:
+        uids.clear()
+        for graph, counts in saved.items():
+            uids[graph] = collections.defaultdict(int, counts)
+        observed.clear()
+        observed.update(seen)
 
 
 def set_seed(seed: int) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from edgedeploy.config.data import Dataset, load_dataset, read_data_file, read_targets
+from edgedeploy.keras import tfenv
 from edgedeploy.keras.model import check_recurrent_layers, load_model
 from edgedeploy.core.manifest import StageRecord
 from edgedeploy.config.recipe import Recipe, check_layers
@@ -172,7 +173,8 @@ def run_tree(inputs: TreeInputs, out: Path, recipe: Recipe, runner: StageRunner,
                                      "fit_length": fit_length, **inputs.manifest_info["tail"]}
     ctx.manifest.save()
     try:
-        return _TreeGraph(ctx, runner, recipe, inputs, reuse, list(targets), compile_options).run()
+        with tfenv.caller_layer_names():  # (stages here count layer names from the start)
+            return _TreeGraph(ctx, runner, recipe, inputs, reuse, list(targets), compile_options).run()
     finally:
         handoff.drop()  # the last node's model, kept here for its leaf (stage workers keep theirs until they end)
 

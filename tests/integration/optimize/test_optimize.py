@@ -141,18 +141,23 @@ def test_rerun_reuses_every_stage(kws_tree, trained_tree, tmp_path):
 def test_a_leaf_converted_again_on_its_own_is_the_same_file(kws_tree, trained_tree, tmp_path):
     """In one process a leaf stage converts the very model its node stage saved (``optimize.handoff``), and each
     stage counts Keras's automatic layer names from the start. So the pcqat leaf converted again later, from its
-    node's files, in a process that has built other models since, is the same file, byte for byte."""
+    node's files, in a process that has built other models since, is the same file, byte for byte; and the
+    process that ran the tree gets its own count of names back."""
     import shutil
 
     from edgedeploy.core.manifest import Manifest
+    from edgedeploy.keras import tfenv
     from edgedeploy.pipeline.tree_run import optimize
 
+    keras = tfenv.load().keras
     run = trained_tree.copy(tmp_path / "run")
     manifest = Manifest.load(run)
     del manifest.records["convert/pcqat"]
     manifest.save()
     shutil.rmtree(run / "convert" / "pcqat")
+    counted = keras.backend.get_uid("dense")  # this process's count of automatic "dense" names (one more)
     again = optimize(trained_tree.model, trained_tree.data, run, trained_tree.recipe(leaves=["pcqat"]))
+    assert keras.backend.get_uid("dense") == counted + 1  # the stage's own count was not left behind here
     assert again.nodes["pcqat"].started == kws_tree.nodes["pcqat"].started  # the node reused, not trained again
     first, second = kws_tree.leaves["pcqat"], again.leaves["pcqat"]
     assert second.started != first.started
