@@ -1,6 +1,8 @@
-"""The node stage's model handed to its leaf stage in the same process: only the model saved to those bytes."""
+"""The node stage's model handed to its leaf stage in the same process: only for the very file it was saved to."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
@@ -26,7 +28,16 @@ def test_the_leaf_takes_the_model_saved_to_the_file_it_reads_once(tmp_path):
     assert handoff.take("qat", promoted) is None  # once: a second reader loads the file
 
 
-def test_other_bytes_another_node_or_a_newer_save_load_the_file(tmp_path):
+def test_a_copy_of_the_file_is_loaded_not_handed_off(tmp_path):
+    saved = tmp_path / "model.h5"
+    saved.write_bytes(b"baseline")
+    handoff.keep("baseline", saved, object())
+    copy = tmp_path / "copy.h5"
+    shutil.copy2(saved, copy)  # the same bytes and time, another file (a copied run folder)
+    assert handoff.take("baseline", copy) is None
+
+
+def test_another_node_a_changed_file_or_a_newer_save_load_the_file(tmp_path):
     path = tmp_path / "model.h5"
     path.write_bytes(b"pruned")
     handoff.keep("pruned", path, object())
