@@ -13,6 +13,7 @@ EDGEDEPLOY = [sys.executable, "-m", "edgedeploy"]
 # A run folder written by `edgedeploy compile` with Vela 5.2.0 (tests/data/report/run_u55_u85/SOURCE.md): the MLPerf
 # DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 and ethos-u85-256.
 RECORDED_RUN = Path(__file__).resolve().parent / "data" / "report" / "run_u55_u85"
+CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}  # what a command started by a test sees: no colour, 200 columns
 
 
 def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = None,
@@ -21,7 +22,7 @@ def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = N
 
     ``env`` adds to (or overrides) this process's environment."""
     return subprocess.run([*EDGEDEPLOY, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
+                          env={**os.environ, **CLI_ENV, **(env or {})})
 
 
 # `edgedeploy ARGS` as the console script runs it, then the watched modules it loaded, on a last line of their own
@@ -36,7 +37,7 @@ def run_cli_loading(*args, watch: tuple[str, ...]) -> tuple[subprocess.Completed
     """``edgedeploy ARGS`` in a new process (:func:`run_cli`), and which of the modules or packages in ``watch``
     it had loaded when the command ended (a package counts when any of its modules was)."""
     proc = subprocess.run([sys.executable, "-c", _LOADED, ",".join(watch), *map(str, args)], capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+                          text=True, timeout=900, env={**os.environ, **CLI_ENV})
     out, _, last = proc.stdout.rpartition("\n\n")
     proc.stdout = out + "\n" if out else ""
     return proc, [m for m in last.strip().split(",") if m]
