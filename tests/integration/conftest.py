@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_in_process
+from helpers import run_in_process, tflite_converter
 
 REPO = Path(__file__).resolve().parents[2]
 TFLM_TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
@@ -38,7 +38,7 @@ def float_tflite(shared_data, tmp_path_factory) -> Path:
 
     env = tfenv.load()
     model = env.keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
-    converter = env.tf.lite.TFLiteConverter.from_keras_model(model)
+    converter = tflite_converter(env.tf, model)
     path = tmp_path_factory.mktemp("float") / "dscnn_float.tflite"
     path.write_bytes(converter.convert())
     return path
@@ -61,7 +61,7 @@ def reverse_tflite(tmp_path_factory) -> Path:
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
     x = keras.layers.Lambda(lambda t: tf.reverse(t, axis=[1]))(x)
     out = keras.layers.Dense(4)(keras.layers.Flatten()(x))
-    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out))
+    converter = tflite_converter(tf, keras.Model(inp, out))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     rng = np.random.default_rng(0)
     converter.representative_dataset = lambda: ([rng.normal(size=(1, 8, 8, 4)).astype("float32")] for _ in range(16))

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from helpers import tflite_converter
+
 from edgedeploy.cli.app import app
 
 SHAPE = (16, 16, 8)
@@ -47,7 +49,7 @@ def _int8_model(name: str, path):
     rng = np.random.default_rng(0)
     inp = keras.Input(SHAPE)
     model = keras.Model(inp, _zoo(name)(inp))
-    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv = tflite_converter(tf, model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SHAPE).astype(np.float32)] for _ in range(30))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
