@@ -90,14 +90,3 @@ def run_in_process(*args, cwd: Path | str | None = None, env: dict[str, str] | N
 def report_row(doc: dict, leaf: str, target: str) -> dict:
     """The row of ``leaf`` on ``target`` in a report document."""
     return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)
-
-
-def tflite_converter(tf, model):
-    """A TFLite converter of ``model``'s inference at batch size 1, given the function and only the variables it
-    reads, as edgedeploy converts. Given the Keras model itself, the converter first traces every layer's call to
-    save it (the float DS-CNN: 3.8 s of processor time against 0.8 s)."""
-    concrete = tf.function(lambda t: model(t, training=False)).get_concrete_function(
-        tf.TensorSpec([1, *model.input_shape[1:]], tf.float32))
-    holder = tf.Module()
-    holder.model_variables = list(model.variables)
-    return tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)

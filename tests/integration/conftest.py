@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_in_process, tflite_converter
+from helpers import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 TFLM_TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
@@ -35,10 +35,11 @@ def tflm_cache(tmp_path_factory) -> Path:
 def float_tflite(shared_data, tmp_path_factory) -> Path:
     """A float32 TFLite of the MLPerf DS-CNN, converted here with TensorFlow (no quantization)."""
     from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
 
     env = tfenv.load()
     model = env.keras.models.load_model(shared_data / "kws" / "dscnn_mlperf_float.h5", compile=False)
-    converter = tflite_converter(env.tf, model)
+    converter = function_converter(model)
     path = tmp_path_factory.mktemp("float") / "dscnn_float.tflite"
     path.write_bytes(converter.convert())
     return path
@@ -53,6 +54,7 @@ def reverse_tflite(tmp_path_factory) -> Path:
     import numpy as np
 
     from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
 
     env = tfenv.load()
     tf, keras = env.tf, env.keras
@@ -61,7 +63,7 @@ def reverse_tflite(tmp_path_factory) -> Path:
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
     x = keras.layers.Lambda(lambda t: tf.reverse(t, axis=[1]))(x)
     out = keras.layers.Dense(4)(keras.layers.Flatten()(x))
-    converter = tflite_converter(tf, keras.Model(inp, out))
+    converter = function_converter(keras.Model(inp, out))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     rng = np.random.default_rng(0)
     converter.representative_dataset = lambda: ([rng.normal(size=(1, 8, 8, 4)).astype("float32")] for _ in range(16))

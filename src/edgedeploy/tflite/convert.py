@@ -18,10 +18,8 @@ class FloatOperatorsLeft(ToolFailedError):
     """Int8 conversion left operators computing in float (no int8 kernel, or no range to quantize them with)."""
 
 
-def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
-    """A TFLite converter for ``model`` at batch size 1 with default optimizations: calibrated on
-    ``calibration_x`` one sample at a time and restricted to the operator set ``ops`` when samples are given
-    (QAT models carry their own ranges), its input and output tensors of ``io_type`` unless that is None."""
+def function_converter(model):
+    """A TFLite converter of ``model``'s inference at batch size 1, with none of its options set."""
     from edgedeploy.keras import tfenv
 
     tf = tfenv.load().tf
@@ -33,7 +31,17 @@ def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
     # the one function, and the converted bytes are the same (1.5 s).
     holder = tf.Module()
     holder.model_variables = list(model.variables)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+    return tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+
+
+def quantizing_converter(model, calibration_x: np.ndarray | None, ops, io_type):
+    """A TFLite converter for ``model`` at batch size 1 with default optimizations: calibrated on
+    ``calibration_x`` one sample at a time and restricted to the operator set ``ops`` when samples are given
+    (QAT models carry their own ranges), its input and output tensors of ``io_type`` unless that is None."""
+    from edgedeploy.keras import tfenv
+
+    tf = tfenv.load().tf
+    converter = function_converter(model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if calibration_x is not None:
         samples = calibration_x.astype(np.float32)

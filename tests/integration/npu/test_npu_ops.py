@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from helpers import tflite_converter
-
 from edgedeploy.cli.app import app
 
 SHAPE = (16, 16, 8)
@@ -43,13 +41,14 @@ def _zoo(name: str):
 
 def _int8_model(name: str, path):
     from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
 
     t = tfenv.load()
     tf, keras = t.tf, t.keras
     rng = np.random.default_rng(0)
     inp = keras.Input(SHAPE)
     model = keras.Model(inp, _zoo(name)(inp))
-    conv = tflite_converter(tf, model)
+    conv = function_converter(model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SHAPE).astype(np.float32)] for _ in range(30))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_in_process, tflite_converter
+from helpers import run_in_process
 
 from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
@@ -514,6 +514,7 @@ def tfmot_clustered_int8(shared_data, tmp_path_factory) -> Path:
     import numpy as np
 
     from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
 
     env = tfenv.load()
     tf, keras, cl = env.tf, env.keras, env.tfmot.clustering.keras
@@ -524,7 +525,7 @@ def tfmot_clustered_int8(shared_data, tmp_path_factory) -> Path:
     data = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
     fit = np.where(data["split"] == 0)[0]  # a seeded random choice: the file is sorted by class
     calib = data["x"][np.random.default_rng(0).choice(fit, 64, replace=False)].astype("float32")
-    converter = tflite_converter(tf, clustered)
+    converter = function_converter(clustered)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: ([calib[i : i + 1]] for i in range(len(calib)))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
