@@ -103,13 +103,15 @@ def run_graph(
     finish: Callable[[GraphTask, "Future | None"], None],
     *,
     raise_first: bool = True,
+    before_wait: Callable[[], None] | None = None,
 ) -> GraphRun:
     """Run every task of ``graph``.
 
     ``start(task)`` begins a task and returns a future for its work (``None``: nothing left to wait for, e.g. a
     result reused from an earlier run); ``finish(task, future)`` records it once the future is done and raises
-    :class:`~edgedeploy.errors.EdgeDeployError` when the task failed. Both run in this thread. Other exceptions
-    (a bug, Ctrl-C) propagate at once; the caller's pools cancel what is still queued.
+    :class:`~edgedeploy.errors.EdgeDeployError` when the task failed. Both run in this thread, as does
+    ``before_wait()``, called once every ready task has started and before waiting for one to finish. Other
+    exceptions (a bug, Ctrl-C) propagate at once; the caller's pools cancel what is still queued.
     """
     run = GraphRun()
     running: dict[Future, GraphTask] = {}
@@ -147,6 +149,8 @@ def run_graph(
             continue
         if not running:
             break
+        if before_wait is not None:
+            before_wait()
         finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
         for future in sorted(finished, key=lambda f: list(graph).index(running[f].id)):
             settle(running.pop(future), future)

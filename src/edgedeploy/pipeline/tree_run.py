@@ -207,6 +207,7 @@ class _TreeGraph:
         self.n_compiles = sum(1 for t in self.graph.values() if t.kind == "compile")
         self.records: dict[str, StageRecord] = {}
         self.pending: dict[str, Any] = {}
+        self.futures: dict[str, Future] = {}  # the stages submitted to the runner in this run
         self.compiled = CompileOutcome(ctx.run_dir)
 
     def path_of(self, node: str) -> Path:
@@ -255,7 +256,11 @@ class _TreeGraph:
             self.records[task.id] = got
             return None
         self.pending[task.id] = got
-        return self.runner.submit(fn, task.name, dict(inputs), got.staged, *args)
+        # a leaf asks for the worker that trained its node in this run, where that model still is
+        after = self.futures.get(node_id(LEAVES[task.name])) if task.kind == "leaf" else None
+        future = self.futures[task.id] = self.runner.submit(fn, task.name, dict(inputs), got.staged, *args,
+                                                            after=after)
+        return future
 
     def finish(self, task: GraphTask, future: Future | None) -> None:
         from edgedeploy.pipeline.compile import finish_compile
@@ -271,7 +276,7 @@ class _TreeGraph:
     def run(self) -> OptimizeOutcome:
         from edgedeploy.pipeline.compile import end_compiles
 
-        run = run_graph(self.graph, self.begin, self.finish, raise_first=False)
+        run = run_graph(self.graph, self.begin, self.finish, raise_first=False, before_wait=self.runner.start_queued)
         outcome = OptimizeOutcome(self.ctx.run_dir, order=run.order)
         for task in self.graph.values():  # in the graph's order, whatever order they finished in
             rec = self.records.get(task.id)

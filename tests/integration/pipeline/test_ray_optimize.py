@@ -29,7 +29,7 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
     recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
                                     "batch_size": 64, "seed": 3})
-    targets = ["ethos-u55-128"]
+    targets = resolve_targets(["ethos-u55-128"])
     local = optimize(model, data, tmp_path / "local", recipe, targets=targets)
     on_ray = optimize(model, data, tmp_path / "ray", recipe, executor="ray", targets=targets,
                       compile_options=CompileOptions(executor="ray"))

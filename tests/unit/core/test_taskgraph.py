@@ -127,3 +127,41 @@ def test_a_bug_is_not_swallowed():
 
     with pytest.raises(KeyError):
         run_graph(g, lambda t: _done(), finish)
+
+
+def test_work_held_back_until_the_graph_waits_is_started_by_before_wait():
+    g = build_graph(["ptq", "pruned", "qat"])
+    held: list[Future] = []
+    calls: list[list[str]] = []
+
+    def start(task):
+        f = Future()
+        held.append(f)
+        return f
+
+    def before_wait():  # the runner starts what it held back: here, every task is done at once
+        calls.append(sorted(t for t, f in zip(run_order, held) if not f.done()))
+        for f in held:
+            if not f.done():
+                f.set_result(None)
+
+    run_order: list[str] = []
+    stop = threading.Event()
+
+    def rescue():  # ends, after 5 s, any wait that nobody else ends (so that a failure is not a hang)
+        if not stop.wait(5):
+            while not stop.wait(0.05):
+                for f in list(held):
+                    if not f.done():
+                        f.set_result("rescued")
+
+    threading.Thread(target=rescue, daemon=True).start()
+    try:
+        run = run_graph(g, lambda t: run_order.append(t.id) or start(t), lambda t, f: None, before_wait=before_wait)
+    finally:
+        stop.set()
+    assert all(f.result() is None for f in held)  # none had to be rescued from a wait nobody ended
+    # called once every ready task had started: the baseline alone, then its three children together
+    assert calls == [["optimize/baseline"], ["convert/ptq", "optimize/pruned", "optimize/qat"], ["convert/pruned",
+                                                                                                 "convert/qat"]]
+    assert sorted(run.done) == sorted(g)

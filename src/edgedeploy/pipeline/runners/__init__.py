@@ -17,9 +17,14 @@ from edgedeploy.vela import VelaExecutor
 class StageRunner(Protocol):
     """The one protocol of a stage runner."""
 
-    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any) -> Future:
+    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any,
+               after: Future | None = None) -> Future:
         """Start ``fn(env, name, inputs, out, *args)``, the work of one node or leaf writing into ``out``; the
-        future gives ``(StageResult, started, seconds)``."""
+        future gives ``(StageResult, started, seconds)``. ``after``: the future of the node stage whose model this
+        leaf converts (a runner may run the leaf where that model still is)."""
+
+    def start_queued(self) -> None:
+        """Start submitted work the runner holds back until its driver waits (nothing, for most runners)."""
 
     def collect(self, future: Future, out: Path) -> tuple[Any, str | None, float | None]:
         """The stage's result with its files in ``out``, or its error raised."""

@@ -7,6 +7,13 @@ in this process; forking it is unsafe), each with TensorFlow's intra-op threads 
 The workers share this machine's file system: they read the parents' files and write into the stage's staging
 folder directly. Every stage seeds itself, so a result does not depend on the worker it ran in.
 
+With workers, the runner queues what it cannot start yet and hands each worker the next queued stage, so no worker
+waits while work is queued. A leaf's conversion asks for the worker that trained its node (``after``): there it
+takes the model the node stage kept in memory (:mod:`edgedeploy.optimize.handoff`) instead of loading it again;
+for a QAT node, rebuilding the quantization-aware model costs as long as the conversion itself. The queue is
+served in the driver's thread (when it submits, and through :meth:`LocalStages.start_queued` before it waits), so
+a worker freed by a node is still free when that node's leaf is submitted.
+
 :class:`edgedeploy.pipeline.runners.ray.RayStages` is the same interface on Ray. A runner also keeps the Vela executor the
 compiles of the graph use, so one command starts its workers (or Ray) once, however many times it walks the tree.
 """
@@ -15,8 +22,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+import weakref
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
@@ -58,12 +67,17 @@ class LocalStages:
 
     def __init__(self, jobs: int = 1) -> None:
         self.jobs = max(1, int(jobs))
-        self._pool: ProcessPoolExecutor | None = None
-        self._futures: list[Future] = []
+        self._workers: list[ProcessPoolExecutor | None] = [None] * self.jobs  # one process each, started on use
+        self._busy: dict[int, Future] = {}  # worker -> the stage's future it is running
+        self._queue: list[tuple[Future, tuple, int | None]] = []  # (future, (fn, *args), the worker it asks for)
+        self._ran_in: weakref.WeakKeyDictionary[Future, int] = weakref.WeakKeyDictionary()
+        self._retired: list[ProcessPoolExecutor | None] = []  # pools whose process died
+        self._lock = threading.RLock()  # (a pool calls back at once for work done already)
         self._vela = None
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """Start ``fn(env, node_or_leaf, inputs, out, ...)``; its future gives (result, started, seconds)."""
+    def submit(self, fn: Callable[..., Any], *args: Any, after: Future | None = None) -> Future:
+        """Start ``fn(env, node_or_leaf, inputs, out, ...)``; its future gives (result, started, seconds).
+        ``after``: the future of the stage whose kept model this one reads (its worker is preferred)."""
         if self.jobs == 1:
             done: Future = Future()
             try:
@@ -71,15 +85,62 @@ class LocalStages:
             except Exception as exc:  # the stage's error, raised where the result is read
                 done.set_exception(exc)
             return done
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(threads_per_job(self.jobs),))
-        future = self._pool.submit(run_work, fn, *args)
-        self._futures = [f for f in self._futures if not f.done()] + [future]
+        future: Future = Future()
+        with self._lock:
+            self._queue.append((future, (fn, *args), self._ran_in.get(after) if after is not None else None))
+        self.start_queued()
         return future
+
+    def start_queued(self) -> None:
+        """Give each free worker a queued stage: first one that asks for that worker, else the first in line."""
+        with self._lock:
+            while self._queue:
+                free = [w for w in range(self.jobs) if w not in self._busy]
+                if not free:
+                    return
+                asked = next(((i, q[2]) for i, q in enumerate(self._queue) if q[2] in free), None)
+                if asked is None:  # a worker no queued stage asks for, if there is one
+                    wanted = {q[2] for q in self._queue}
+                    asked = (0, next((w for w in free if w not in wanted), free[0]))
+                i, worker = asked
+                future, work, _ = self._queue.pop(i)
+                self._start(worker, future, work)
+
+    def _start(self, worker: int, future: Future, work: tuple) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        pool = self._workers[worker]
+        if pool is None:
+            pool = self._workers[worker] = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                initargs=(threads_per_job(self.jobs),))
+        inner = pool.submit(run_work, *work)
+        self._busy[worker] = future
+        self._ran_in[future] = worker
+        inner.add_done_callback(lambda done: self._done(worker, future, done))
+
+    def _done(self, worker: int, future: Future, inner: Future) -> None:
+        # the pool's thread: the worker is free; queued stages start when the driver next submits or waits
+        with self._lock:
+            self._busy.pop(worker, None)
+            if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool):
+                # its process died: this stage fails, the next one there starts a new process
+                self._retired.append(self._workers[worker])
+                self._workers[worker] = None
+        if inner.cancelled():
+            future.cancel()
+        elif inner.exception() is not None:
+            future.set_exception(inner.exception())
+        else:
+            future.set_result(inner.result())
 
     def collect(self, future: Future, out) -> tuple[Any, str | None, float | None]:
         """The stage's result (its files are in ``out`` already), or its error raised."""
+        while not future.done():  # (a caller that does not go through the graph may collect a queued stage)
+            self.start_queued()
+            with self._lock:
+                running = list(self._busy.values())
+            wait([future, *running], return_when=FIRST_COMPLETED)
         try:
             return future.result()
         except BrokenProcessPool:
@@ -97,14 +158,25 @@ class LocalStages:
     def close(self) -> None:
         """Stop the workers; work still running (the command stopped on an error or Ctrl-C) is ended, its
         staging folder left for the next run in this folder to remove."""
-        if self._pool is not None:
-            if any(not f.done() for f in self._futures):
+        with self._lock:
+            queued, self._queue = self._queue, []
+            busy = set(self._busy)
+        for future, _, _ in queued:
+            future.cancel()
+        for pool in self._retired:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._retired = []
+        for worker, pool in enumerate(self._workers):
+            if pool is None:
+                continue
+            if worker in busy:
                 # ProcessPoolExecutor has no public way to end busy workers before Python 3.14.
-                for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
                     proc.terminate()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._futures = []
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._workers = [None] * self.jobs
+        self._busy = {}
         if self._vela is not None:
             self._vela.close()
             self._vela = None

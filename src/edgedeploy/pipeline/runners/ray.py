@@ -90,10 +90,14 @@ class RayStages:
             self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_stage)
         return self._task
 
-    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any) -> Future:
+    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any,
+               after: Future | None = None) -> Future:  # (Ray places its tasks itself)
         shipped = {role: (Path(p).name, _folder_bytes(Path(p).parent)) for role, p in inputs.items()
                    if role not in SHIPPED_ROLES_SKIP}
         return self._start().remote(fn, name, {k: str(v) for k, v in inputs.items()}, shipped, *args).future()
+
+    def start_queued(self) -> None:
+        """Nothing: every task was handed to Ray when it was submitted."""
 
     def collect(self, future: Future, out: Path) -> tuple[Any, str | None, float | None]:
         """The stage's result with its files written into ``out`` (the staging folder); a stage's own (typed)
