@@ -131,36 +131,34 @@ def test_a_bug_is_not_swallowed():
 
 def test_work_held_back_until_the_graph_waits_is_started_by_before_wait():
     g = build_graph(["ptq", "pruned", "qat"])
-    held: list[Future] = []
+    held: dict[str, Future] = {}  # task -> its future, which only before_wait (or the rescue below) ends
     calls: list[list[str]] = []
 
     def start(task):
-        f = Future()
-        held.append(f)
-        return f
+        held[task.id] = Future()
+        return held[task.id]
 
     def before_wait():  # the runner starts what it held back: here, every task is done at once
-        calls.append(sorted(t for t, f in zip(run_order, held) if not f.done()))
-        for f in held:
+        calls.append(sorted(t for t, f in held.items() if not f.done()))
+        for f in held.values():
             if not f.done():
                 f.set_result(None)
 
-    run_order: list[str] = []
     stop = threading.Event()
 
     def rescue():  # ends, after 5 s, any wait that nobody else ends (so that a failure is not a hang)
         if not stop.wait(5):
             while not stop.wait(0.05):
-                for f in list(held):
+                for f in list(held.values()):
                     if not f.done():
                         f.set_result("rescued")
 
     threading.Thread(target=rescue, daemon=True).start()
     try:
-        run = run_graph(g, lambda t: run_order.append(t.id) or start(t), lambda t, f: None, before_wait=before_wait)
+        run = run_graph(g, start, lambda t, f: None, before_wait=before_wait)
     finally:
         stop.set()
-    assert all(f.result() is None for f in held)  # none had to be rescued from a wait nobody ended
+    assert all(f.result() is None for f in held.values())  # none had to be rescued from a wait nobody ended
     # called once every ready task had started: the baseline alone, then its three children together
     assert calls == [["optimize/baseline"], ["convert/ptq", "optimize/pruned", "optimize/qat"], ["convert/pruned",
                                                                                                  "convert/qat"]]

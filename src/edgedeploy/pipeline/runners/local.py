@@ -71,7 +71,7 @@ class LocalStages:
         self._busy: dict[int, Future] = {}  # worker -> the stage's future it is running
         self._queue: list[tuple[Future, tuple, int | None]] = []  # (future, (fn, *args), the worker it asks for)
         self._ran_in: weakref.WeakKeyDictionary[Future, int] = weakref.WeakKeyDictionary()
-        self._retired: list[ProcessPoolExecutor | None] = []  # pools whose process died
+        self._retired: list[ProcessPoolExecutor] = []  # pools whose process died
         self._lock = threading.RLock()  # (a pool calls back at once for work done already)
         self._vela = None
 
@@ -164,8 +164,7 @@ class LocalStages:
         for future, _, _ in queued:
             future.cancel()
         for pool in self._retired:
-            if pool is not None:
-                pool.shutdown(wait=True)
+            pool.shutdown(wait=True)
         self._retired = []
         for worker, pool in enumerate(self._workers):
             if pool is None:
