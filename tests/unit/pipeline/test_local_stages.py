@@ -121,3 +121,16 @@ def test_a_dead_worker_fails_its_stage_and_the_next_stage_there_gets_a_new_proce
     assert len(POOLS) == 1  # both ran in the first worker
     assert _result(runner, runner.submit(_work)) != first
     assert len(POOLS) == 2
+
+
+def test_a_stage_whose_pool_cancelled_it_while_closing_ends_instead_of_hanging(runner):
+    from concurrent.futures import CancelledError, Future
+
+    stage = runner.submit(_work)
+    assert stage.result(10)  # (the stand-in worker ran it)
+    running, inner = Future(), Future()
+    running.set_running_or_notify_cancel()  # as the runner marks a stage it hands to a worker
+    inner.cancel()  # what a closing pool does with work it had not started
+    runner._done(0, running, inner)
+    with pytest.raises(CancelledError):
+        running.result(1)

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import weakref
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
@@ -127,8 +127,8 @@ class LocalStages:
                 # its process died: this stage fails, the next one there starts a new process
                 self._retired.append(self._workers[worker])
                 self._workers[worker] = None
-        if inner.cancelled():
-            future.cancel()
+        if inner.cancelled():  # (the runner is closing; a running future cannot be cancelled, only ended)
+            future.set_exception(CancelledError())
         elif inner.exception() is not None:
             future.set_exception(inner.exception())
         else:
