@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgedeploy.errors import UsageError
+from edgedeploy.errors import TargetError, UsageError
 from edgedeploy.config.keys import Key, check_value, read_toml, validate
 from edgedeploy.config.tree import (
     DEFAULT_LEAVES,
@@ -162,7 +162,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("thin_speedup", float, 0.75, "NPU cycles of the thinned leaves as a fraction of the full model's (ptq), "
         "on every thin target (with sparsity_pattern 2:4: of the thinned model pruned 2:4)", minimum=0, maximum=1,
         exclusive_minimum=True),
-    Key("thin_targets", list, ["ethos-u55-128"], "targets whose Vela cycles choose the thinned widths", items=str),
+    Key("thin_targets", list, ["ethos-u55-128"], "targets whose Vela cycles choose the thinned widths (built-in "
+        "names or target .toml files; at least one)", items=str),
     Key("thin_max_npu_cycles", int, 0, "NPU cycles the thinned leaves may take on each thin target (0: none)",
         minimum=0),
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
@@ -383,7 +384,50 @@ def _check(r: Recipe, source: str) -> Recipe:
         if kind not in STAGE_KINDS:
             raise UsageError(f"{source}: `stages.{kind}` is not a stage; allowed values: {', '.join(STAGE_KINDS)}",
                              hint)
+    _check_thin_targets(r.thin_targets, source, hint)
     return r
+
+
+def _check_thin_targets(names: tuple[str, ...], source: str, hint: str) -> None:
+    """``thin_targets`` names at least one target, each a built-in target or a target file (loaded and checked
+    here, as :func:`edgedeploy.config.targets.get_target` reads it later), before anything trains."""
+    from edgedeploy.config.targets import builtin_target_names, get_target
+    from edgedeploy.core.files import short
+
+    known = builtin_target_names()
+    allowed = f"{', '.join(known)}, or the path of a target .toml file"
+    if not names:
+        raise UsageError(f"{source}: `thin_targets` is empty; allowed values: {allowed}",
+                         'name the targets whose NPU cycles choose the widths, e.g. thin_targets = ["ethos-u55-128"]')
+    for name in names:
+        if name in known:
+            continue
+        if name.endswith(".toml") or (name and Path(name).exists()):
+            try:
+                get_target(name)
+            except TargetError as exc:  # (what is wrong with the file, after where it was named)
+                raise type(exc)(f"{source}: `thin_targets` has {short(repr(name))}: {exc.message}", exc.hint) from None
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"{source}: `thin_targets` has {short(repr(name))}; allowed values: {allowed}",
+                         f"{guess}{hint}")
+
+
+def _check_names(given: Mapping[str, Any], source: str) -> None:
+    """Every setting given by name (command-line options, keyword arguments of the Python API) is a field of
+    :class:`Recipe`; an unknown one is named with the nearest, as an unknown key of a recipe file is."""
+    from dataclasses import fields
+
+    from edgedeploy.core.files import short
+
+    names = sorted(f.name for f in fields(Recipe))
+    for name in given:
+        if name not in names:
+            close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+            guess = f"did you mean `{close[0]}`? " if close else ""
+            raise UsageError(f"{source}: unknown key `{short(str(name))}`",
+                             f"{guess}give the recipe's keys by their field names (docs/reference/recipe.md)")
 
 
 def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -423,6 +467,7 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     if palette:
         kwargs["palette"] = palette
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_names(given, f"{source} with the options given by name")
     if "leaves" in given:
         given["leaves"] = tuple(given["leaves"])
     if given.get("plain", kwargs.get("plain", False)):
@@ -432,7 +477,7 @@ def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     recipe = Recipe(**kwargs)
     if given:
         recipe = replace(recipe, **given)
-        source = f"{source} with command-line options"
+        source = f"{source} with the options given by name"
     return _check(recipe, source)
 
 

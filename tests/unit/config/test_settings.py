@@ -65,6 +65,11 @@ def test_recipe_defaults_are_the_table_defaults():
     ("[stages.qat]\nepochs = 20000", "`stages.qat.epochs` is 20000"),
     ("batch_size = 9223372036854775808", "`batch_size` is 9223372036854775808"),
     ("calibration_samples = 99999999999999999999", "`calibration_samples` is 99999999999999999999"),
+    ("thin_targets = []", "`thin_targets` is empty; allowed values: corstone-300-u55-128, "),
+    ('thin_targets = ["ethos-u55-12"]', "`thin_targets` has 'ethos-u55-12'; allowed values: "),
+    ('thin_targets = ["ethos-u55-12"]', "or the path of a target .toml file. did you mean ethos-u55-128?"),
+    ('thin_targets = ["ethos-u55-128", ""]', "`thin_targets` has ''; allowed values: "),
+    ('thin_targets = ["../ethos-u55-128"]', "`thin_targets` has '../ethos-u55-128'"),
 ])
 def test_recipe_types_are_strict_and_typos_named(tmp_path, text, fragment):
     path = tmp_path / "r.toml"
@@ -85,6 +90,39 @@ def test_stage_settings_are_typed(tmp_path):
 def test_command_line_values_are_checked_too():
     with pytest.raises(UsageError, match="`sparsity` is 1.5"):
         load_recipe(overrides={"sparsity": 1.5})
+
+
+@pytest.mark.parametrize("given,fragment", [
+    ({"bogus_key": 1}, "recipe with the options given by name: unknown key `bogus_key`. give the recipe's keys "
+                       "by their field names"),
+    ({"lr_shedule": "constant"}, "unknown key `lr_shedule`. did you mean `lr_schedule`?"),
+    ({"epochz": 2, "epochs": 1}, "unknown key `epochz`. did you mean `epochs`?"),
+    ({"pruning.schedule": "constant"}, "unknown key `pruning.schedule`. did you mean `pruning_schedule`?"),
+    ({"thin_targets": ()}, "recipe with the options given by name: `thin_targets` is empty"),
+    ({"thin_targets": ("ethos-u85-257",)}, "`thin_targets` has 'ethos-u85-257'; allowed values: "),
+])
+def test_settings_given_by_name_are_checked_as_a_recipe_files_keys(tmp_path, given, fragment):
+    """Keyword settings of the Python API (and command-line options) are recipe keys: an unknown name is named
+    with the nearest, as in a file, and with a file the line names the file too."""
+    with pytest.raises(UsageError) as err:
+        load_recipe(overrides=given)
+    assert fragment in err.value.one_line()
+    path = tmp_path / "r.toml"
+    path.write_text("epochs = 1\n")
+    with pytest.raises(UsageError) as err:
+        load_recipe(path, given)
+    assert str(path) in err.value.one_line()
+
+
+def test_thin_targets_take_built_in_names_and_target_files(tmp_path):
+    target = tmp_path / "my-npu.toml"
+    target.write_text((builtin_targets_dir() / "ethos-u55-64.toml").read_text().replace(
+        'name = "ethos-u55-64"', 'name = "my-npu"'))
+    assert load_recipe(overrides={"thin_targets": ("ethos-u85-256", str(target))}).thin_targets == (
+        "ethos-u85-256", str(target))
+    with pytest.raises(TargetError) as err:  # a file that is not there: the recipe's key and the file named
+        load_recipe(overrides={"thin_targets": (str(tmp_path / "gone.toml"),)})
+    assert "`thin_targets` has" in err.value.one_line() and "gone.toml" in err.value.one_line()
 
 
 @pytest.mark.parametrize("text,fragment", [
