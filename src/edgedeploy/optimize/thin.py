@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import BudgetExceededError, UsageError
 from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, hold_out_losses, training_set
 from .thin_npu import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
@@ -83,6 +83,8 @@ def _candidate(model, graph, scores, widths, values, calibration, recipe, dense:
 
 
 def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The NPU cycle budget on each thin target and the key it comes from. A latency at or below what the target
+    spends on the model beyond its NPU cycles (the fixed time no width removes) is refused: no width can meet it."""
     from edgedeploy.config.targets import get_target
 
     out = {}
@@ -92,8 +94,17 @@ def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, di
         if recipe.thin_max_npu_cycles:
             options["thin_max_npu_cycles"] = float(recipe.thin_max_npu_cycles)
         if recipe.thin_max_latency_ms:  # total cycles within the latency, less what is not NPU work
-            cycles = recipe.thin_max_latency_ms * 1e-3 * get_target(t).npu_hz
-            options["thin_max_latency_ms"] = cycles - (totals[t] - full)
+            hz = get_target(t).npu_hz
+            fixed = totals[t] - full
+            options["thin_max_latency_ms"] = recipe.thin_max_latency_ms * 1e-3 * hz - fixed
+            if options["thin_max_latency_ms"] <= 0:
+                fixed_ms = fixed / hz * 1e3
+                raise BudgetExceededError(
+                    f"thinned: thin_max_latency_ms = {recipe.thin_max_latency_ms:g} ms is within the time {t} "
+                    f"spends on this model beyond its NPU cycles ({fixed_ms:.4g} ms: {fixed:.0f} cycles at "
+                    f"{hz / 1e6:g} MHz), which no width removes",
+                    f"ask for more than {fixed_ms:.4g} ms (the latency the walk aims at is --max-latency-ms), or "
+                    "leave thin_max_latency_ms at 0")
         key = min(options, key=options.get)
         out[t] = {"npu_cycles": options[key], "from": key, "ptq_npu_cycles": full}
     return out
@@ -176,13 +187,20 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
         options = shortlist(stair, limits, drops, fixed)
         rows, compiled_any = _checked(options, checks, widths, compile_choices, row)
         met = [i for i, r in enumerate(rows) if r["met"]]
-        pick = min(met, key=lambda i: (rows[i]["expected_loss"], i)) if met else 0
+        pick = (min(met, key=lambda i: (rows[i]["expected_loss"], i)) if met else  # (else the nearest to it)
+                min(range(len(rows)), key=lambda i: (max(c / budgets[t]["npu_cycles"]
+                                                         for t, c in rows[i]["npu_cycles"].items()), i)))
         values, final = options[pick], rows[pick]["npu_cycles"]
         if met or not compiled_any:
             break
+        tightened = False
         for t, cycles in final.items():  # below this choice's prediction, by what the prediction missed
             if cycles > budgets[t]["npu_cycles"]:
-                limits[t] = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
+                limit = min(limits[t], stair.predict(t, values) * budgets[t]["npu_cycles"] / cycles) - 1
+                if limit > 0:  # (none left to aim at below a budget this far under every choice's cycles)
+                    limits[t], tightened = limit, True
+        if not tightened:
+            break
     ratios = {t: final[t] / budgets[t]["npu_cycles"] for t in final}
     tried = [values]
     if recipe.thin_trials > 1 and all(r <= 1.0 for r in ratios.values()):

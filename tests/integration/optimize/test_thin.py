@@ -278,3 +278,39 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
     assert cycles["thinned_pqat"] == pytest.approx(cycles["thinned_pruned"], rel=0.03)
     rows = outcome.leaves["thinned_pqat"].details["preservation"]
     assert any(r.get("pattern") == "2:4" for r in rows) and any(r.get("check") == "channels" for r in rows), rows
+
+
+@pytest.mark.parametrize("budget,refused", [
+    ({"thin_max_npu_cycles": 1}, None),  # below every width's cycles: the nearest taken, recorded as not met
+    ({"thin_max_latency_ms": 1e-9}, "thin_max_latency_ms = 1e-09 ms is within the time ethos-u55-128 spends on "
+                                    "this model beyond its NPU cycles"),  # below the fixed time: refused
+])
+def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, budget, refused):
+    """A cycle budget under the fewest cycles any width gives ends with the narrowest compiled choice, its record
+    saying the budget was not met and a warning; a latency at or below what the target spends beyond the NPU's
+    cycles (which no width removes) is refused with one line (exit 8) once the grid has measured it."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.config.recipe import load_recipe
+    from edgedeploy.errors import BudgetExceededError
+    from edgedeploy.pipeline.tree_run import optimize
+
+    keras = tfenv.load().keras
+    data = _tiny_data(tmp_path / "data.npz")
+    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    recipe = load_recipe(overrides={"leaves": ["thinned"], "epochs": 0, "min_steps": 0, "seed": SEED,
+                                    "calibration_samples": 64, **budget})
+    if refused:
+        with pytest.raises(BudgetExceededError) as err:
+            optimize(model, data, tmp_path / "run", recipe)
+        line = err.value.one_line()
+        print(line)
+        assert err.value.exit_code == 8 and refused in line and "ask for more than" in line
+        return
+    node = optimize(model, data, tmp_path / "run", recipe).nodes["thinned"]
+    npu = node.details["thinning"]["npu"]
+    print(npu["budget"], npu["npu_cycles"])
+    assert npu["met"] is False and npu["budget"]["ethos-u55-128"]["npu_cycles"] == 1
+    assert all(not c["met"] for c in npu["checks"])
+    assert npu["npu_cycles"]["ethos-u55-128"] == min(c["npu_cycles"]["ethos-u55-128"] for c in npu["checks"])
+    assert node.details["thinning"]["widths"] == {"conv": 32}  # the narrowest candidate width
+    assert any("miss the cycle budget on ethos-u55-128" in w for w in node.warnings)
