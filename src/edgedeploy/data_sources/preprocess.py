@@ -7,22 +7,32 @@ clip as a float32 waveform in [-1, 1] at the recipe's sample rate, or a row of a
 sample's features. :func:`apply` runs it over every sample once, before fine-tuning, calibration, evaluation and
 golden vectors read them, so all of them see the same features. The manifest records the reference and the
 sha256 of the source that ran.
+
+While the user's code runs (its module loading, each call), what it prints goes to stderr, so stdout carries
+only what the command prints (``--json``'s document); and whatever it raises, ``SystemExit`` and a
+``KeyboardInterrupt`` of its own included, is one :class:`~edgedeploy.errors.UsageError` naming the function and
+the sample. A ``KeyboardInterrupt`` from a signal (Ctrl-C, SIGTERM) while it runs stays an interrupt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
+import os
+import signal
+import sys
+import threading
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import InvalidInputError, UsageError
-from edgedeploy.core.files import read_input_bytes
+from edgedeploy.core.files import read_input_bytes, short
 
 SOURCE_LIMIT = 16 << 20
 
@@ -51,21 +61,24 @@ def load_preprocess(ref: str | Callable[[np.ndarray], Any]) -> Preprocess:
         code = read_input_bytes(path, "preprocessing module", SOURCE_LIMIT)
         module = types.ModuleType(f"edgedeploy_preprocess_{hashlib.sha256(code).hexdigest()[:12]}")
         module.__file__ = str(path.resolve())
-        try:
-            exec(compile(code, str(path), "exec"), module.__dict__)  # noqa: S102 - the user asked for this code
-        except Exception as exc:  # the user's own code: one line naming it
-            raise UsageError(f"preprocess '{ref}' cannot be loaded ({type(exc).__name__}: {exc})",
-                             "fix the module") from None
+        with user_code() as signalled:
+            try:
+                exec(compile(code, str(path), "exec"), module.__dict__)  # noqa: S102 - the user asked for this code
+            except BaseException as exc:  # the user's own code: one line naming it
+                _reraise_interrupt(exc, signalled)
+                raise UsageError(f"preprocess '{ref}' cannot be loaded ({_what(exc)})", _LOAD_HINT) from None
         source, digest = str(path.resolve()), hashlib.sha256(code).hexdigest()
     else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UsageError(f"preprocess '{ref}' cannot be loaded ({exc})",
-                             "put the module on PYTHONPATH, or name its file: path/to/module.py:function") from None
-        except Exception as exc:
-            raise UsageError(f"preprocess '{ref}' cannot be loaded ({type(exc).__name__}: {exc})",
-                             "fix the module") from None
+        with user_code() as signalled:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise UsageError(f"preprocess '{ref}' cannot be loaded ({exc})",
+                                 "put the module on PYTHONPATH, or name its file: path/to/module.py:function"
+                                 ) from None
+            except BaseException as exc:
+                _reraise_interrupt(exc, signalled)
+                raise UsageError(f"preprocess '{ref}' cannot be loaded ({_what(exc)})", _LOAD_HINT) from None
         file = getattr(module, "__file__", None)
         if not file:
             raise UsageError(f"preprocess '{ref}': module {module_name} has no source file to record",
@@ -93,23 +106,103 @@ def apply(pre: Preprocess, x: Sequence[np.ndarray] | np.ndarray, names: Sequence
     """``pre`` on each sample of ``x``, stacked as float32; a failing call or an odd result names the sample."""
     out: list[np.ndarray] = []
     shape = None
-    for i, sample in enumerate(x):
-        where = names[i] if names is not None else f"{what} sample {i}"
-        try:
-            got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)), dtype=np.float32)
-        except Exception as exc:  # the user's own code: its failure is one line naming it and the sample
-            raise UsageError(f"preprocess '{pre.ref}' failed on {where} ({type(exc).__name__}: {exc})",
-                             "fix the function: it takes one sample and returns its features") from None
-        if shape is None:
+    with user_code() as signalled:
+        for i, sample in enumerate(x):
+            where = names[i] if names is not None else f"{what} sample {i}"
+            try:
+                got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)), dtype=np.float32)
+            except BaseException as exc:  # the user's own code: its failure is one line naming it and the sample
+                _reraise_interrupt(exc, signalled)
+                ended = not isinstance(exc, Exception)
+                raise UsageError(f"preprocess {_named(pre)} {'tried to end the command' if ended else 'failed'} "
+                                 f"on {where} ({_what(exc)})", _ENDED_HINT if ended else
+                                 "fix the function: it takes one sample and returns its features") from None
+            out.append(_checked(pre, got, where, shape))
             shape = got.shape
-        elif got.shape != shape:
-            raise InvalidInputError(f"preprocess '{pre.ref}' returned shape {list(got.shape)} for {where} but "
-                                    f"{list(shape)} before", "return features of one shape for every sample")
-        if not np.isfinite(got).all():
-            raise InvalidInputError(f"preprocess '{pre.ref}' returned NaN or infinite values for {where}",
-                                    "fix the function (e.g. add a small floor before a logarithm)")
-        out.append(got)
     if not out:
         return np.zeros((0,), np.float32)
     return np.stack(out)
+
+
+def _checked(pre: Preprocess, got: np.ndarray, where: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    """One sample's features: of the shape of the samples before it (``shape``), and finite."""
+    if shape is not None and got.shape != shape:
+        raise InvalidInputError(f"preprocess '{pre.ref}' returned shape {list(got.shape)} for {where} but "
+                                f"{list(shape)} before", "return features of one shape for every sample")
+    if not np.isfinite(got).all():
+        raise InvalidInputError(f"preprocess '{pre.ref}' returned NaN or infinite values for {where}",
+                                "fix the function (e.g. add a small floor before a logarithm)")
+    return got
+
+
+_LOAD_HINT = "fix the module: loading it must define the function, not print, exit or raise"
+_ENDED_HINT = ("a preprocessing function returns the sample's features; it must not call sys.exit() or raise "
+               "SystemExit or KeyboardInterrupt")
+
+
+def _what(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _named(pre: Preprocess) -> str:
+    """The function as the user named it, and for one given in Python its source file."""
+    shown = f"'{pre.ref}'"
+    if pre.source and not pre.ref.split(":", 1)[0].endswith(".py"):
+        shown += f" (in {short(pre.source)})"
+    return shown
+
+
+def _reraise_interrupt(exc: BaseException, signalled: list[int]) -> None:
+    """An interrupt by a signal while the user's code ran goes on as the interrupt it is."""
+    if isinstance(exc, KeyboardInterrupt) and signalled:
+        raise exc
+
+
+@contextlib.contextmanager
+def user_code() -> Iterator[list[int]]:
+    """While the user's code runs: its ``print`` and anything written to file descriptor 1 go to stderr, and the
+    signals that interrupt a command (SIGINT, SIGTERM, SIGHUP, where a Python handler takes them) are noted in the
+    list yielded, so that a ``KeyboardInterrupt`` they cause is told apart from one the code raises itself."""
+    signalled: list[int] = []
+    restore = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            old = signal.getsignal(signum) if signum is not None else None
+            if callable(old):
+                def noted(number, frame, old=old):
+                    signalled.append(number)
+                    return old(number, frame)
+
+                signal.signal(signum, noted)
+                restore.append((signum, old))
+    saved = _stdout_to_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield signalled
+    finally:
+        if saved is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        for signum, old in restore:
+            signal.signal(signum, old)
+
+
+def _stdout_to_stderr() -> int | None:
+    """File descriptor 1 pointed at stderr's (what C code and child processes print too); returns a copy of the
+    old one, or None where either descriptor is not open."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
 

@@ -236,3 +236,96 @@ def test_an_npz_runs_through_a_named_preprocessing_function_with_its_split_and_l
     ds = load_dataset(path, (4,), 2)
     assert np.array_equal(ds.x_fit, x[:4] ** 2) and np.array_equal(ds.x_eval, x[4:] ** 2)
     assert ds.labels == ["off", "on"] and ds.y_eval.tolist() == [1, 0]
+
+
+ENDINGS = '''import os
+import signal
+import sys
+
+
+def exits0(x):
+    raise SystemExit(0)
+
+
+def exits3(x):
+    sys.exit(3)
+
+
+def interrupts(x):
+    raise KeyboardInterrupt
+
+
+def generator_exit(x):
+    raise GeneratorExit("closed")
+
+
+def prints(x):
+    print("features of", len(x))
+    sys.stdout.flush()
+    os.write(1, b"written to descriptor 1\\n")
+    return x
+
+
+def signalled(x):
+    os.kill(os.getpid(), signal.SIGINT)
+    return x
+'''
+
+
+@pytest.mark.parametrize("fn,words", [
+    ("exits0", "tried to end the command on raw.npz row 0 (SystemExit: 0). a preprocessing function returns"),
+    ("exits3", "tried to end the command on raw.npz row 0 (SystemExit: 3)"),
+    ("interrupts", "tried to end the command on raw.npz row 0 (KeyboardInterrupt)"),
+    ("generator_exit", "tried to end the command on raw.npz row 0 (GeneratorExit: closed)"),
+])
+def test_a_preprocessing_function_that_ends_the_process_is_one_usage_error_naming_it(tmp_path, fn, words):
+    """SystemExit, a KeyboardInterrupt it raises itself and any other BaseException from the user's function end
+    the command with one line naming the function and the sample (exit 2), and nothing is written."""
+    from edgedeploy.data_sources.preprocess import apply
+
+    (tmp_path / "ends.py").write_text(ENDINGS)
+    pre = load_preprocess(f"{tmp_path / 'ends.py'}:{fn}")
+    with pytest.raises(UsageError) as err:
+        apply(pre, np.zeros((3, 2), np.float32), ["raw.npz row 0", "raw.npz row 1", "raw.npz row 2"], "given")
+    line = err.value.one_line()
+    assert f"preprocess '{tmp_path / 'ends.py'}:{fn}' {words}" in line and err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("body,words", [
+    ("import sys\nprint('loading')\nsys.exit(0)\n", "cannot be loaded (SystemExit: 0)"),
+    ("raise KeyboardInterrupt\n", "cannot be loaded (KeyboardInterrupt)"),
+    ("raise SystemExit('bye')\n", "cannot be loaded (SystemExit: bye). fix the module"),
+])
+def test_a_module_that_ends_the_process_while_loading_is_one_usage_error(tmp_path, capfd, body, words):
+    (tmp_path / "fe_end.py").write_text(body)
+    with pytest.raises(UsageError) as err:
+        load_preprocess(f"{tmp_path / 'fe_end.py'}:f")
+    assert words in err.value.one_line() and capfd.readouterr().out == ""  # (what it printed went to stderr)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(UsageError) as err:
+            load_preprocess("fe_end:f")
+        assert words in err.value.one_line() and capfd.readouterr().out == ""
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("fe_end", None)
+
+
+def test_what_a_preprocessing_function_prints_goes_to_stderr_and_stdout_is_restored(tmp_path, capfd):
+    from edgedeploy.data_sources.preprocess import apply
+
+    (tmp_path / "ends.py").write_text(ENDINGS)
+    got = apply(load_preprocess(f"{tmp_path / 'ends.py'}:prints"), np.ones((2, 3), np.float32), None, "given")
+    assert got.shape == (2, 3)
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "after\n"  # only what is printed after the user's code ran
+    assert err.count("features of 3") == 2 and err.count("written to descriptor 1") == 2
+
+
+def test_an_interrupt_by_a_signal_while_the_function_runs_stays_an_interrupt(tmp_path):
+    from edgedeploy.data_sources.preprocess import apply
+
+    (tmp_path / "ends.py").write_text(ENDINGS)
+    with pytest.raises(KeyboardInterrupt):
+        apply(load_preprocess(f"{tmp_path / 'ends.py'}:signalled"), np.ones((2, 3), np.float32), None, "given")

@@ -1,0 +1,73 @@
+"""The user's preprocessing function through the real command line: whatever way it ends (SystemExit, a
+KeyboardInterrupt of its own, at load time or on a sample) is one error line naming it with a non-zero exit and
+nothing written, and what it prints goes to stderr, so ``--json`` prints only the JSON document on stdout."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import one_error_line, run_cli
+
+FRONT_END = '''import os
+import sys
+
+print("front end loading")
+
+
+def exits0(x):
+    raise SystemExit(0)
+
+
+def interrupts(x):
+    raise KeyboardInterrupt
+
+
+def prints(x):
+    print("features", x.shape)
+    sys.stdout.flush()
+    os.write(1, b"descriptor 1\\n")
+    return x
+'''
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A small Dense model and its .npz, and the front end module beside them."""
+    from edgedeploy.keras import tfenv
+
+    keras = tfenv.load().keras
+    root = tmp_path_factory.mktemp("preprocess_cli")
+    rng = np.random.default_rng(0)
+    y = np.arange(48) % 2
+    x = (rng.normal(size=(48, 4)) + y[:, None]).astype(np.float32)
+    np.savez(root / "d.npz", x=x, y=y, split=(np.arange(48) % 4 == 0).astype(int))
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.save(root / "m.h5")
+    (root / "fe.py").write_text(FRONT_END)
+    (root / "fe_exits.py").write_text("import sys\nprint('loading')\nsys.exit(0)\n\ndef f(x):\n    return x\n")
+    return root
+
+
+@pytest.mark.parametrize("ref,code,words", [
+    ("fe.py:exits0", 2, "preprocess 'fe.py:exits0' tried to end the command on "),
+    ("fe.py:interrupts", 2, "preprocess 'fe.py:interrupts' tried to end the command on "),
+    ("fe_exits.py:f", 2, "preprocess 'fe_exits.py:f' cannot be loaded (SystemExit: 0)"),
+    ("fe.py:prints", 0, None),
+])
+def test_preprocess_endings_and_prints_through_the_command_line(small_run, tmp_path, ref, code, words):
+    out = tmp_path / "run"
+    proc = run_cli("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
+                   "--epochs", "0", "--min-steps", "0", "--preprocess", ref, "--json", cwd=small_run)
+    assert proc.returncode == code, proc.stderr
+    if words is None:
+        doc = json.loads(proc.stdout)  # only the document: what the function printed went to stderr
+        assert doc["schema"] == "edgedeploy.optimize" and [leaf["leaf"] for leaf in doc["leaves"]] == ["ptq"]
+        assert proc.stderr.count("features (4,)") == 48 and proc.stderr.count("descriptor 1") == 48
+        assert "front end loading" in proc.stderr
+        return
+    assert words in one_error_line(proc) and proc.stdout == ""
+    assert not (out / "inputs" / "data.npz").exists() and not list(out.glob("**/*.tflite"))
