@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.core.lazy import lazy_exports
+from edgedeploy.interactive.arguments import DATA_FILE, MODEL_FILE, as_path, as_paths, target_names
 
 if TYPE_CHECKING:
     import os
@@ -117,7 +118,8 @@ def compile(
     from edgedeploy.pipeline.compile import CompileOptions
     from edgedeploy.pipeline.driver import CompileRequest, compile_driver
 
-    request = CompileRequest(tuple(Path(s) for s in sources), tuple(targets), None if out is None else Path(out),
+    request = CompileRequest(tuple(as_paths(sources, "sources", "a model file, a run folder or a project file")),
+                             tuple(target_names(targets)), None if out is None else as_path(out, "out", "a folder"),
                              options or CompileOptions(), walk, requirements)
     return compile_driver(request, pool=pool)
 
@@ -143,8 +145,9 @@ def walk(
     from edgedeploy.pipeline.compile import resolve_targets
     from edgedeploy.pipeline.driver import walk_model
 
-    return walk_model(Path(model), Path(data), Path(out), recipe, resolve_targets(targets), requirements, options,
-                      trust_lambda=trust_lambda)
+    return walk_model(as_path(model, "model", MODEL_FILE), as_path(data, "data", DATA_FILE),
+                      as_path(out, "out", "a folder"), recipe, resolve_targets(target_names(targets)), requirements,
+                      options, trust_lambda=trust_lambda)
 
 
 def compile_tflite(
@@ -157,7 +160,8 @@ def compile_tflite(
     """Compile int8 ``.tflite`` models with Vela for each of ``targets`` into the run folder ``out``."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_tflite as run
 
-    return run([Path(m) for m in models], targets, Path(out), options or CompileOptions(), pool)
+    return run(as_paths(models, "models", "an int8 .tflite file"), target_names(targets), as_path(out, "out", "a folder"),
+               options or CompileOptions(), pool)
 
 
 def compile_run(
@@ -169,7 +173,7 @@ def compile_run(
     """Compile the int8 leaves of an ``edgedeploy optimize`` run folder into it, for each of ``targets``."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_run as run
 
-    return run(Path(run_dir), targets, options or CompileOptions(), pool)
+    return run(as_path(run_dir, "run_dir", "a run folder"), target_names(targets), options or CompileOptions(), pool)
 
 
 def optimize(
@@ -203,8 +207,8 @@ def optimize_tree(model: Path, data: Path, out: Path, recipe: Recipe, *, trust_l
     ``ray_address``). Returns the convert record of every leaf and the record of every trained node."""
     from edgedeploy.pipeline.tree_run import optimize as run
 
-    return run(Path(model), Path(data), Path(out), recipe, trust_lambda=trust_lambda, executor=executor,
-               ray_address=ray_address)
+    return run(as_path(model, "model", MODEL_FILE), as_path(data, "data", DATA_FILE), as_path(out, "out", "a folder"),
+               recipe, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address)
 
 
 def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -277,7 +281,7 @@ def read_tflite(path: Path | str) -> TfliteModel:
     """A ``.tflite`` file parsed (tensors, operators, buffers); a file that is not one raises an input error."""
     from edgedeploy.tflite.reader import read_tflite as read
 
-    return read(path)
+    return read(as_path(path, "path", "a .tflite file"))
 
 
 def doctor() -> DoctorReport:

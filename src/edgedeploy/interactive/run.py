@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from .arguments import as_path
 
 if TYPE_CHECKING:
     import keras
@@ -172,13 +173,18 @@ def optimize(
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.keras import tfenv
 
-    tfenv.load()  # before any model object's Keras is used here
-    out = Path(out)
+    if _keras_flavour(model) is None:  # (checked before TensorFlow is imported)
+        as_path(model, "model", "a Keras model or the path of a .h5 or .keras file",
+                "pass a tf_keras or Keras 3 model, or the path of its .h5 or .keras file")
+    out = as_path(out, "out", "a folder")
+    if recipe is not None and not isinstance(recipe, Mapping):
+        as_path(recipe, "recipe", "a recipe .toml file or its table as a dict")
     overrides = {**settings, "leaves": list(leaves) if leaves is not None else None}
     if isinstance(preprocess, str):
         overrides["preprocess"] = preprocess
     r = load_recipe(Path(recipe) if isinstance(recipe, (str, os.PathLike)) else None, overrides,
                     table=recipe if isinstance(recipe, Mapping) else None)
+    tfenv.load()  # before any model object's Keras is used here
     model_path = save_model_object(model, out) if _keras_flavour(model) is not None else Path(model)
     source: Path | Samples
     if isinstance(data, (str, os.PathLike)) and calibration is None and not callable(preprocess):

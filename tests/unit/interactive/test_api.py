@@ -88,3 +88,55 @@ def test_an_option_given_on_the_command_line_wins_over_the_recipe_file_and_one_l
     recipe.write_text("epochs = 7\nseed = 3\n")
     assert api.load_recipe(recipe, {"epochs": 2, "seed": None}).epochs == 2
     assert api.load_recipe(recipe, {"epochs": 2, "seed": None}).seed == 3
+
+
+def _walk(model):
+    return api.walk(model, "d.npz", "out", api.load_recipe(), ["ethos-u55-128"], api.requirements(max_npu_cycles=9))
+
+
+@pytest.mark.parametrize("call,line", [
+    (lambda: edgedeploy_optimize({}, "d.npz", "out"),
+     "model is a dict, not a Keras model or the path of a .h5 or .keras file. pass a tf_keras or Keras 3 model"),
+    (lambda: edgedeploy_optimize(None, "d.npz", "out"), "model is None, not a Keras model or the path of a .h5"),
+    (lambda: edgedeploy_optimize(5, "d.npz", "out"), "model is an int, not a Keras model or the path of a .h5"),
+    (lambda: edgedeploy_optimize("m.h5", "d.npz", None), "out is None, not a folder"),
+    (lambda: edgedeploy_optimize("m.h5", "d.npz", "out", recipe=3), "recipe is an int, not a recipe .toml file"),
+    (lambda: edgedeploy_optimize("m.h5", "d.npz", "out", bogus_key=1),
+     "recipe with the options given by name: unknown key `bogus_key`"),
+    (lambda: edgedeploy_optimize("m.h5", "d.npz", "out", epochz=1), "unknown key `epochz`. did you mean `epochs`?"),
+    (lambda: api.optimize("m.h5", "d.npz", "out", settings={"lr_shedule": "cosine"}),
+     "unknown key `lr_shedule`. did you mean `lr_schedule`?"),
+    (lambda: api.optimize(b"m.h5", "d.npz", "out"), "model is a bytes, not a Keras model"),
+    (lambda: _walk({"layers": []}), "model is a dict, not the path of a .h5 or .keras file"),
+    (lambda: api.optimize_tree(None, "d.npz", "out", api.load_recipe()), "model is None, not the path of a .h5"),
+    (lambda: api.optimize_tree("m.h5", 7, "out", api.load_recipe()), "data is an int, not the path of an .npz file"),
+    (lambda: api.compile(5, ["ethos-u55-128"], "out"), "sources is an int, not a list of paths (each a model file"),
+    (lambda: api.compile([None], ["ethos-u55-128"], "out"), "sources[0] is None, not a model file, a run folder"),
+    (lambda: api.compile(["m.tflite"], 5, "out"), "targets is an int, not a list of target names or files"),
+    (lambda: api.compile_tflite([{}], ["ethos-u55-128"], "out"), "models[0] is a dict, not an int8 .tflite file"),
+    (lambda: api.compile_run(None, ["ethos-u55-128"]), "run_dir is None, not a run folder"),
+    (lambda: api.read_tflite(5), "path is an int, not a .tflite file"),
+])
+def test_arguments_of_the_wrong_kind_are_one_usage_error_naming_the_argument(tmp_path, monkeypatch, call, line):
+    """What is not a model, a path or a recipe key is refused where the Python API receives it, with one line
+    (exit 2 on the command line), before TensorFlow is imported or anything is written."""
+    from edgedeploy.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as err:
+        call()
+    assert line in err.value.one_line() and "\n" not in err.value.one_line()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_target_name_or_path_alone_is_a_list_of_one():
+    from edgedeploy.interactive.arguments import as_paths, target_names
+
+    assert target_names("ethos-u55-128") == ["ethos-u55-128"]
+    assert [p.name for p in as_paths("m.tflite", "models", "a file")] == ["m.tflite"]
+
+
+def edgedeploy_optimize(*args, **kwargs):
+    import edgedeploy
+
+    return edgedeploy.optimize(*args, **kwargs)
