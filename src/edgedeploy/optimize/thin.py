@@ -226,6 +226,9 @@ def thin_node(run) -> Any:
     env, recipe, data = run.env, run.recipe, run.data
     from edgedeploy.config.targets import get_target
 
+    if not recipe.thin_targets:  # (a Recipe built in Python, not loaded: the loader refuses an empty list)
+        raise UsageError(f"stage {run.node.name}: the recipe's thin_targets is empty",
+                         'name the targets whose NPU cycles choose the widths, e.g. thin_targets = ["ethos-u55-128"]')
     for name in recipe.thin_targets:  # (a wrong name fails before any work)
         get_target(name)
     model = run.parent()
