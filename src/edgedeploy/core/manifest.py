@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import stat
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -333,10 +334,87 @@ class Manifest:
         atomic_write_text(self.path, text)
 
 
+def file_mismatch(path: Path, sha256: str, size: int | None = None, *, links: bool = True,
+                  writer: str = "it was written") -> str | None:
+    """Why ``path`` is not the file a manifest records (``sha256``, and ``size`` when known), or None when it is
+    (``writer``: who wrote it, for the words "was changed after ...").
+
+    The size is compared first, so a file that grew is never hashed, and a FIFO, device or folder in its place is
+    never opened. ``links``: a link to a regular file is followed (run folders); False refuses a link (bundles)."""
+    if isinstance(size, bool) or not isinstance(size, int):  # a hand-edited size that is not a count: not used
+        size = None
+    try:
+        if not links and os.path.islink(path):
+            return "is a link, not the file that was written"
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if size is not None and st.st_size != size:
+        return f"was changed after {writer} ({st.st_size:,} bytes, recorded {size:,})"
+    try:
+        got = sha256_file(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if got != sha256:
+        return f"was changed after {writer} (sha256 {got[:16]})"
+    return None
+
+
+def check_recorded_file(path: Path, sha256: str, what: str, recorded_in: str, fix: str, size: int | None = None, *,
+                        links: bool = True, writer: str = "it was written") -> Path:
+    """``path`` once it holds what ``recorded_in`` records for it (:func:`file_mismatch`); else one
+    :class:`InvalidInputError` naming the file, the recorded sha256 and ``fix``. Every command that reads back an
+    artifact a manifest records (compile, report, export, verify, emulate) checks it here first."""
+    from edgedeploy.core.files import short
+
+    why = file_mismatch(path, sha256, size, links=links, writer=writer)
+    if why is not None:
+        shown = short(str(path))
+        recorded = sha256[:16] if isinstance(sha256, str) and sha256 else "none"
+        raise InvalidInputError(f"{what} {shown} {why}; {recorded_in} records sha256 {recorded}", fix)
+    return path
+
+
+def remake_hint(manifest: Manifest, record: StageRecord) -> str:
+    """The command that writes the outputs of ``record`` again (re-running a stage whose output changed)."""
+    run = manifest.run_dir
+    source = _import_source(manifest, record)
+    if record.stage == "compile":
+        if source:
+            return f"run `edgedeploy compile {source} -t {record.target} -o {run}` again, which compiles it anew"
+        return f"run `edgedeploy compile {run} -t {record.target}` again, which compiles it anew"
+    if record.stage == "import":
+        targets = sorted({r.target for r in manifest.find(stage="compile", variant=record.variant) if r.target})
+        flags = "".join(f" -t {t}" for t in targets) or " -t TARGET"
+        return f"run `edgedeploy compile {source or 'MODEL.tflite'}{flags} -o {run}` again, which copies it anew"
+    return (f"run the `edgedeploy optimize` command that wrote {run} again (same model, data and options): it makes "
+            f"{record.id} anew")
+
+
+def _import_source(manifest: Manifest, record: StageRecord) -> str | None:
+    """The .tflite the user gave for an imported variant (``import/V``'s ``source``), if it was one."""
+    rec = record if record.stage == "import" else manifest.records.get(record.parent or "")
+    if rec is None or rec.stage != "import":
+        return None
+    from edgedeploy.core.files import short
+
+    source = rec.params.get("source")
+    if not isinstance(source, str) or not source:
+        return None
+    return short(repr(source) if any(c < " " for c in source) else source, 120)  # read back: shown, never run
+
+
+def checked_artifact(manifest: Manifest, record: StageRecord, artifact: Artifact, what: str) -> Path:
+    """Where ``artifact`` (an output of ``record``) lies, once its bytes are what the manifest records: else one
+    line naming the file, the recorded sha256 and the command that writes it again (:func:`remake_hint`)."""
+    return check_recorded_file(manifest.resolve(artifact), artifact.sha256, what, f"{manifest.path} ({record.id})",
+                               remake_hint(manifest, record), artifact.bytes, writer=f"{record.id} wrote it")
+
+
 def artifacts_intact(manifest: Manifest, artifacts: Iterable[Artifact]) -> bool:
-    """True when every artifact still exists with the recorded hash."""
-    for a in artifacts:
-        path = manifest.resolve(a)
-        if not path.is_file() or path.stat().st_size != a.bytes or sha256_file(path) != a.sha256:
-            return False
-    return True
+    """True when every artifact still exists with the recorded size and hash (:func:`file_mismatch`)."""
+    return all(file_mismatch(manifest.resolve(a), a.sha256, a.bytes) is None for a in artifacts)

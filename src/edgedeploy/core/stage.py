@@ -101,6 +101,8 @@ def cached_record(ctx: RunContext, spec: StageSpec, key: str) -> StageRecord | N
     if rec is None or rec.status == "failed" or rec.cache_key != key:
         return None
     if not artifacts_intact(ctx.manifest, rec.outputs):
+        log.warning("stage %s: an output was changed or removed after the stage wrote it; running the stage again",
+                    spec.id)
         return None
     return rec
 

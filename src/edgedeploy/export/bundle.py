@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import EdgeDeployError, InvalidInputError
 from edgedeploy.core.files import read_input_bytes, read_input_text, sha256_bytes, short
+from edgedeploy.core.manifest import check_recorded_file
 from .common import _SECTION_RE, BUNDLE_MANIFEST, BUNDLE_SCHEMA, C_TYPES, check_c_name
 
 _FILE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -141,6 +142,21 @@ def read_bundle_file(bundle: Path | str, manifest: dict[str, Any], name: str, wh
         raise InvalidInputError(f"{what} {short(str(path))} differs from what `edgedeploy export` wrote "
                                 "(its sha256 is not the manifest's)", _REEXPORT)
     return data
+
+
+def check_bundle_files(bundle: Path | str, manifest: dict[str, Any], names: Any = None) -> None:
+    """Every file of ``names`` (default: every file the checked ``manifest`` lists) as `edgedeploy export` wrote it:
+    a regular file, not a link, with the sha256 (and size) the manifest's ``files`` table records; else one line
+    naming the file (:func:`edgedeploy.core.manifest.check_recorded_file`)."""
+    files = manifest.get("files") or {}
+    where = short(str(Path(bundle) / BUNDLE_MANIFEST))
+    for name in (files if names is None else names):
+        if not isinstance(name, str) or name not in files:
+            raise InvalidInputError(f"{short(repr(name), 80)} is not a file {where} lists", _REEXPORT)
+        size = files[name].get("bytes")
+        check_recorded_file(Path(bundle) / name, files[name]["sha256"], "bundle file", where, _REEXPORT,
+                            size if isinstance(size, int) and not isinstance(size, bool) else None, links=False,
+                            writer="`edgedeploy export` wrote it")
 
 
 def cmake_path(path: Path, what: str) -> str:

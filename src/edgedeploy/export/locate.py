@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InvalidInputError, TargetError, UsageError
-from edgedeploy.core.manifest import Manifest, StageRecord, artifacts_intact
+from edgedeploy.core.files import short
+from edgedeploy.core.manifest import Manifest, StageRecord, checked_artifact, file_mismatch
 from .common import check_c_name, check_section
 
 
@@ -70,19 +71,20 @@ def locate(run_dir: Path, leaf: str | None, target: str | None) -> ExportSource:
     target = _pick_target(leaf, leaf_targets, target)
     record = _compile_record(manifest, leaf, target, leaf_compiled, leaf_targets)
     vela_art = record.output("vela_model")
-    if vela_art is None or not artifacts_intact(manifest, [vela_art]):
-        shown = manifest.resolve(vela_art) if vela_art else run_dir / record.id
+    if vela_art is None:
         raise InvalidInputError(
-            f"the Vela-compiled model of '{leaf}' for {target} ({shown}) is missing or was changed after compile",
+            f"{manifest.path} records no Vela-compiled model of '{leaf}' for {target} ({record.id})",
             f"write it again: {_compile_hint(manifest, leaf, target)}",
         )
+    vela_model = checked_artifact(manifest, record, vela_art, f"the Vela-compiled model of '{leaf}' for {target}")
     int8_record, int8_art = _int8_source(manifest, leaf, record)
-    if int8_art is None or not artifacts_intact(manifest, [int8_art]):
+    if int8_art is None:
         where = f"{int8_record.id}" if int8_record else f"convert/{leaf} or import/{leaf}"
         raise InvalidInputError(
-            f"the int8 model of '{leaf}' before Vela ({where} in {run_dir}) is missing or was changed",
+            f"{manifest.path} records no int8 model of '{leaf}' before Vela ({where})",
             "re-run the command that wrote it (`edgedeploy optimize` or `edgedeploy compile MODEL.tflite`)",
         )
+    int8_model = checked_artifact(manifest, int8_record, int8_art, f"the int8 model of '{leaf}' before Vela")
     info = manifest.targets.get(target)
     if info is None:
         raise InvalidInputError(
@@ -96,9 +98,9 @@ def locate(run_dir: Path, leaf: str | None, target: str | None) -> ExportSource:
         target=target,
         target_info=info,
         compile_record=record,
-        vela_model=manifest.resolve(vela_art),
+        vela_model=vela_model,
         int8_record=int8_record,
-        int8_model=manifest.resolve(int8_art),
+        int8_model=int8_model,
         data_info=data_info,
     )
 
@@ -184,3 +186,47 @@ def _int8_source(manifest: Manifest, leaf: str, compiled: StageRecord):
         if art is not None:
             return rec, art
     return (candidates[0] if candidates else None), None
+
+
+def recorded_data(src: ExportSource) -> tuple[Path | None, str]:
+    """The data file the leaf's record names (``details.data.path``), wherever it lies, while it holds the bytes
+    that record's ``sha256`` names: (path, ""); else (None, why not). A path read back from a manifest is followed
+    only to the file the run was made from, never to whatever now lies there."""
+    recorded, digest = src.data_info.get("path"), src.data_info.get("sha256")
+    if not recorded:
+        return None, "records none"
+    shown = f"records its data file {short(str(recorded), 120)}"
+    if not isinstance(recorded, str) or "\x00" in recorded or not isinstance(digest, str) or not digest:
+        return None, f"{shown} without its sha256"
+    path = Path(recorded) if os.path.isabs(recorded) else src.run_dir / recorded
+    why = file_mismatch(path, digest)
+    if why is not None:
+        return None, f"{shown}, which {why} (the manifest records sha256 {digest[:16]}...)"
+    return path, ""
+
+
+def preprocess_of(manifest: Manifest) -> dict[str, Any] | None:
+    """The preprocessing function a run's samples went through (``info.optimize.data_source.preprocess``)."""
+    source = (manifest.info.get("optimize") or {}).get("data_source") if isinstance(manifest.info.get("optimize"),
+                                                                                      dict) else None
+    pre = source.get("preprocess") if isinstance(source, dict) else None
+    return pre if isinstance(pre, dict) else None
+
+
+def check_given_data(src: ExportSource, data: Path) -> None:
+    """``--data`` for a leaf trained on preprocessed samples must hold those samples (the file the run wrote, with
+    the sha256 its record names): raw rows are refused, since edgedeploy runs no code a manifest names."""
+    pre = preprocess_of(src.manifest)
+    if pre is None or not Path(data).is_file():  # a missing or odd file: the data reader says what is wrong
+        return
+    digest = src.data_info.get("sha256")
+    if isinstance(digest, str) and file_mismatch(Path(data), digest) is None:
+        return
+    ref = short(str(pre.get("ref") or "a preprocessing function"), 100)
+    written = src.data_info.get("path") or "RUN/inputs/data.npz"
+    raise InvalidInputError(
+        f"--data {short(str(data))} is not the samples '{src.leaf}' in {src.run_dir} was made from: they went "
+        f"through the preprocessing function {ref} (info.optimize.data_source.preprocess), and raw rows would "
+        "give inputs the model never saw",
+        f"leave out --data to use the preprocessed samples the run wrote ({short(str(written), 120)}), or pass a "
+        "copy of that file")

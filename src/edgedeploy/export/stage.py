@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
-from edgedeploy.core.files import sha256_bytes, sha256_file, short
+from edgedeploy.core.files import sha256_bytes, sha256_file
 from edgedeploy.tflite.reader import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
@@ -42,7 +41,7 @@ from .golden import (
     package_version,
     run_tflite,
 )
-from .locate import ExportOptions, ExportSource, _compile_hint, locate
+from .locate import ExportOptions, ExportSource, _compile_hint, check_given_data, locate, recorded_data
 from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir, lock_out_dir
 from .runner import check_bundle_name, runner_files, runner_manifest
 
@@ -135,25 +134,13 @@ def _labels_for(src: ExportSource, data: EvalData | None, n_classes: int | None)
     return labels, origin, []
 
 
-def _recorded_data(src: ExportSource) -> Path | None:
-    """The data file the run recorded, when it lies inside the run folder: a path read back from a manifest is
-    never followed out of its folder (pass ``--data`` for a file elsewhere)."""
-    recorded = src.data_info.get("path")
-    if not recorded:
-        return None
-    try:
-        return src.manifest.inside(os.path.relpath(recorded, src.run_dir) if os.path.isabs(str(recorded))
-                                   else recorded, "its data file")
-    except (EdgeDeployError, TypeError, ValueError):
-        return None
-
-
 def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     """``edgedeploy export``: write the firmware bundle of one (leaf, target) pair of a run."""
     import numpy as np
 
     options.check()
     src = locate(Path(run_dir), options.leaf, options.target)
+    data_path = _data_file(src, options)  # refused data stops here, before the output folder is touched
     out = Path(options.out)
     name = options.name or default_name(src.leaf)
     check_c_name(name)
@@ -171,7 +158,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     int8_model = read_tflite(src.int8_model)
     warnings += _model_warnings(src, vela_model, int8_model)
     n_classes = elements(vela_model.outputs[0].shape[1:]) if vela_model.outputs else None
-    n_golden, data = _eval_data(src, options, int8_model, n_classes)
+    n_golden, data = _eval_data(src, options, data_path, int8_model, n_classes)
     labels, labels_origin, label_warnings = _labels_for(src, data, n_classes)
     warnings += label_warnings
 
@@ -221,20 +208,24 @@ def _model_warnings(src: ExportSource, vela_model: TfliteModel, int8_model: Tfli
     return warnings
 
 
-def _eval_data(src: ExportSource, options: ExportOptions, int8_model: TfliteModel, n_classes: int | None
-               ) -> tuple[int, EvalData | None]:
+def _data_file(src: ExportSource, options: ExportOptions) -> Path | None:
+    """The evaluation data file (``--data``, checked against a preprocessed run; else the one the run recorded,
+    while it holds the bytes recorded for it); golden cases asked for without one are refused here, before the output folder is touched."""
+    if options.data is not None:
+        check_given_data(src, options.data)
+        return options.data
+    path, why = recorded_data(src)
+    if path is None and options.golden:
+        raise UsageError(f"--golden {options.golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} {why}",
+                         "pass --data DATA.npz (or --golden 0)")
+    return path
+
+
+def _eval_data(src: ExportSource, options: ExportOptions, data_path: Path | None, int8_model: TfliteModel,
+               n_classes: int | None) -> tuple[int, EvalData | None]:
     """How many golden cases to write and the evaluation data they are drawn from (``--data``, else the data
-    file the run recorded inside its folder)."""
-    data_path = options.data or _recorded_data(src)
+    file the run recorded, while it holds the bytes the run recorded)."""
     n_golden = options.golden if options.golden is not None else (DEFAULT_GOLDEN if data_path else 0)
-    if n_golden > 0 and data_path is None:
-        recorded = src.data_info.get("path")
-        raise UsageError(
-            f"--golden {n_golden} needs evaluation data, and '{src.leaf}' in {src.run_dir} records "
-            + (f"its data file {short(str(recorded), 120)} outside the run folder, which export does not follow"
-               if recorded else "none"),
-            "pass --data DATA.npz (or --golden 0)",
-        )
     if data_path is None:
         return n_golden, None
     in_shape = int8_model.inputs[0].shape if int8_model.inputs else ()

@@ -80,10 +80,12 @@ class VerifyResult:
 
 def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
     """Verify one compiled leaf of a run folder; raise :class:`MismatchError` when an output differs."""
-    from ..export.locate import locate
+    from ..export.locate import check_given_data, locate
 
     options.check()
     src = locate(Path(run_dir), options.leaf, options.target)
+    if options.data is not None:
+        check_given_data(src, options.data)
     family = str(src.target_info.get("npu_family") or "")
     if family not in MODELLED_FAMILIES:
         raise NpuModelError(f"target {src.target} is an {family or 'unknown'} NPU; the functional model covers "

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from edgedeploy.core.files import clear_staging_dir, prepare_lock, sha256_file
-from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, checked_artifact
 from edgedeploy.core.stage import PendingStage, RunContext, StageResult, StageSpec, begin_stage, end_stage, run_stage
 from edgedeploy.config.targets import Target, get_target
 from edgedeploy.vela.compute import compute_facts
@@ -430,12 +430,8 @@ def compile_run(
                                 f"run `edgedeploy optimize MODEL.h5 --data DATA.npz -o {run_dir}` first, "
                                 "or pass .tflite files")
     targets = resolve_targets(target_names)
+    # before anything is written: a leaf changed since optimize scored it is never compiled beside that score
+    variants = [(rec.variant, checked_artifact(manifest, rec, rec.output("int8_model"),
+                                               f"the int8 model of leaf {rec.variant}"), rec.id) for rec in leaves]
     ctx = RunContext.open(run_dir)
-    variants = []
-    for rec in leaves:
-        model = ctx.manifest.resolve(rec.output("int8_model"))
-        if not model.is_file():
-            raise InvalidInputError(f"{model} (leaf {rec.variant}) is missing",
-                                    f"re-run `edgedeploy optimize` into {run_dir}")
-        variants.append((rec.variant, model, rec.id))
     return compile_variants(ctx, variants, targets, options, pool)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgedeploy.core.manifest import Manifest, StageRecord
+from edgedeploy.core.manifest import Manifest, StageRecord, checked_artifact
 from edgedeploy.report.levels import REFERENCE_LEAF, leaf_level
 from .columns import VELA_METRICS, from_metric, na, val, value_of
 
@@ -48,12 +48,14 @@ def _variants(manifest: Manifest) -> list[_Variant]:
 
 
 def int8_model_path(manifest: Manifest, rec: StageRecord | None) -> Path | None:
-    """The int8 .tflite a convert or import record wrote."""
+    """The int8 .tflite a convert or import record wrote, refused when it was changed since (a missing one is
+    returned as it is, for the report to say so)."""
     if rec is None or rec.status == "failed":
         return None
     art = rec.output("int8_model") or next((a for a in rec.outputs if a.path.endswith(".tflite")), None)
     if art is not None:
-        return manifest.resolve(art)
+        path = manifest.resolve(art)
+        return checked_artifact(manifest, rec, art, f"the int8 model of {rec.variant}") if path.exists() else path
     guess = manifest.run_dir / rec.id / "model_int8.tflite"
     return guess if guess.is_file() else None
 

@@ -19,9 +19,12 @@ INT8_CHAIN = ("pruned_clustered", "pcqat", "clustered", "cqat", "pruned", "pqat"
 
 
 def _keras_file(manifest, rec) -> Path | None:
+    from edgedeploy.core.manifest import checked_artifact
+
     for a in rec.outputs:
         if a.path.endswith((".h5", ".keras")):
-            return manifest.resolve(a)
+            path = manifest.resolve(a)
+            return checked_artifact(manifest, rec, a, f"the Keras model of {rec.variant}") if path.exists() else path
     for name in ("model.keras", "model.h5"):
         p = manifest.run_dir / rec.id / name
         if p.is_file():
@@ -70,13 +73,27 @@ def _segments(name: str) -> set[str]:
     return out
 
 
-def weight_stages(manifest) -> tuple[list[tuple[str, Any]], str | None, str | None]:
-    """Weights of one sample kernel through baseline → pruned → clustered → int8 (or why they are unavailable)."""
-    import numpy as np
-
+def _stage_files(manifest) -> tuple[dict[str, Path], tuple[str, Path] | None]:
+    """The Keras model of each optimize node and the int8 model of the first leaf of :data:`INT8_CHAIN` the run
+    has, each checked against the manifest's sha256 first (a changed one is refused, never read)."""
     optimize = {r.variant: r for r in manifest.find(stage="optimize") if r.status != "failed" and r.variant}
     models = {node: _keras_file(manifest, rec) for node, rec in optimize.items()}
     models = {k: v for k, v in models.items() if v is not None and v.is_file()}
+    for leaf in INT8_CHAIN:
+        recs = manifest.find(stage="convert", variant=leaf)
+        path = int8_model_path(manifest, recs[0]) if recs else None
+        if path is not None and path.is_file():
+            return models, (leaf, path)
+    return models, None
+
+
+def weight_stages(manifest, files: tuple[dict[str, Path], tuple[str, Path] | None] | None = None
+                  ) -> tuple[list[tuple[str, Any]], str | None, str | None]:
+    """Weights of one sample kernel through baseline → pruned → clustered → int8 (or why they are unavailable);
+    ``files``: :func:`_stage_files` of the run, read here when not given."""
+    import numpy as np
+
+    models, int8 = files if files is not None else _stage_files(manifest)
     if "baseline" not in models:
         return [], None, ("no optimize/baseline record with a Keras model in this run "
                           "(it was compiled from a .tflite, or optimize did not save the baseline)")
@@ -100,11 +117,8 @@ def weight_stages(manifest) -> tuple[list[tuple[str, Any]], str | None, str | No
             stages.append((f"{node} (float)", max(match, key=lambda v: v.size)))
     from edgedeploy.tflite.reader import read_weight_tensors
 
-    for leaf in INT8_CHAIN:
-        recs = manifest.find(stage="convert", variant=leaf)
-        path = int8_model_path(manifest, recs[0]) if recs else None
-        if path is None or not path.is_file():
-            continue
+    if int8 is not None:
+        leaf, path = int8
         tensors = [w for w in read_weight_tensors(path) if w.dtype == "int8"]
         same = [w for w in tensors if int(np.prod(w.shape)) == base[sample_path].size]
         named = [w for w in same if layer in _segments(w.name)]
@@ -119,13 +133,13 @@ def weight_stages(manifest) -> tuple[list[tuple[str, Any]], str | None, str | No
             elif pick.scale:
                 values = values * pick.scale[0]
             stages.append((f"int8 of {leaf} (dequantized)", values))
-        break
     return stages, layer, None
 
 
 def _safe_weight_stages(manifest) -> tuple[list, str | None, str | None]:
+    files = _stage_files(manifest)  # a file changed since its stage wrote it stops the report: never read
     try:
-        return weight_stages(manifest)
+        return weight_stages(manifest, files)
     except Exception as exc:  # an unreadable optional model must not lose the report
         return [], None, f"could not read the stage models ({type(exc).__name__}: {exc})"
 

@@ -211,7 +211,7 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     from edgedeploy.pipeline.compile import compile_run
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
-    # (the data file lies outside the run folder, so it is named: export never follows a recorded path out)
+    # (the data file named: the one the run recorded, which export would also follow while it is unchanged)
     proc = run_in_process("export", outcome.run_dir, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", tmp_path / "fw",
                           "--golden", "2", "--data", data)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -182,3 +182,101 @@ def test_a_metric_that_is_not_a_number_is_a_damaged_manifest(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(
         {"schema": "edgedeploy.manifest", "schema_version": 1, "stages": [stage]}))
     assert Manifest.load(tmp_path).records["compile/m/ethos-u55-128"].metric("sram_bytes") == 1024
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+BYTES = b"int8 model bytes"
+
+
+def _flipped(path):
+    data = bytearray(path.read_bytes())
+    data[3] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _fifo(path):
+    import os
+
+    path.unlink()
+    os.mkfifo(path)  # never opened: a read would block
+
+
+@pytest.mark.parametrize(("change", "links", "why"), [
+    (None, True, None),
+    (_flipped, True, "was changed after it was written (sha256 "),
+    (lambda p: p.write_bytes(BYTES + b"!"), True, "was changed after it was written (17 bytes, recorded 16)"),
+    (lambda p: p.unlink(), True, "is missing"),
+    (_fifo, True, "is not a regular file"),
+    (lambda p: (p.unlink(), p.mkdir()), True, "is not a regular file"),
+    (lambda p: (p.rename(p.with_name("real")), p.symlink_to("real")), True, None),
+    (lambda p: (p.rename(p.with_name("real")), p.symlink_to("real")), False, "is a link"),
+])
+def test_a_recorded_file_is_checked_by_kind_size_and_sha256(tmp_path, change, links, why):
+    from edgedeploy.core.manifest import check_recorded_file, file_mismatch
+
+    path = tmp_path / "model_int8.tflite"
+    path.write_bytes(BYTES)
+    if change is not None:
+        change(path)
+    got = file_mismatch(path, _sha(BYTES), len(BYTES), links=links)
+    assert (got is None) if why is None else (got is not None and got.startswith(why)), got
+    if why is None:
+        assert check_recorded_file(path, _sha(BYTES), "the model", "RUN/manifest.json", "fix it", len(BYTES),
+                                   links=links) == path
+        return
+    with pytest.raises(InvalidInputError) as err:
+        check_recorded_file(path, _sha(BYTES), "the model", "RUN/manifest.json", "re-run it", len(BYTES), links=links)
+    line = err.value.one_line()
+    assert "\n" not in line and str(path) in line and f"RUN/manifest.json records sha256 {_sha(BYTES)[:16]}" in line
+    assert "re-run it" in line
+
+
+def _run_with(tmp_path, records):
+    from edgedeploy.core.manifest import StageRecord
+
+    manifest = Manifest(tmp_path / "run")
+    for rec in records:
+        manifest.records[rec["id"]] = StageRecord.from_dict({"status": "ok", **rec})
+    return manifest
+
+
+@pytest.mark.parametrize(("rid", "hint"), [
+    ("convert/ptq", "run the `edgedeploy optimize` command that wrote RUN again (same model, data and options): it "
+                    "makes convert/ptq anew"),
+    ("compile/ptq/ethos-u55-128", "run `edgedeploy compile RUN -t ethos-u55-128` again, which compiles it anew"),
+    ("import/kws", "run `edgedeploy compile /m/kws.tflite -t ethos-u55-128 -o RUN` again, which copies it anew"),
+    ("compile/kws/ethos-u55-128", "run `edgedeploy compile /m/kws.tflite -t ethos-u55-128 -o RUN` again, which "
+                                  "compiles it anew"),
+])
+def test_a_changed_output_names_the_command_that_writes_it_again(tmp_path, rid, hint):
+    from edgedeploy.core.manifest import remake_hint
+
+    manifest = _run_with(tmp_path, [
+        {"id": "convert/ptq", "stage": "convert", "variant": "ptq"},
+        {"id": "compile/ptq/ethos-u55-128", "stage": "compile", "variant": "ptq", "target": "ethos-u55-128",
+         "parent": "convert/ptq"},
+        {"id": "import/kws", "stage": "import", "variant": "kws", "params": {"source": "/m/kws.tflite"}},
+        {"id": "compile/kws/ethos-u55-128", "stage": "compile", "variant": "kws", "target": "ethos-u55-128",
+         "parent": "import/kws"},
+    ])
+    assert remake_hint(manifest, manifest.records[rid]).replace(str(tmp_path / "run"), "RUN") == hint
+
+
+def test_a_stage_whose_output_was_changed_runs_again_and_says_so(tmp_path, caplog):
+    src = tmp_path / "in.txt"
+    src.write_text("x")
+    ctx = RunContext.open(tmp_path / "run")
+    calls = []
+    spec = StageSpec("demo", "v1")
+    run_stage(ctx, spec, {"src": src}, _stage(calls))
+    (tmp_path / "run" / "demo" / "v1" / "a.txt").write_text("hellO")
+    with caplog.at_level("WARNING", logger="edgedeploy"):
+        rec = run_stage(RunContext.open(tmp_path / "run"), spec, {"src": src}, _stage(calls))
+    assert len(calls) == 2 and (tmp_path / "run" / "demo" / "v1" / "a.txt").read_text() == "hello"
+    assert rec.output("text").sha256 == _sha(b"hello")
+    assert "demo/v1: an output was changed or removed after the stage wrote it" in caplog.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import json
 
 import pytest
@@ -129,3 +130,33 @@ def test_a_run_manifest_record_with_a_name_that_is_not_checked_is_damaged(tmp_pa
     with pytest.raises(InvalidInputError, match="damaged") as err:
         Manifest.load(tmp_path)
     assert "\n" not in err.value.one_line()
+
+
+def _bundle_with_files(tmp_path):
+    import hashlib
+
+    files = {"kws.c": b"const int x;\n", "golden.npz": b"PK\x03\x04"}
+    manifest = {"files": {n: {"sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)} for n, b in files.items()}}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    return manifest
+
+
+@pytest.mark.parametrize(("change", "names", "why"), [
+    (lambda d: (d / "kws.c").write_bytes(b"const int y;\n"), None,
+     "kws.c was changed after `edgedeploy export` wrote it"),
+    (lambda d: (d / "golden.npz").unlink(), None, "golden.npz is missing"),
+    (lambda d: ((d / "kws.c").rename(d / "real.c"), (d / "kws.c").symlink_to("real.c")), None, "kws.c is a link"),
+    (None, ["other.c"], "'other.c' is not a file"),
+    (None, [["kws.c"]], "is not a file"),
+])
+def test_a_bundle_file_is_checked_against_the_manifest(tmp_path, change, names, why):
+    from edgedeploy.export.bundle import check_bundle_files
+
+    manifest = _bundle_with_files(tmp_path)
+    check_bundle_files(tmp_path, manifest)  # as written: accepted
+    if change is not None:
+        change(tmp_path)
+    with pytest.raises(InvalidInputError, match=re.escape(why)) as err:
+        check_bundle_files(tmp_path, manifest, names)
+    assert "\n" not in err.value.one_line() and "export the bundle again" in err.value.one_line()

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.errors import EdgeDeployError, InvalidInputError, UsageError
-from edgedeploy.export.bundle import read_bundle_manifest
-from edgedeploy.core.files import sha256_file, system_tmp
+from edgedeploy.export.bundle import check_bundle_files, read_bundle_manifest
+from edgedeploy.core.files import system_tmp
 from edgedeploy.tflite.reader import read_tflite
 from edgedeploy.hil.emulate import firmware as fw
 from edgedeploy.hil.emulate.qemu import DEFAULT_TIMEOUT, FirmwareReport, run_firmware
@@ -23,16 +23,12 @@ _REEXPORT = "export it again with golden vectors: `edgedeploy export RUN_DIR --g
 
 def read_bundle(bundle: Path) -> dict[str, Any]:
     """The bundle's manifest (checked as input: :func:`edgedeploy.export.bundle.read_bundle_manifest`), with a CPU
-    path whose files are as the export wrote them."""
+    path, every file of it as the export wrote it (:func:`edgedeploy.export.bundle.check_bundle_files`)."""
     manifest = read_bundle_manifest(bundle)
     cpu = manifest.get("cpu_model")
     if not cpu:
         raise InvalidInputError(f"{bundle} has no CPU path (the int8 model before Vela as C)", _REEXPORT)
-    files = manifest["files"]
-    for name in (cpu["c_source"], cpu["model"], manifest["model"]["c_header"]):
-        path = Path(bundle) / name
-        if path.is_symlink() or not path.is_file() or sha256_file(path) != files[name]["sha256"]:
-            raise InvalidInputError(f"{path} is missing or differs from what `edgedeploy export` wrote", "export the bundle again")
+    check_bundle_files(bundle, manifest)  # everything the firmware build or the run reads, as export wrote it
     return manifest
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from edgedeploy.errors import EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
-from edgedeploy.core.files import sha256_file
 from edgedeploy.core.proc import run_until_stopped
+from edgedeploy.export.bundle import check_bundle_files
 from edgedeploy.hil.emulate.board import EmulatedBoard, read_bundle
 from edgedeploy.hil.emulate.firmware import DEFAULT_STACK
 from edgedeploy.hil.emulate.qemu import last_lines
@@ -50,12 +50,8 @@ def check_runner(bundle: Path) -> None:
     if not runner:
         raise InvalidInputError(f"{bundle} ships no device runner (exported by an earlier edgedeploy)",
                                 "export it again: `edgedeploy export RUN_DIR --golden N --data DATA.npz --out FWDIR`")  # fmt: skip
-    files = manifest.get("files") or {}
-    for name in [*runner.get("sources", []), *runner.get("headers", [])]:
-        path = Path(bundle) / str(name)
-        info = files.get(name) or {}
-        if path.is_symlink() or not path.is_file() or sha256_file(path) != info.get("sha256"):
-            raise InvalidInputError(f"{path} is missing or differs from what `edgedeploy export` wrote", "export the bundle again")
+    names = [*runner.get("sources", []), *runner.get("headers", [])] if isinstance(runner, dict) else [runner]
+    check_bundle_files(bundle, manifest, names)  # hashed by read_bundle already; here: each is one it lists
 
 
 @dataclass
