@@ -96,10 +96,17 @@ def apply(pre: Preprocess, x: Sequence[np.ndarray] | np.ndarray, names: Sequence
     for i, sample in enumerate(x):
         where = names[i] if names is not None else f"{what} sample {i}"
         try:
-            got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)), dtype=np.float32)
+            got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)))
         except Exception as exc:  # the user's own code: its failure is one line naming it and the sample
             raise UsageError(f"preprocess '{pre.ref}' failed on {where} ({type(exc).__name__}: {exc})",
                              "fix the function: it takes one sample and returns its features") from None
+        if np.iscomplexobj(got):  # float32 would drop the imaginary part without a word
+            raise InvalidInputError(f"preprocess '{pre.ref}' returned {got.dtype} values for {where}, not real "
+                                    "numbers", "return real features (e.g. np.abs() of a spectrum)")
+        if not (np.issubdtype(got.dtype, np.number) or got.dtype == bool):
+            raise InvalidInputError(f"preprocess '{pre.ref}' returned {got.dtype} values for {where}, not numbers",
+                                    "return an array of real features")
+        got = got.astype(np.float32)
         if shape is None:
             shape = got.shape
         elif got.shape != shape:
