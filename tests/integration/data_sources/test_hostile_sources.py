@@ -177,3 +177,45 @@ def test_datasets_that_cannot_be_read_to_their_end_are_refused_before_anything_i
                               calibration=known.map(lambda a, b: a))
     with np.load(run.run_dir / "inputs" / "data.npz") as d:
         assert len(d["x_calibration"]) == 8
+
+
+def _png_of_zeros(path: Path, width: int, height: int) -> None:
+    """A real PNG of ``width`` x ``height`` black RGB pixels: a few hundred KB that decode to gigabytes."""
+    import zlib
+
+    packer = zlib.compressobj(9)
+    row = bytes(1 + 3 * width)  # filter byte 0, then the pixels
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_an_image_that_declares_too_many_pixels_is_refused_before_it_is_decoded(tmp_path):
+    from PIL import Image
+
+    from edgedeploy.keras import tfenv
+
+    keras = tfenv.load().keras
+    model = tmp_path / "img.h5"
+    keras.Sequential([keras.layers.Input((8, 8, 3)), keras.layers.Flatten(),
+                      keras.layers.Dense(2, activation="softmax")]).save(model)
+    root = tmp_path / "images"
+    for c in ("cat", "dog"):
+        for i in range(3):
+            (root / c).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (12, 10), (40 * i, 9, 200)).save(root / c / f"{i}.png")
+    bomb = root / "dog" / "2.png"
+    _png_of_zeros(bomb, 12_000, 12_000)  # 432 MB of pixels, 1.7 GB as float32, in a file of about 400 KB
+    assert bomb.stat().st_size < 2 << 20
+    out = tmp_path / "out"
+    proc = run_cli("optimize", model, "--data", root, "-o", out, "--leaves", "ptq")
+    assert proc.returncode == 3, proc.stderr
+    assert one_error_line(proc) == (f"error: {bomb}: the header declares 12,000 x 12,000 pixels, over the limit of "
+                                    "89,478,485 pixels per image. shrink the image (the model's input is resized "
+                                    "from it anyway)")
+    assert not out.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import struct
 import wave
 from pathlib import Path
 
@@ -158,3 +159,44 @@ def test_a_calibration_stream_stops_at_the_memory_limit(monkeypatch):
     monkeypatch.setattr(memory, "STREAM_MEMORY_LIMIT", 12 * 10)  # ten rows of three float32
     x, record = calibration_samples(lambda: (np.ones(3) for _ in itertools.count()), 1, 1000)
     assert x.shape == (10, 3) and record["stopped_at"].endswith("GiB of samples")
+
+
+IMAGES = [("PNG", "png", {}), ("GIF", "gif", {}), ("BMP", "bmp", {}), ("baseline JPEG", "jpeg", {}),
+          ("progressive JPEG", "jpeg", {"progressive": True}), ("grey PNG", "png", {"mode": "L"})]
+
+
+@pytest.mark.parametrize("fmt, options", [c[1:] for c in IMAGES], ids=[c[0] for c in IMAGES])
+def test_an_images_declared_size_is_read_from_its_header(tmp_path, fmt, options):
+    from io import BytesIO
+
+    from PIL import Image
+
+    from edgedeploy.data_sources.image_header import declared_size
+
+    buf = BytesIO()
+    Image.new(options.pop("mode", "RGB"), (37, 23), (10, 20, 30) if fmt != "png" else 7).save(buf, fmt, **options)
+    assert declared_size(buf.getvalue()) == (37, 23)
+    assert declared_size(b"not an image") is None and declared_size(buf.getvalue()[:5]) is None
+
+
+BOMBS = [  # headers of images too large to decode: the bytes up to the declared size, no pixels
+    ("PNG 65535 x 65535", b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", 65535,
+                                                                                              65535, 8, 2, 0, 0, 0),
+     "65,535 x 65,535 pixels"),
+    ("GIF 65535 x 2000", b"GIF89a" + struct.pack("<HH", 65535, 2000) + bytes(3), "65,535 x 2,000 pixels"),
+    ("BMP top-down", b"BM" + bytes(12) + struct.pack("<Iii", 40, 20000, -20000) + bytes(28), "20,000 x 20,000"),
+    ("JPEG", b"\xff\xd8\xff\xe0" + struct.pack(">H", 16) + bytes(14) + b"\xff\xc0" + struct.pack(">HBHH", 17, 8,
+                                                                                                 9500, 9500),
+     "9,500 x 9,500 pixels"),
+]
+
+
+@pytest.mark.parametrize("data, words", [c[1:] for c in BOMBS], ids=[c[0] for c in BOMBS])
+def test_an_image_whose_header_declares_too_many_pixels_is_refused_before_decoding(data, words):
+    from edgedeploy.data_sources.image_header import PIXEL_LIMIT, check_image_size
+
+    with pytest.raises(InvalidInputError) as err:
+        check_image_size(data, "imgs/cat/1.png")
+    assert err.value.one_line().startswith(f"imgs/cat/1.png: the header declares {words}")
+    assert f"over the limit of {PIXEL_LIMIT:,} pixels per image" in err.value.one_line()
+    check_image_size(data[:3] + b"junk", "small.png")  # no size read: left to the decoder
