@@ -5,11 +5,12 @@
 - ``((x_train, y_train), (x_test, y_test))`` (Keras' ``load_data()`` shape) or a pair of datasets: the
   fine-tune and evaluation splits as given;
 - a dict with the arrays of an ``.npz`` layout (:mod:`edgedeploy.config.data`);
-- a finite ``tf.data.Dataset`` of ``(x, y)`` elements (or ``x`` alone, for a model that reconstructs its input),
-  batched or not;
+- a ``tf.data.Dataset`` of ``(x, y)`` elements (or ``x`` alone, for a model that reconstructs its input),
+  batched or not, read up to the recipe's ``data.max_samples`` (and :data:`STREAM_MEMORY_LIMIT`): one of unknown
+  length stops there, one of known length beyond it is refused, and so is one TensorFlow knows never ends;
 - ``calibration``: a ``representative_dataset``-style function (each item a list with one input array, as
   ``tf.lite.TFLiteConverter`` takes), or any iterable of input arrays, calibrating int8 ranges instead of the
-  fine-tune split.
+  fine-tune split: its first ``calibration_samples`` (the recipe's) are read, and no more.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class _Reader:
         self.bytes = 0
         self.stopped: str | None = None
 
-    def take(self, rows: np.ndarray) -> np.ndarray | None:
-        """The part of ``rows`` (one or more samples) to keep; None once the stream is to be left."""
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The part of ``rows`` (one or more samples) to keep: all of it, or what fits under the limits (then
+        the stream is left, see :meth:`full`). Bytes are counted as float32, as the samples are kept."""
         room = self.limit - self.count
-        per_row = rows.nbytes // max(1, len(rows))
+        per_row = max(rows.dtype.itemsize, 4) * (rows.size // max(1, len(rows)))
         room_bytes = (STREAM_MEMORY_LIMIT - self.bytes) // max(1, per_row)
         if len(rows) > min(room, room_bytes):
             by_count = room <= room_bytes
@@ -60,7 +62,7 @@ class _Reader:
             self.stopped = self.limit_from if by_count else f"{STREAM_MEMORY_LIMIT / 2**30:g} GiB of samples"
             rows = rows[:min(room, room_bytes)]
         self.count += len(rows)
-        self.bytes += rows.nbytes
+        self.bytes += per_row * len(rows)
         return rows
 
     def full(self) -> bool:
@@ -117,7 +119,9 @@ def _dataset_arrays(ds: Any, rank: int, batched: bool | None, what: str, limit: 
             y = np.asarray(y)
             ys.append((y if batched else y[None])[:len(kept)])
     if not xs or reader.count == 0:
-        raise InvalidInputError(f"the {what} dataset is empty", "give a dataset with samples")
+        raise InvalidInputError(f"the {what} dataset is empty" if not reader.stopped else
+                                f"one sample of the {what} dataset is over {reader.stopped}",
+                                "give a dataset with samples" if not reader.stopped else "give smaller samples")
     length = f"{card:,} elements" if known else "unknown"
     return np.concatenate(xs), (np.concatenate(ys) if has_y else None), reader.record(length)
 

@@ -200,3 +200,10 @@ def test_an_image_whose_header_declares_too_many_pixels_is_refused_before_decodi
     assert err.value.one_line().startswith(f"imgs/cat/1.png: the header declares {words}")
     assert f"over the limit of {PIXEL_LIMIT:,} pixels per image" in err.value.one_line()
     check_image_size(data[:3] + b"junk", "small.png")  # no size read: left to the decoder
+
+
+def test_a_folder_that_cannot_be_listed_is_one_line_naming_it(tmp_path):
+    (tmp_path / "file.txt").write_text("not a folder")
+    with pytest.raises(InvalidInputError) as err:
+        list_folder(tmp_path / "file.txt", 0.2, 0)
+    assert err.value.one_line().startswith(f"data folder {tmp_path / 'file.txt'} cannot be listed (Not a directory)")
