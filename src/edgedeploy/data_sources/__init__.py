@@ -102,7 +102,8 @@ def gather_data(data: Path | str | Samples, input_shape: Sequence[Any], options:
         if samples.x_calibration is not None:
             samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         samples.info["preprocess"] = pre.record()
-    where = str(data) if not isinstance(data, Samples) else "the given data"
+    # errors name the user's folder or file; samples made from one in Python keep its name in their info
+    where = str(data) if not isinstance(data, Samples) else str(data.info.get("folder") or "the given data")
     samples.check(where)
     return Prepared(samples, where)
 

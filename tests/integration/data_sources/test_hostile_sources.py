@@ -219,3 +219,16 @@ def test_an_image_that_declares_too_many_pixels_is_refused_before_it_is_decoded(
                                     "89,478,485 pixels per image. shrink the image (the model's input is resized "
                                     "from it anyway)")
     assert not out.exists()
+
+
+def test_a_folder_given_in_python_with_a_calibration_source_is_named_too(tmp_path, model3):
+    import edgedeploy
+    from edgedeploy.errors import InvalidInputError
+
+    root = tmp_path / "clips"
+    _one_class(root)
+    with pytest.raises(InvalidInputError) as err:
+        edgedeploy.optimize(model3, root, tmp_path / "out", leaves=["ptq"], sample_rate=8000, clip_seconds=0.1,
+                            calibration=[np.zeros(800, "float32")] * 2)
+    assert err.value.one_line().startswith(f"{root.resolve()}: 1 class folder (only) but the model has 3 outputs")
+    assert not (tmp_path / "out").exists()
