@@ -27,6 +27,9 @@ def to_float(data: np.ndarray) -> np.ndarray:
 
 
 DECODED_LIMIT = 4 << 30  # bytes: every clip of a folder at the recipe's rate and length, as float32
+# resampling filter taps designed for one folder, over its distinct rate ratios: ten of the largest (a rate such as
+# 383,999 Hz to 16 kHz, 7.7 million taps, takes one to four seconds to design)
+FILTER_TAPS_LIMIT = 10 * (20 * 384_000 + 1)
 
 
 def check_decoded_size(root: Path, n_files: int, sample_rate: int, clip_seconds: float) -> int:
@@ -63,6 +66,8 @@ def decode_wavs(root: Path, files: Sequence[str], sample_rate: int, clip_seconds
     length = check_decoded_size(root, len(files), sample_rate, clip_seconds)
     out = np.zeros((len(files), length), dtype=np.float32)
     digests, rates = [], []
+    ratios: set[tuple[int, int]] = set()
+    taps = 0
     for i, rel in enumerate(files):
         path = root / rel
         data = read_input_bytes(path, "WAV file", SAMPLE_LIMIT)
@@ -80,6 +85,16 @@ def decode_wavs(root: Path, files: Sequence[str], sample_rate: int, clip_seconds
         if wave.size == 0:
             raise InvalidInputError(f"{short(str(path))}: the WAV file holds no samples", "replace or remove the file")
         up, down = resampling(header.rate, sample_rate)
+        if up != down and (up, down) not in ratios:
+            taps += 20 * max(up, down) + 1
+            if taps > FILTER_TAPS_LIMIT:
+                raise InvalidInputError(f"{short(str(path))}: its sample rate, {header.rate:,} Hz, makes "
+                                        f"{len(ratios) + 1} rates in the folder whose filters to resample them to "
+                                        f"{sample_rate:,} Hz take {taps:,} taps in all, over the limit of "
+                                        f"{FILTER_TAPS_LIMIT:,}",
+                                        "re-save the files at data.sample_rate, or at common rates (8, 16, 22.05, "
+                                        "44.1, 48 kHz)")
+            ratios.add((up, down))
         if up != down:
             wave = resample_poly(wave, up, down, window=_lowpass(up, down)).astype(np.float32)
         n = min(length, len(wave))

@@ -163,3 +163,22 @@ def test_the_written_file_is_absent_until_every_header_passes(tmp_path):
     with pytest.raises(InvalidInputError):
         prepare_data(root, [1600], out, DataOptions(sample_rate=8000, clip_seconds=0.2))
     assert not (out / DATA_FILE).exists() and list(out.iterdir()) == []
+
+
+def test_a_folder_of_many_odd_rates_is_refused_when_their_filters_pass_the_limit(tmp_path, monkeypatch):
+    """Each rate prime to the recipe's designs a filter of 20 x max(up, down) + 1 taps; the folder's total is
+    bounded (here at 700,000 taps, so that the test designs small filters)."""
+    from edgedeploy.data_sources import audio
+
+    monkeypatch.setattr(audio, "FILTER_TAPS_LIMIT", 700_000)
+    files = []
+    for i, rate in enumerate((16_001, 16_001, 8_000, 16_003, 16_007)):
+        good_wav(tmp_path / "a" / f"{i}.wav", rate, 0.05, i)
+        files.append(f"a/{i}.wav")
+    x, _, rates = decode_wavs(tmp_path, files[:4], 16000, 0.05)  # 320,021 + 41 + 320,061 taps: a rate seen before
+    assert rates == [16_001, 16_001, 8_000, 16_003]
+    with pytest.raises(InvalidInputError) as err:
+        decode_wavs(tmp_path, files, 16000, 0.05)
+    assert err.value.one_line().startswith(f"{tmp_path / 'a' / '4.wav'}: its sample rate, 16,007 Hz, makes 4 rates "
+                                           "in the folder whose filters to resample them to 16,000 Hz take 960,264 "
+                                           "taps in all, over the limit of 700,000")
