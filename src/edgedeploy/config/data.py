@@ -104,6 +104,12 @@ def _fail(path: Path, what: str, hint: str) -> InvalidInputError:
     return InvalidInputError(f"{path}: {what}", hint)
 
 
+def _real(path: Path, key: str, a: np.ndarray) -> None:
+    """Complex targets are refused: float32 would keep their real part and drop the rest without a word."""
+    if np.iscomplexobj(a):
+        raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store real targets")
+
+
 def read_data_file(path: Path | str) -> dict[str, Any]:
     """Every array of the data file ``path`` (a checked ``.npz``), read once for :func:`read_targets` and
     :func:`load_dataset`."""
@@ -126,6 +132,7 @@ def read_targets(path: Path | str, arrays: dict[str, Any] | None = None) -> tupl
         members = set(arrays)
         arrays = {k: arrays[k] for k in ("y", "split", "y_train", "y_test") if k in arrays}
     for key, a in arrays.items():  # the targets decide the task: NaN there must not pass for regression
+        _real(path, key, a)
         check_finite(path, key, a)
     anomaly = any(k in members for k in ANOMALY_KEYS)
     if "y" in arrays and "split" in arrays:
@@ -139,10 +146,12 @@ def read_targets(path: Path | str, arrays: dict[str, Any] | None = None) -> tupl
 
 
 def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification",
-                 arrays: dict[str, Any] | None = None) -> Dataset:
+                 arrays: dict[str, Any] | None = None, sha256: str | None = None) -> Dataset:
     """Load and check ``path`` against a model's input shape (without batch) and class count (``kind``:
     classification; regression and reconstruction take target values, see :mod:`edgedeploy.config.task`).
-    ``arrays``: the file's arrays already read (:func:`read_data_file`)."""
+    ``arrays``: the file's arrays already read (:func:`read_data_file`), or samples not yet written, with ``path``
+    the folder or file they came from (what errors name) and ``sha256`` given (set it, and ``path``, once the
+    samples are written)."""
     path = Path(path)
     arrays = _read_samples(path, arrays)
     x_fit, y_fit, x_eval, y_eval, layout, eval_files = _splits(path, arrays)
@@ -163,7 +172,7 @@ def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: in
         x_eval=np.ascontiguousarray(x_eval, dtype=np.float32),
         y_eval=y_eval,
         labels=names,
-        sha256=sha256_file(path),
+        sha256=sha256_file(path) if sha256 is None else sha256,
         reshaped_from=reshaped_from,
         kind=kind,
         anomaly=anomaly,
@@ -180,11 +189,14 @@ def _read_samples(path: Path, arrays: dict[str, Any] | None = None) -> dict[str,
     for key in ("x", "y", "split", "x_train", "y_train", "x_test", "y_test"):
         if key in arrays and arrays[key].ndim == 0:
             raise _fail(path, f"'{key}' is a single value, not an array of samples", "store one entry per sample")
-    for key in ("x", "x_train", "x_test"):
+    for key in ("x", "x_train", "x_test", "x_calibration"):
         a = arrays.get(key)
         if a is not None and (not (np.issubdtype(a.dtype, np.number) or a.dtype == bool)
                               or np.issubdtype(a.dtype, np.complexfloating)):
             raise _fail(path, f"'{key}' holds {a.dtype} values, not real numbers", "store the samples as float32")
+    for key in ("y", "y_train", "y_test", *ANOMALY_KEYS):
+        if key in arrays:
+            _real(path, key, arrays[key])
     for key in ("x", "y", "x_train", "y_train", "x_test", "y_test", *ANOMALY_KEYS):  # samples, targets, labels
         if key in arrays:
             check_finite(path, key, arrays[key])
@@ -300,10 +312,17 @@ def _class_names(path: Path, arrays: dict[str, Any], num_classes: int) -> list[s
         if key in arrays and arrays[key].ndim == 1:
             names = [str(v) for v in arrays[key].tolist()]
             if len(names) != num_classes:
-                raise _fail(path, f"'{key}' names {len(names)} classes but the model has {num_classes} outputs",
-                            "use the data set that matches the model")
+                given = (f"{len(names)} class folder{'s' if len(names) != 1 else ''} ({_listed(names)})"
+                         if path.is_dir() else f"'{key}' names {len(names)} classes")
+                raise _fail(path, f"{given} but the model has {num_classes} outputs",
+                            "give one class folder per output of the model" if path.is_dir()
+                            else "use the data set that matches the model")
             return names
     return None
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names) - most} more)" if len(names) > most else "")
 
 
 def _eval_set(files: np.ndarray | None, y_eval: np.ndarray, names: list[str] | None) -> str | None:

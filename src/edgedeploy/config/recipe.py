@@ -140,6 +140,9 @@ RECIPE_KEYS: tuple[Key, ...] = (
         field="interpolation"),
     Key("data.crop_to_aspect_ratio", bool, False, "centre-crop images to the model input's aspect ratio before "
         "resizing", field="crop_to_aspect_ratio"),
+    Key("data.max_samples", int, 1_000_000, "most samples read from a tf.data dataset given in Python: one of "
+        "unknown length is read up to here (the manifest says so), a longer one of known length is refused",
+        minimum=1, maximum=10**8, field="max_samples"),
     Key("jobs", int, 1, "stages of the tree (train a node, convert a leaf) run at once, each in its own worker "
         "process with its share of the cores (1: one at a time, in this process)", minimum=1, maximum=64),
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
@@ -274,6 +277,7 @@ class Recipe:
     clip_seconds: float = _default("clip_seconds")
     interpolation: str = _default("interpolation")
     crop_to_aspect_ratio: bool = _default("crop_to_aspect_ratio")
+    max_samples: int = _default("max_samples")
     # thinned leaves (edgedeploy.optimize.thin): the NPU cycle budget their widths are chosen for, and where
     thin_speedup: float = _default("thin_speedup")
     thin_targets: tuple[str, ...] = _default("thin_targets")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from edgedeploy.core.files import lock_run_dir, sha256_file, short
-from .samples import EVAL, FIT, Samples, write_npz
+from .samples import EVAL, FIT, Samples, npz_arrays, write_npz
 
 DATA_FILE = Path("inputs") / "data.npz"
 EVAL_FRACTION = 0.2
@@ -47,11 +47,37 @@ class DataOptions:
                    interpolation=recipe.interpolation, crop_to_aspect_ratio=recipe.crop_to_aspect_ratio)
 
 
-def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Path, options: DataOptions, *,
-                 lock: bool = True) -> tuple[Path, dict[str, Any] | None]:
-    """The ``.npz`` the stages read for ``data``, and what the manifest records about its source (None for an
-    ``.npz`` used as it is). ``input_shape`` is the model's input without the batch axis. ``out`` is the run
-    folder, locked (``lock``) before the file is written, as every stage of the run locks it."""
+@dataclass
+class Prepared:
+    """Samples made from a source, not yet written: the run checks them against the model first, so that a
+    refused source leaves nothing behind and the error names the user's folder or file (``where``)."""
+
+    samples: Samples
+    where: str
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of the ``.npz`` :meth:`write` writes, as the stages read them back."""
+        return npz_arrays(self.samples)
+
+    def write(self, out: Path, *, lock: bool = True) -> tuple[Path, dict[str, Any]]:
+        """The samples written to the run folder ``out`` (locked first when ``lock``), and what the manifest
+        records about their source."""
+        samples = self.samples
+        target = Path(out) / DATA_FILE
+        if lock:
+            lock_run_dir(Path(out))
+        write_npz(samples, target)
+        record = {**samples.info, "written": DATA_FILE.as_posix(), "labels": samples.labels,
+                  "n_fine_tune": int(np.sum(samples.split == FIT)),
+                  "n_evaluation": int(np.sum(samples.split == EVAL)),
+                  **({"n_calibration": int(len(samples.x_calibration))} if samples.x_calibration is not None else {}),
+                  "feature_shape": list(samples.x.shape[1:])}
+        return target, record
+
+
+def gather_data(data: Path | str | Samples, input_shape: Sequence[Any], options: DataOptions) -> Prepared | None:
+    """The samples of ``data``, checked but not written (None for an ``.npz`` used as it is). ``input_shape`` is
+    the model's input without the batch axis."""
     pre = None
     done = isinstance(data, Samples) and "preprocess" in data.info  # applied already (the Python API)
     if options.preprocess is not None and not done:
@@ -66,7 +92,7 @@ def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Pa
             samples = _from_folder(path, input_shape, options, pre)
             pre = None  # applied while decoding
         elif pre is None:
-            return path, None
+            return None
         else:
             samples = _from_npz(path)
     if pre is not None:
@@ -76,16 +102,21 @@ def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Pa
         if samples.x_calibration is not None:
             samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         samples.info["preprocess"] = pre.record()
-    samples.check(str(data) if not isinstance(data, Samples) else "the given data")
-    target = Path(out) / DATA_FILE
-    if lock:
-        lock_run_dir(Path(out))
-    write_npz(samples, target)
-    record = {**samples.info, "written": DATA_FILE.as_posix(), "labels": samples.labels,
-              "n_fine_tune": int(np.sum(samples.split == FIT)), "n_evaluation": int(np.sum(samples.split == EVAL)),
-              **({"n_calibration": int(len(samples.x_calibration))} if samples.x_calibration is not None else {}),
-              "feature_shape": list(samples.x.shape[1:])}
-    return target, record
+    # errors name the user's folder or file; samples made from one in Python keep its name in their info
+    where = str(data) if not isinstance(data, Samples) else str(data.info.get("folder") or "the given data")
+    samples.check(where)
+    return Prepared(samples, where)
+
+
+def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Path, options: DataOptions, *,
+                 lock: bool = True) -> tuple[Path, dict[str, Any] | None]:
+    """The ``.npz`` the stages read for ``data``, and what the manifest records about its source (None for an
+    ``.npz`` used as it is): :func:`gather_data`, then written to the run folder ``out``, locked (``lock``)
+    before the file is written, as every stage of the run locks it."""
+    prepared = gather_data(data, input_shape, options)
+    if prepared is None:
+        return Path(data), None  # type: ignore[arg-type]
+    return prepared.write(out, lock=lock)
 
 
 def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, pre: Any) -> Samples:
@@ -157,4 +188,4 @@ def _from_npz(path: Path) -> Samples:
     return samples
 
 
-__all__ = ["DATA_FILE", "DataOptions", "Samples", "prepare_data"]
+__all__ = ["DATA_FILE", "DataOptions", "Prepared", "Samples", "gather_data", "prepare_data"]

@@ -4,7 +4,8 @@
 accurate inverse DCT, see :data:`JPEG_DCT`), then
 ``tf.image.resize`` with the chosen interpolation, or tf_keras' ``smart_resize`` (centre crop to the target's
 aspect ratio first) when ``crop_to_aspect_ratio`` is set: the same two options and the same operations as that
-Keras utility, so a model trained on its pipeline sees the same pixels (float32, 0-255).
+Keras utility, so a model trained on its pipeline sees the same pixels (float32, 0-255). The size an image's header
+declares is bounded before it is decoded (:mod:`.image_header`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from edgedeploy.core.files import read_input_bytes, sha256_bytes, short
+from .image_header import check_image_size
 
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
 SAMPLE_LIMIT = 256 << 20  # one image or WAV file
@@ -45,6 +47,7 @@ def decode_images(root: Path, files: Sequence[str], size: tuple[int, int] | None
     for rel in files:
         path = root / rel
         data = read_input_bytes(path, "image", SAMPLE_LIMIT)
+        check_image_size(data, str(path))
         try:
             if channels in (1, 3) and bool(tf.io.is_jpeg(data)):
                 img = tf.io.decode_jpeg(data, channels=channels, dct_method=JPEG_DCT)

@@ -110,18 +110,30 @@ def apply(pre: Preprocess, x: Sequence[np.ndarray] | np.ndarray, names: Sequence
         for i, sample in enumerate(x):
             where = names[i] if names is not None else f"{what} sample {i}"
             try:
-                got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)), dtype=np.float32)
+                got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)))
             except BaseException as exc:  # the user's own code: its failure is one line naming it and the sample
                 _reraise_interrupt(exc, signalled)
                 ended = not isinstance(exc, Exception)
                 raise UsageError(f"preprocess {_named(pre)} {'tried to end the command' if ended else 'failed'} "
                                  f"on {where} ({_what(exc)})", _ENDED_HINT if ended else
                                  "fix the function: it takes one sample and returns its features") from None
-            out.append(_checked(pre, got, where, shape))
+            got = _checked(pre, _real(pre, got, where), where, shape)
             shape = got.shape
+            out.append(got)
     if not out:
         return np.zeros((0,), np.float32)
     return np.stack(out)
+
+
+def _real(pre: Preprocess, got: np.ndarray, where: str) -> np.ndarray:
+    """One sample's features as float32, refusing complex values (float32 would drop the imaginary part)."""
+    if np.iscomplexobj(got):
+        raise InvalidInputError(f"preprocess '{pre.ref}' returned {got.dtype} values for {where}, not real "
+                                "numbers", "return real features (e.g. np.abs() of a spectrum)")
+    if not (np.issubdtype(got.dtype, np.number) or got.dtype == bool):
+        raise InvalidInputError(f"preprocess '{pre.ref}' returned {got.dtype} values for {where}, not numbers",
+                                "return an array of real features")
+    return got.astype(np.float32)
 
 
 def _checked(pre: Preprocess, got: np.ndarray, where: str, shape: tuple[int, ...] | None) -> np.ndarray:

@@ -53,21 +53,26 @@ class Samples:
                                         "replace or drop those samples (or fix the preprocessing function)")
 
 
-def write_npz(samples: Samples, path: Path) -> Path:
-    """``samples`` as an ``.npz`` at ``path`` (written atomically; the same samples give the same bytes, so a
-    re-run reuses the stages that read it)."""
+def npz_arrays(samples: Samples) -> dict[str, np.ndarray]:
+    """The arrays :func:`write_npz` writes for ``samples``, as the stages read them back."""
     arrays: dict[str, Any] = {"x": np.ascontiguousarray(samples.x, dtype=np.float32),
                               "split": samples.split.astype(np.int8)}
     if samples.y is not None:
-        arrays["y"] = samples.y
+        arrays["y"] = np.asarray(samples.y)
     if samples.labels is not None:
         arrays["labels"] = np.asarray(samples.labels, dtype=str)
     if samples.files is not None:
         arrays["files"] = np.asarray(samples.files, dtype=str)
     if samples.x_calibration is not None:
         arrays["x_calibration"] = np.ascontiguousarray(samples.x_calibration, dtype=np.float32)
+    return arrays
+
+
+def write_npz(samples: Samples, path: Path) -> Path:
+    """``samples`` as an ``.npz`` at ``path`` (written atomically; the same samples give the same bytes, so a
+    re-run reuses the stages that read it)."""
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **npz_arrays(samples))
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buf.getvalue())
     return path

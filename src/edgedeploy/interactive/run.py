@@ -150,15 +150,18 @@ def optimize(
             a Keras 3 model is rebuilt in tf_keras, as its file would be).
         data: an ``.npz`` file or a folder with one subfolder of images or WAV files per class; or ``(x, y)``
             arrays (a seeded stratified choice of ``data.eval_fraction`` of each class evaluates), ``((x_train,
-            y_train), (x_test, y_test))``, a dict with an ``.npz`` layout's arrays, or a finite ``tf.data.Dataset``
-            of ``(x, y)`` (batched or not), or a pair of datasets (fine-tune, evaluation).
+            y_train), (x_test, y_test))``, a dict with an ``.npz`` layout's arrays, or a ``tf.data.Dataset`` of
+            ``(x, y)`` (batched or not), or a pair of datasets (fine-tune, evaluation). A dataset is read up to
+            ``data.max_samples``: one of unknown length stops there (the manifest says so), a longer one of known
+            length is refused, and one that repeats forever is refused.
         out: the run folder (manifest and outputs; ``edgedeploy report OUT`` reads it too).
         leaves: the leaves to convert, e.g. ``["ptq", "pcqat"]`` (default: the recipe's).
         recipe: a recipe TOML file, or its table as a dict (``{"epochs": 2, "data": {"sample_rate": 8000}}``).
         preprocess: a function run on every sample before fine-tuning, calibration, evaluation and golden
             vectors (an MFCC front end, say), or its ``module:function`` name.
         calibration: int8 calibration samples apart from the fine-tune split: a ``representative_dataset``-style
-            function (each item ``[x]``) or an iterable of inputs.
+            function (each item ``[x]``) or an iterable of inputs, read up to the recipe's
+            ``calibration_samples`` (the manifest says when it had more).
         labels: class names in index order (in-memory data; a folder's come from its subfolders).
         batched: whether a ``tf.data.Dataset`` yields batches (default: its inputs have one more axis than the
             model's input).
@@ -217,20 +220,23 @@ def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any
             path, record = prepare_data(Path(data), shape, Path(tmp), options, lock=False)
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
-        samples = from_memory(arrays, len(shape), eval_fraction=r.eval_fraction, seed=r.seed, labels=labels)
+        samples = from_memory(arrays, len(shape), eval_fraction=r.eval_fraction, seed=r.seed, labels=labels,
+                              max_samples=r.max_samples)
         samples.files = [str(f) for f in arrays["files"]] if "files" in arrays else None
         samples.info = dict(record or {"source": "npz", "path": str(Path(data).resolve())})
         if ref is not None and pre is None:
             pre = load_preprocess(ref)
         if calibration is not None:
-            samples.x_calibration = calibration_samples(calibration, len(shape))
+            samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
+                calibration, len(shape), r.calibration_samples)
             if pre is not None:
                 samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         return samples
     samples = from_memory(data, len(shape), eval_fraction=r.eval_fraction, seed=r.seed, batched=batched,
-                          labels=labels)
+                          labels=labels, max_samples=r.max_samples)
     if calibration is not None:
-        samples.x_calibration = calibration_samples(calibration, len(shape))
+        samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
+            calibration, len(shape), r.calibration_samples)
     if pre is not None:
         samples.x = apply(pre, samples.x, samples.files, "given")
         if samples.x_calibration is not None:

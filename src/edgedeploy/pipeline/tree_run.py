@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from edgedeploy.config.data import Dataset, load_dataset, read_data_file, read_targets
 from edgedeploy.keras import tfenv
 from edgedeploy.keras.model import check_recurrent_layers, load_model
+from edgedeploy.core.files import sha256_file
 from edgedeploy.core.manifest import StageRecord
 from edgedeploy.config.recipe import Recipe, check_layers
 from edgedeploy.core.stage import RunContext, StageSpec, begin_stage, end_stage
@@ -85,7 +86,7 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
     leaves of its first level here and those of each deeper level when it gets there (:func:`run_tree`)."""
     from edgedeploy.keras import tfenv
 
-    from edgedeploy.data_sources import DataOptions, prepare_data
+    from edgedeploy.data_sources import DataOptions, gather_data
 
     model_path = Path(model_path)
     model, info = load_model(model_path, trust_lambda)  # a missing or unsafe file stops before TensorFlow loads
@@ -94,19 +95,25 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
     check_layers(recipe, [layer.name for layer in model.layers] + [f"{layer.name}_depthwise" for layer in model.layers
                                                                    if type(layer).__name__ == "SeparableConv2D"],
                  str(model_path))
-    data_path, data_source = prepare_data(data_path, tuple(model.input_shape[1:]), Path(out),
-                                          DataOptions.from_recipe(recipe))
+    # a folder or in-memory samples are checked as the .npz they become, before it is written: a refused source
+    # leaves nothing behind, and errors name the user's folder or file
+    prepared = gather_data(data_path, tuple(model.input_shape[1:]), DataOptions.from_recipe(recipe))
+    where = Path(data_path) if prepared is None else Path(prepared.where)
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
-    arrays = read_data_file(data_path)  # read once: the targets decide the task, then the samples are checked
-    labels, has_anomaly = read_targets(data_path, arrays)
-    loss = decide(model, info.training_config, data_path, labels, loss=recipe.loss or None,
+    arrays = read_data_file(where) if prepared is None else prepared.arrays()  # read once: targets, then samples
+    labels, has_anomaly = read_targets(where, arrays)
+    loss = decide(model, info.training_config, where, labels, loss=recipe.loss or None,
                   metric=recipe.metric or None, has_anomaly=has_anomaly)
-    data = load_dataset(data_path, tuple(model.input_shape[1:]), int(model.output_shape[-1]), kind=loss.kind,
-                        arrays=arrays)
+    data = load_dataset(where, tuple(model.input_shape[1:]), int(model.output_shape[-1]), kind=loss.kind,
+                        arrays=arrays, sha256=None if prepared is None else "")
+    data_path, data_source = where, None
+    if prepared is not None:
+        data_path, data_source = prepared.write(Path(out))
+        data.path, data.sha256 = data_path, sha256_file(data_path)
     data.task = loss
     if data.reshaped_from:
-        log.warning("%s: samples reshaped from %s to the model input %s", data_path, list(data.reshaped_from),
+        log.warning("%s: samples reshaped from %s to the model input %s", where, list(data.reshaped_from),
                     list(model.input_shape[1:]))
     info_doc = {
         "model": str(model_path.resolve()),

@@ -204,11 +204,11 @@ def test_arrays_in_memory_are_split_stratified_and_calibration_generators_are_re
         for i in range(7):
             yield [x[i:i + 1]]
 
-    cal = calibration_samples(representative, 1)
-    assert cal.shape == (7, 3) and np.array_equal(cal, x[:7])
-    assert calibration_samples([x[0], x[1]], 1).shape == (2, 3)
+    cal, read = calibration_samples(representative, 1, 500)
+    assert cal.shape == (7, 3) and np.array_equal(cal, x[:7]) and read["stopped_at"] is None
+    assert calibration_samples([x[0], x[1]], 1, 500)[0].shape == (2, 3)
     with pytest.raises(UsageError, match="yields 2 inputs"):
-        calibration_samples(lambda: iter([[x[0], x[1]]]), 1)
+        calibration_samples(lambda: iter([[x[0], x[1]]]), 1, 500)
 
 
 def test_samples_written_with_calibration_are_read_back_for_calibration(tmp_path):
