@@ -44,8 +44,10 @@ def check_datasets(group, where: str, file_bytes: int) -> None:
             raise InvalidInputError(f"{where}: dataset '{name}' declares {dims} {obj.dtype} ({declared:,} bytes), "
                                     f"more than {held} ({room:,} bytes)", FIX)
         if totals["unfiltered"] > file_bytes or totals["all"] > limit:
-            over, room, held = ((totals["unfiltered"], file_bytes, "the file holds")
-                                if totals["unfiltered"] > file_bytes else (totals["all"], limit, "the model limit allows"))
+            if totals["unfiltered"] > file_bytes:
+                over, room, held = totals["unfiltered"], file_bytes, "the file holds"
+            else:
+                over, room, held = totals["all"], limit, "the model limit allows"
             raise InvalidInputError(f"{where}: the datasets up to '{name}' declare {over:,} bytes, more than {held} "
                                     f"({room:,} bytes)", FIX)
 

@@ -57,7 +57,8 @@ HOSTILE = {
     "padding of 65,535": (lambda l: _set(l, (0x100, 0xFFFF), (0x103, 0xFFFF)),
                           r"operation 1 \(CONV, word 82\): the padding \(IFM_PAD_\*\) leaves no input"),
     "a 2**31-byte scratch": (lambda l: replace(l, scratch_size=2**31),
-                             r"the scratch tensor declares 2,147,483,648 bytes \(.*\), over the NPU model's memory limit"),
+                             r"the scratch tensor declares 2,147,483,648 bytes \(.*\), over the NPU model's "
+                             r"memory limit"),
     "a 2**40-byte fast scratch": (lambda l: replace(l, scratch_fast_size=2**40), r"the fast scratch tensor declares"),
     "an input at offset 2**31": (lambda l: _io(l, address=2**31),
                                  r"input 'input0' at arena offset 2,147,483,648 ends at 2,147,484,138, over"),
