@@ -51,6 +51,8 @@ class VerifyOptions:
     def check(self) -> None:
         if not 1 <= self.count <= CASES_LIMIT:
             raise UsageError(f"--count is {self.count:,}", f"pass a number of cases from 1 to {CASES_LIMIT:,}")
+        if self.seed < 0:
+            raise UsageError(f"--seed is {self.seed}", "pass a seed >= 0")
 
 
 @dataclass

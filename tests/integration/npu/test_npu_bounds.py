@@ -134,13 +134,16 @@ def test_declared_sizes_are_bounded_before_use(compiled, tmp_path, case):
     assert seconds < SECONDS, f"{case}: {seconds:.1f} s"
 
 
-@pytest.mark.parametrize("count, message", [
-    (10**12, "--count is 1,000,000,000,000. pass a number of cases from 1 to 10,000"),
-    (0, "--count is 0. pass a number of cases from 1 to 10,000"),
+@pytest.mark.parametrize("option, message", [
+    (("-n", 10**12), "--count is 1,000,000,000,000. pass a number of cases from 1 to 10,000"),
+    (("-n", 0), "--count is 0. pass a number of cases from 1 to 10,000"),
+    (("--seed", -1), "--seed is -1. pass a seed >= 0"),
 ])
-def test_count_is_bounded(compiled, count, message):
-    proc = run_cli("verify", compiled, "-t", TARGET, "-n", count)
+def test_count_and_seed_are_checked(compiled, option, message):
+    t0 = time.perf_counter()
+    proc = run_cli("verify", compiled, "-t", TARGET, *option)
     assert proc.returncode == 2 and one_error_line(proc) == f"error: {message}"
+    assert time.perf_counter() - t0 < SECONDS
 
 
 def test_count_over_the_memory_limit_says_how_many_fit(compiled):

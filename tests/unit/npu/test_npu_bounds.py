@@ -13,7 +13,7 @@ import pytest
 
 from edgedeploy.errors import InvalidInputError, NpuModelError, UsageError
 from edgedeploy.npu.bounds import KERNEL_POSITIONS, leaf_cost
-from edgedeploy.npu.commands import decode
+from edgedeploy.npu.commands import OPERATIONS_LIMIT, decode
 from edgedeploy.npu.leaf import Tensor, read_leaf
 from edgedeploy.npu.machine import run
 
@@ -121,3 +121,14 @@ def test_a_batch_over_the_work_limit_is_refused(dscnn, monkeypatch):
 def test_tensor_sizes_name_the_tensor():
     t = Tensor("x", (1, 2, 3), "int16", 1, 0)
     assert t.nbytes == 12
+
+
+def test_a_stream_of_too_many_operations_is_refused_as_it_is_decoded(dscnn):
+    words = list(dscnn.commands)
+    first = decode(words)[0].word  # the first operation command (a DMA)
+    flood = words[: first + 1] + [words[first]] * (OPERATIONS_LIMIT + 10)
+    t0 = time.perf_counter()
+    with pytest.raises(NpuModelError, match=f"word {first + OPERATIONS_LIMIT} starts operation 65,536, over the "
+                                            "limit of 65,536 operations per stream"):
+        decode(flood, "x.tflite")
+    assert time.perf_counter() - t0 < 10
