@@ -69,18 +69,21 @@ class Cost:
     outputs: int  # every operation's output feature map, in its own element size
     work: int  # element operations per case
 
-    def bytes_for(self, cases: int, keep_outputs: bool) -> int:
-        # verify keeps each operation's output and TFLite's reference keeps about as much again
-        return self.fixed + cases * (self.per_case + (2 * self.outputs if keep_outputs else 0))
+    def _case(self, keep_outputs: bool, reference: int) -> int:
+        # verify keeps each operation's output, and TFLite's reference run every tensor of each case (``reference``
+        # bytes), twice while it stacks them
+        return self.per_case + (self.outputs + 2 * reference if keep_outputs else 0)
 
-    def max_cases(self, keep_outputs: bool) -> int:
-        per = self.per_case + (2 * self.outputs if keep_outputs else 0)
-        by_memory = (memory_limit() - self.fixed) // max(per, 1)
+    def bytes_for(self, cases: int, keep_outputs: bool, reference: int = 0) -> int:
+        return self.fixed + cases * self._case(keep_outputs, reference)
+
+    def max_cases(self, keep_outputs: bool, reference: int = 0) -> int:
+        by_memory = (memory_limit() - self.fixed) // max(self._case(keep_outputs, reference), 1)
         return max(0, min(by_memory, work_limit() // max(self.work, 1)))
 
-    def over(self, cases: int, keep_outputs: bool) -> str | None:
+    def over(self, cases: int, keep_outputs: bool, reference: int = 0) -> str | None:
         """Why ``cases`` cases are too many (memory or work, with the figures), or None."""
-        need, mem = self.bytes_for(cases, keep_outputs), memory_limit()
+        need, mem = self.bytes_for(cases, keep_outputs, reference), memory_limit()
         if need > mem:
             return f"about {need / MIB:,.0f} MiB for {cases:,} cases, over the memory limit of {mem / MIB:,.0f} MiB"
         work, lim = cases * self.work, work_limit()
@@ -101,9 +104,9 @@ def leaf_cost(leaf: Leaf, ops: list[Operation]) -> Cost:
     outputs = sum(o for _, _, _, o, _ in per_op)
     work = sum(w for _, _, _, _, w in per_op)
     worst = max(per_op, key=lambda t: t[1] + t[2], default=None)
-    if worst is not None and fixed + per_case + 2 * outputs > mem:
+    if worst is not None and fixed + per_case + outputs > mem:
         raise NpuModelError(f"{where}: {worst[0].title} needs about {(worst[1] + worst[2]) / MIB:,.0f} MiB for one "
-                            f"case (the regions and all outputs {(sum(regions.values()) + 2 * outputs) / MIB:,.0f} "
+                            f"case (the regions and all outputs {(sum(regions.values()) + outputs) / MIB:,.0f} "
                             f"MiB), over the NPU model's memory limit of {mem / MIB:,.0f} MiB",
                             f"{FIX}, or raise {MEMORY_ENV}")
     lim = work_limit()

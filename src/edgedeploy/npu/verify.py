@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError, MismatchError, NpuModelError, UsageError
-from .bounds import CASES_LIMIT, MEMORY_ENV, WORK_ENV, Cost, leaf_cost
+from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, memory_limit
 from .commands import Operation, counts, decode
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
 from .machine import run
 from .origin import describe, origins, recompiled_tables, recorded_tables
 from .ops import ofm_shape
-from .reference import Reference, run_reference
+from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
 MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
@@ -151,10 +151,11 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     leaf = read_leaf(vela_model)
     ops = decode(leaf.commands, str(vela_model))
     cost = leaf_cost(leaf, ops)  # every declared size bounded before anything is allocated
+    reference = _reference_bytes(int8_model)
     if data is None:
-        _check_cases(cost, count)
+        _check_cases(cost, count, reference)
     inputs, described = load_cases(int8_model, data, count, seed, kind)
-    _check_cases(cost, int(inputs[0].shape[0]))
+    _check_cases(cost, int(inputs[0].shape[0]), reference)
     t1 = time.perf_counter()
     ref = run_reference(int8_model, inputs)
     t2 = time.perf_counter()
@@ -174,12 +175,24 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     return result
 
 
-def _check_cases(cost: Cost, cases: int) -> None:
-    """The cases, every operation's output kept for the comparison, within the NPU model's memory and work."""
-    why = cost.over(cases, keep_outputs=True)
+def _reference_bytes(int8_model: Path) -> int:
+    """What TFLite's reference run keeps of one case (every tensor), refused when one case would not fit."""
+    total, largest = declared_bytes(int8_model)
+    if total > memory_limit():
+        raise InvalidInputError(f"{int8_model}: its tensors declare {total:,} bytes (the largest '{largest}'), over the "
+                                f"NPU model's memory limit of {memory_limit() // MIB:,} MiB",
+                                f"convert the model again, or raise {MEMORY_ENV}")
+    return total
+
+
+def _check_cases(cost: Cost, cases: int, reference: int) -> None:
+    """The cases, every operation's output and every reference tensor kept for the comparison, within the NPU
+    model's memory and work."""
+    why = cost.over(cases, True, reference)
     if why is not None:
         raise UsageError(f"--count {cases:,}: the NPU model of {cost.where} needs {why}",
-                         f"pass --count {cost.max_cases(True):,} or fewer, or raise {MEMORY_ENV} or {WORK_ENV}")
+                         f"pass --count {cost.max_cases(True, reference):,} or fewer, or raise {MEMORY_ENV} or "
+                         f"{WORK_ENV}")
 
 
 def _npu_boundary(path: Path, leaf: Leaf, inputs: list[np.ndarray], ref: Reference):

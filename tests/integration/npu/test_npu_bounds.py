@@ -20,6 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws" / "dscnn_mlpe
 TARGET = "ethos-u55-128"
 VELA = Path("compile") / "dscnn_mlperf" / TARGET / "model_int8_vela.tflite"
 DEBUG_DB = VELA.with_name("model_int8_debug.xml")
+INT8 = Path("import") / "dscnn_mlperf" / "model_int8.tflite"
 PAYLOAD32 = 0x4000
 # register codes (Vela's ethos_u55_regs): 16-bit cmd0 and 32-bit cmd1 settings
 OFM_WIDTH_M1, OFM_HEIGHT_M1, OFM_DEPTH_M1 = 0x111, 0x112, 0x113
@@ -36,23 +37,24 @@ def compiled(tmp_path_factory) -> Path:
     return run
 
 
-def _hostile(run: Path, dest: Path, change, debug_db: str | None = None) -> Path:
-    """A copy of ``run`` whose compiled model ``change(bytes, leaf)`` rewrote (and whose debug database is
-    ``debug_db``, if given), with the manifest's hashes to match: only the declared sizes stand between the
-    files and the NPU model."""
+def _hostile(run: Path, dest: Path, change, debug_db: str | None = None, int8_change=None) -> Path:
+    """A copy of ``run`` whose compiled model ``change(bytes, leaf)`` rewrote (its int8 model ``int8_change(bytes)``
+    and its debug database is ``debug_db``, if given), with the manifest's hashes to match: only the declared
+    sizes stand between the files and the NPU model."""
     from edgedeploy.npu.leaf import read_leaf
 
     shutil.copytree(run, dest)
-    path = dest / VELA
-    data = bytearray(path.read_bytes())
-    change(data, read_leaf(path))
-    path.write_bytes(data)
+    for path, edit in ((dest / VELA, lambda data: change(data, read_leaf(dest / VELA))), (dest / INT8, int8_change)):
+        if edit is not None:
+            data = bytearray(path.read_bytes())
+            edit(data)
+            path.write_bytes(data)
     if debug_db is not None:
         (dest / DEBUG_DB).write_text(debug_db)
     manifest = json.loads((dest / "manifest.json").read_text())
     for stage in manifest["stages"]:
         for out in stage["outputs"]:
-            if out["path"] in (str(VELA), str(DEBUG_DB)):
+            if out["path"] in (str(VELA), str(DEBUG_DB), str(INT8)):
                 body = (dest / out["path"]).read_bytes()
                 out["sha256"], out["bytes"] = hashlib.sha256(body).hexdigest(), len(body)
     (dest / "manifest.json").write_text(json.dumps(manifest))
@@ -178,3 +180,20 @@ def test_a_debug_database_that_never_closes_is_named_in_the_mismatch(compiled, t
     assert f"(no TFLite operator named: Vela's debug database {run / DEBUG_DB}: the CDATA of table 'queue' " \
            "(byte 8) is never closed. re-run the compile with --debug-db)" in line
     assert time.perf_counter() - t0 < 120
+
+
+def test_an_int8_model_declaring_a_huge_input_is_refused_before_inputs_are_drawn(compiled, tmp_path):
+    def wide_input(data: bytearray) -> None:
+        old = struct.pack("<5i", 4, 1, 49, 10, 1)  # the input tensor's shape vector [1, 49, 10, 1]
+        assert data.count(old) == 1
+        at = data.find(old)
+        data[at : at + 20] = struct.pack("<5i", 4, 1, 49, 10, 1 << 24)
+
+    run = _hostile(compiled, tmp_path / "hostile", lambda data, leaf: None, int8_change=wide_input)
+    t0 = time.perf_counter()
+    proc = run_cli("verify", run, "-t", TARGET, "-n", 10)
+    assert proc.returncode == 3, proc.stderr
+    line = one_error_line(proc)
+    assert f"{run / INT8}: its tensors declare" in line and "(the largest 'input_1'), over the NPU model's memory " \
+        "limit of 2,048 MiB" in line
+    assert time.perf_counter() - t0 < SECONDS
