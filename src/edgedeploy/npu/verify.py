@@ -177,10 +177,12 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
 
 def _reference_bytes(int8_model: Path) -> int:
     """What TFLite's reference run keeps of one case (every tensor), refused when one case would not fit."""
+    from edgedeploy.core.files import short
+
     total, largest = declared_bytes(int8_model)
     if total > memory_limit():
-        raise InvalidInputError(f"{int8_model}: its tensors declare {total:,} bytes (the largest '{largest}'), over the "
-                                f"NPU model's memory limit of {memory_limit() // MIB:,} MiB",
+        raise InvalidInputError(f"{int8_model}: its tensors declare {total:,} bytes (the largest '{short(largest, 80)}'"
+                                f"), over the NPU model's memory limit of {memory_limit() // MIB:,} MiB",
                                 f"convert the model again, or raise {MEMORY_ENV}")
     return total
 
