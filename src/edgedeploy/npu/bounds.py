@@ -124,10 +124,12 @@ def _region_sizes(leaf: Leaf, where: str, mem: int) -> dict[int, int]:
                             f"{FIX}, or raise {MEMORY_ENV}")
 
     arena, arena_from = leaf.scratch_size, f"the scratch tensor declares {leaf.scratch_size:,} bytes"
-    if not 0 <= arena <= mem:
-        refuse(arena_from)
-    if not 0 <= leaf.scratch_fast_size <= mem:
-        refuse(f"the fast scratch tensor declares {leaf.scratch_fast_size:,} bytes")
+    for what, size in ((arena_from, arena), ("the fast scratch tensor declares "
+                                             f"{leaf.scratch_fast_size:,} bytes", leaf.scratch_fast_size)):
+        if size < 0:
+            raise NpuModelError(f"{where}: {what}", "compile the model again with Vela")
+        if size > mem:
+            refuse(what)
     for kind, tensors in (("input", leaf.inputs), ("output", leaf.outputs)):
         for t in tensors:
             if any(int(d) < 1 for d in t.shape) or t.dtype not in DTYPES:

@@ -60,6 +60,7 @@ HOSTILE = {
                              r"the scratch tensor declares 2,147,483,648 bytes \(.*\), over the NPU model's "
                              r"memory limit"),
     "a 2**40-byte fast scratch": (lambda l: replace(l, scratch_fast_size=2**40), r"the fast scratch tensor declares"),
+    "a negative scratch": (lambda l: replace(l, scratch_size=-16), r"the scratch tensor declares -16 bytes$"),
     "an input at offset 2**31": (lambda l: _io(l, address=2**31),
                                  r"input 'input0' at arena offset 2,147,483,648 ends at 2,147,484,138, over"),
     "an input at a negative offset": (lambda l: _io(l, address=-4), r"input 'input0' at arena offset -4"),
