@@ -105,3 +105,15 @@ def test_report_refuses_a_replaced_baseline_before_reading_it(tmp_path):
         "again (model.save)")
     assert not (tmp_path / "page.html").exists()
     assert time.perf_counter() - t0 < 60
+
+
+def test_a_model_file_is_checked_before_tensorflow_reads_it(tmp_path):
+    from edgedeploy.keras.model import inspect_model_file
+
+    path = tmp_path / "model.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {"layers": []}})
+        _declared_only(f, "model_weights/dense/dense/kernel:0", (1_800_000, 1000))
+    with pytest.raises(InvalidInputError, match=r"dataset 'model_weights/dense/dense/kernel:0' declares 1800000x1000 "
+                                                r"float32 \(7,200,000,000 bytes\), more than the file holds"):
+        inspect_model_file(path)
