@@ -8,7 +8,8 @@ against limits (docs/commands/verify.md, "Limits"):
 * a feature map declares no more elements than the region it lies in holds bytes (a real stream never
   overlays its own elements), and a kernel has at most :data:`KERNEL_POSITIONS` positions;
 * the memory regions plus the largest operation's working set, per case, times the cases (plus, for
-  ``verify``, every operation's output kept for the comparison) stay within the memory limit;
+  ``verify``, every operation's output and the reference run's tensors kept for the comparison) stay within
+  the memory limit;
 * the element operations (multiply-accumulates, reads, writes) of all cases stay within the work limit.
 
 A leaf that breaks a limit for one case is :class:`NpuModelError` naming the file, the operation and the
