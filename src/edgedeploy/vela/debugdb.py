@@ -90,18 +90,18 @@ def weight_layers(tables: Mapping[str, list[dict[str, str]]]) -> list[dict[str, 
     ``weight_read_cycles`` (``est_weight_read_cycles``), ``weight_transfer_cycles``, ``weight_format``,
     ``op_cycles`` and ``npu_cycles``, and ``weight_access_cycles`` (the ``*Weights_ac`` columns per memory).
     """
-    perf = {r["id"]: r for r in tables.get("perf", [])}
-    ext = {r["id"]: _int(r.get("ext_key")) for r in tables.get("source", [])}
+    perf = {r.get("id"): r for r in tables.get("perf", [])}
+    ext = {r.get("id"): _int(r.get("ext_key")) for r in tables.get("source", [])}
     out = []
     for r in tables.get("perf_debug", []):
         total = _int(r.get("weight_total_bytes"))
         if total is None:
             continue
-        p = perf.get(r["id"], {})
+        p = perf.get(r.get("id"), {})
         access = {k[: -len("Weights_ac")]: _int(v) for k, v in r.items()
                   if k.endswith("Weights_ac") and _int(v) is not None}
         out.append({
-            "vela_id": _int(r["id"]),
+            "vela_id": _int(r.get("id")),
             "source_op": ext.get(p.get("source_id")),
             "operator": p.get("operator", ""),
             "name": p.get("name", ""),
