@@ -10,6 +10,7 @@ from typing import Any, Iterable, Iterator
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.core.files import LIMITS, check_input_file
+from edgedeploy.keras.hdf5 import check_datasets
 from edgedeploy.keras.keras3 import unique_name  # noqa: F401  (layer names are made unique the same way in both)
 from edgedeploy.core.weights import WeightStats, stats
 
@@ -47,6 +48,9 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
         try:
             with h5py.File(path, "r") as f:
                 attrs = dict(f.attrs)
+                check_datasets(f, f"model {path}", path.stat().st_size)  # before tf_keras reads any
+        except InvalidInputError:
+            raise
         except Exception as exc:  # OSError mostly; a damaged file fails inside h5py in other ways too
             raise InvalidInputError(f"{path} is not a readable HDF5 Keras model ({exc})".splitlines()[0],
                                     "save the model with model.save('x.h5')") from exc

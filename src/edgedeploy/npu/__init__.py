@@ -8,6 +8,7 @@ stops with :class:`~edgedeploy.errors.NpuModelError` naming it.
 
 ``leaf`` reads the compiled model, ``commands`` decodes the stream, ``featuremap`` reads and writes feature
 maps, ``weights`` decodes weight and scale streams, ``arith`` holds the rounding rules, ``ops`` executes
-convolutions and pooling and holds the output stage, ``elementwise`` the elementwise operations, ``machine``
-runs a stream over a batch of inputs, ``reference`` runs TFLite's reference kernels and ``verify`` compares.
+convolutions and pooling and holds the output stage, ``elementwise`` the elementwise operations, ``bounds``
+checks the memory and work a leaf's declared sizes ask for, ``machine`` runs a stream over a batch of inputs,
+``reference`` runs TFLite's reference kernels and ``verify`` compares.
 """

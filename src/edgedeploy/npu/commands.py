@@ -20,6 +20,9 @@ CODE_MASK = 0x03FF
 OPERATIONS = ("NPU_OP_CONV", "NPU_OP_DEPTHWISE", "NPU_OP_POOL", "NPU_OP_ELEMENTWISE", "NPU_OP_DMA_START")
 # Commands with no effect on results: waits, interrupts, the PMU and what only steers timing or SHRAM layout.
 NO_RESULT = {"NPU_OP_STOP", "NPU_OP_IRQ", "NPU_OP_DMA_WAIT", "NPU_OP_KERNEL_WAIT", "NPU_OP_PMU_MASK"}
+# Operations per stream: each keeps a copy of the registers in force (about 3 KB). Vela's streams for the MLPerf
+# Tiny models hold 50 to 120; a stream of more is refused before its copies grow without bound.
+OPERATIONS_LIMIT = 65_536
 
 
 @lru_cache(maxsize=1)
@@ -109,6 +112,10 @@ def decode(words: tuple[int, ...] | list[int], where: str = "command stream") ->
             raise NpuModelError(f"{where}: word {i} is an unknown command {code:#x}",
                                 "the stream is corrupt or from a newer NPU; compile again with Vela 5.2")
         if name in OPERATIONS:
+            if len(ops) == OPERATIONS_LIMIT:
+                raise NpuModelError(f"{where}: word {i} starts operation {len(ops):,}, over the limit of "
+                                    f"{OPERATIONS_LIMIT:,} operations per stream",
+                                    "the stream is corrupt; compile again with Vela 5.2")
             kind = name.removeprefix("NPU_OP_").removesuffix("_START")
             ops.append(Operation(len(ops), kind, param, i, dict(r0), dict(r1)))
         elif name == "NPU_OP_STOP":

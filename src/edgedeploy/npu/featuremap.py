@@ -90,8 +90,8 @@ def feature_map(op: Operation, prefix: str) -> FeatureMap:
 
 def read(memory: np.ndarray, fm: FeatureMap, shape: tuple[int, int, int], what: str) -> np.ndarray:
     """The feature map's elements for every row of ``memory`` (batch, bytes): (batch, h, w, c) as int64."""
+    _check(memory, fm, shape, what)
     offs = fm.offsets(*shape)
-    _check(memory, offs, fm, what)
     if fm.size == 1:
         raw = memory[:, offs]
         return raw.view(fm.dtype).astype(np.int64)
@@ -103,8 +103,8 @@ def read(memory: np.ndarray, fm: FeatureMap, shape: tuple[int, int, int], what: 
 def write(memory: np.ndarray, fm: FeatureMap, values: np.ndarray, what: str) -> None:
     """Store (batch, h, w, c) ``values`` (already in range) as the feature map's elements."""
     shape = values.shape[1:]
+    _check(memory, fm, shape, what)
     offs = fm.offsets(*shape)
-    _check(memory, offs, fm, what)
     data = values.astype(np.dtype(fm.dtype).newbyteorder("<"))
     if fm.size == 1:
         memory[:, offs] = data.view(np.uint8)
@@ -113,8 +113,33 @@ def write(memory: np.ndarray, fm: FeatureMap, values: np.ndarray, what: str) -> 
     memory[:, idx] = np.ascontiguousarray(data).view(np.uint8).reshape(data.shape + (fm.size,))
 
 
-def _check(memory: np.ndarray, offs: np.ndarray, fm: FeatureMap, what: str) -> None:
-    if offs.size and (offs.min() < 0 or offs.max() + fm.size > memory.shape[1]):
-        raise NpuModelError(f"{what}: {fm.prefix} reaches bytes {int(offs.min())}..{int(offs.max()) + fm.size} of "
+def span(fm: FeatureMap, shape: tuple[int, int, int]) -> tuple[int, int] | None:
+    """The first byte and the end of the bytes the elements of ``shape`` reach (None when it has none), in Python
+    integers from the registers, before any offset array is made: strides up to 2**40 cannot overflow here."""
+    h, w, d = (int(v) for v in shape)
+    if h <= 0 or w <= 0 or d <= 0:
+        return None
+    sy, sx, sc = fm.strides
+    last = d - 1
+    chan = ((last // 16) * sc + (last % 16) * fm.size if fm.brick else last * fm.size)
+    if fm.brick and d > 16:  # the last full brick's channel 15 may lie further than the last channel
+        chan = max(chan, (last // 16 - 1) * sc + 15 * fm.size)
+    left_w, right_w = min(w, fm.width0), w - min(w, fm.width0)
+    lo, hi = None, None
+    # tiles: (columns, first row, rows) for top-left, top-right, bottom-left, bottom-right
+    for t, cols, rows in ((0, left_w, min(h, fm.height0)), (1, right_w, min(h, fm.height1)),
+                          (2, left_w, h - min(h, fm.height0)), (3, right_w, h - min(h, fm.height1))):
+        if cols <= 0 or rows <= 0:
+            continue
+        base = fm.bases[t]
+        end = base + (rows - 1) * sy + (cols - 1) * sx + chan + fm.size
+        lo, hi = (base, end) if lo is None else (min(lo, base), max(hi, end))
+    return None if lo is None else (lo, hi)
+
+
+def _check(memory: np.ndarray, fm: FeatureMap, shape: tuple[int, int, int], what: str) -> None:
+    reach = span(fm, shape)
+    if reach is not None and (reach[0] < 0 or reach[1] > memory.shape[1]):
+        raise NpuModelError(f"{what}: {fm.prefix} reaches bytes {reach[0]}..{reach[1]} of "
                             f"region {fm.region}, which holds {memory.shape[1]}",
                             "the command stream or the arena size is wrong; compile the model again with Vela")

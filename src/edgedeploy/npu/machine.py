@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError, NpuModelError
+from .bounds import MEMORY_ENV, WORK_ENV, leaf_cost
 from .commands import Operation, decode
 from .elementwise import elementwise
 from .leaf import REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
@@ -46,6 +47,12 @@ def run(leaf: Leaf, inputs: Sequence[np.ndarray], on_op: Callable[[Operation, Ca
                                 "pass one array per model input")
     batch = int(inputs[0].shape[0])
     ops = decode(leaf.commands, str(leaf.source)) if ops is None else ops
+    cost = leaf_cost(leaf, ops)  # every declared size bounded before a region is allocated
+    why = cost.over(batch, keep_outputs=False)
+    if why is not None:
+        raise InvalidInputError(f"{leaf.source}: the NPU model needs {why}",
+                                f"run at most {cost.max_cases(False):,} inputs at a time, or raise {MEMORY_ENV} or "
+                                f"{WORK_ENV}")
     regions = _regions(leaf, batch)
 
     def memory(region: int) -> np.ndarray:

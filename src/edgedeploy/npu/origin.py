@@ -16,10 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from edgedeploy.core.files import check_input_file, read_input_text
 from edgedeploy.keras.model import base_name
 from edgedeploy.tflite.reader import OperatorInfo
-from edgedeploy.vela.debugdb import parse_debug_db
+from edgedeploy.vela.debugdb import parse_debug_db, read_debug_db
 
 DEBUG_DB = "debug_db"  # the compile record's output role of Vela's debug database
 
@@ -74,14 +73,13 @@ def describe(origin: Mapping[str, Any]) -> str:
 
 def recorded_tables(manifest, record) -> dict[str, list[dict[str, str]]] | None:
     """The debug database a compile with ``--debug-db`` kept beside its outputs (inside the run folder, with the
-    hash the manifest records), or None."""
+    hash the manifest records), or None; a damaged or oversized one is :class:`InvalidInputError` naming it."""
     from edgedeploy.core.manifest import artifacts_intact
 
     art = record.output(DEBUG_DB)
     if art is None or not artifacts_intact(manifest, [art]):
         return None
-    path = check_input_file(manifest.resolve(art), "Vela's debug database", "text")
-    return parse_debug_db(read_input_text(path, "Vela's debug database", "text"))
+    return read_debug_db(manifest.resolve(art))
 
 
 def recompiled_tables(int8_model: Path, target_name: str, record, commands: Sequence[int]

@@ -16,6 +16,36 @@ class Reference:
     producers: dict[str, str]  # tensor name -> the TFLite operator that writes it
 
 
+# Bytes per element of the TFLite tensor types (edgedeploy.tflite.reader.DTYPES); 8 for a type not listed.
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1, "int16": 2, "int8": 1,
+                 "float64": 8, "uint64": 8, "uint32": 4, "uint16": 2, "int4": 1, "bfloat16": 2, "complex64": 8,
+                 "complex128": 16}
+
+
+def declared_bytes(int8_model: Path) -> tuple[int, str]:
+    """Bytes of every tensor of the model's first subgraph, from the shapes it declares (what the reference run
+    keeps of each case), and the largest tensor's name; read before the interpreter allocates anything."""
+    from flatbuffers import encode, packer
+    from flatbuffers import number_types as N
+
+    from edgedeploy.core.files import read_input_bytes
+    from edgedeploy.tflite.reader import DTYPES, _Table, read_tflite
+
+    read_tflite(int8_model)  # the usual checks and one-line errors
+    data = bytearray(read_input_bytes(int8_model, "int8 model", "model"))
+    model = _Table(data, encode.Get(packer.uoffset, data, 0))
+    total, largest, name = 0, -1, ""
+    for t in model.tables(2)[0].tables(0):
+        code = t.scalar(1, N.Int8Flags)
+        n = ELEMENT_BYTES.get(DTYPES[code] if 0 <= code < len(DTYPES) else "", 8)
+        for d in t.scalars(0, N.Int32Flags):
+            n *= max(int(d), 1)
+        total += n
+        if n > largest:
+            largest, name = n, t.string(3) or "?"
+    return total, name
+
+
 def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
     """Run each case through ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF), keeping every
     tensor (``experimental_preserve_all_tensors``)."""

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MismatchError, NpuModelError, UsageError
+from ..errors import InvalidInputError, MismatchError, NpuModelError, UsageError
+from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, memory_limit
 from .commands import Operation, counts, decode
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
 from .machine import run
 from .origin import describe, origins, recompiled_tables, recorded_tables
 from .ops import ofm_shape
-from .reference import Reference, run_reference
+from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
 MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
@@ -48,8 +49,10 @@ class VerifyOptions:
     seed: int = 0
 
     def check(self) -> None:
-        if self.count < 1:
-            raise UsageError(f"--count is {self.count}", "pass a number of cases >= 1")
+        if not 1 <= self.count <= CASES_LIMIT:
+            raise UsageError(f"--count is {self.count:,}", f"pass a number of cases from 1 to {CASES_LIMIT:,}")
+        if self.seed < 0:
+            raise UsageError(f"--seed is {self.seed}", "pass a seed >= 0")
 
 
 @dataclass
@@ -129,7 +132,10 @@ def operation_origin(src, word: int) -> dict[str, Any]:
     from edgedeploy.tflite.reader import read_tflite
 
     leaf = read_leaf(src.vela_model)
-    tables, why = recorded_tables(src.manifest, src.compile_record), ""
+    try:
+        tables, why = recorded_tables(src.manifest, src.compile_record), ""
+    except InvalidInputError as exc:  # the mismatch stands; the damaged database only leaves it unmapped
+        return {"unmapped": exc.one_line()}
     if tables is None:
         tables, why = recompiled_tables(src.int8_model, src.target, src.compile_record, leaf.commands)
     if tables is None:
@@ -146,7 +152,12 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     t0 = time.perf_counter()
     leaf = read_leaf(vela_model)
     ops = decode(leaf.commands, str(vela_model))
+    cost = leaf_cost(leaf, ops)  # every declared size bounded before anything is allocated
+    reference = _reference_bytes(int8_model)
+    if data is None:
+        _check_cases(cost, count, reference)
     inputs, described = load_cases(int8_model, data, count, seed, kind)
+    _check_cases(cost, int(inputs[0].shape[0]), reference)
     t1 = time.perf_counter()
     ref = run_reference(int8_model, inputs)
     t2 = time.perf_counter()
@@ -156,7 +167,7 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     def keep(op: Operation, memory) -> None:
         if op.kind != "DMA":
             fm = feature_map(op, "OFM")
-            snaps.append((op, read(memory(fm.region), fm, ofm_shape(op), op.title)))
+            snaps.append((op, read(memory(fm.region), fm, ofm_shape(op), op.title).astype(fm.dtype)))
 
     outs, _ = run(leaf, npu_inputs, on_op=keep, ops=ops)
     t3 = time.perf_counter()
@@ -164,6 +175,28 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     result.inputs = described
     result.seconds = {"read": round(t1 - t0, 3), "tflite_reference": round(t2 - t1, 3), "npu_model": round(t3 - t2, 3)}
     return result
+
+
+def _reference_bytes(int8_model: Path) -> int:
+    """What TFLite's reference run keeps of one case (every tensor), refused when one case would not fit."""
+    from edgedeploy.core.files import short
+
+    total, largest = declared_bytes(int8_model)
+    if total > memory_limit():
+        raise InvalidInputError(f"{int8_model}: its tensors declare {total:,} bytes (the largest '{short(largest, 80)}'"
+                                f"), over the NPU model's memory limit of {memory_limit() // MIB:,} MiB",
+                                f"convert the model again, or raise {MEMORY_ENV}")
+    return total
+
+
+def _check_cases(cost: Cost, cases: int, reference: int) -> None:
+    """The cases, every operation's output and every reference tensor kept for the comparison, within the NPU
+    model's memory and work."""
+    why = cost.over(cases, True, reference)
+    if why is not None:
+        raise UsageError(f"--count {cases:,}: the NPU model of {cost.where} needs {why}",
+                         f"pass --count {cost.max_cases(True, reference):,} or fewer, or raise {MEMORY_ENV} or "
+                         f"{WORK_ENV}")
 
 
 def _npu_boundary(path: Path, leaf: Leaf, inputs: list[np.ndarray], ref: Reference):

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgedeploy.core.files import LIMITS, check_input_file
+from edgedeploy.errors import InvalidInputError
+from edgedeploy.keras.hdf5 import check_datasets
 from .collect import int8_model_path
 
 
@@ -42,8 +44,9 @@ def keras_kernels(path: Path) -> dict[str, Any]:
     check_input_file(path, "model", "model")  # a file named by a run's manifest: regular and bounded
     found: dict[str, Any] = {}
 
-    def visit(root) -> None:
+    def visit(root, where: str, size: int) -> None:
         group = root["model_weights"] if "model_weights" in root else root
+        check_datasets(group, where, size)  # declared sizes, before a dataset is read
 
         def take(name, obj):
             if isinstance(obj, h5py.Dataset) and obj.ndim >= 2 and "optimizer" not in name:
@@ -55,11 +58,12 @@ def keras_kernels(path: Path) -> dict[str, Any]:
         with zipfile.ZipFile(path) as zf, zf.open("model.weights.h5") as fh:
             if zf.getinfo("model.weights.h5").file_size > LIMITS["model"]:
                 return found
-            with h5py.File(io.BytesIO(fh.read()), "r") as f:
-                visit(f)
+            data = fh.read()
+            with h5py.File(io.BytesIO(data), "r") as f:
+                visit(f, f"model {path} (its model.weights.h5)", len(data))
     else:
         with h5py.File(path, "r") as f:
-            visit(f)
+            visit(f, f"model {path}", Path(path).stat().st_size)
     return found
 
 
@@ -140,6 +144,8 @@ def _safe_weight_stages(manifest) -> tuple[list, str | None, str | None]:
     files = _stage_files(manifest)  # a file changed since its stage wrote it stops the report: never read
     try:
         return weight_stages(manifest, files)
+    except InvalidInputError:  # a model file the run names that breaks a size limit: refused, not skipped
+        raise
     except Exception as exc:  # an unreadable optional model must not lose the report
         return [], None, f"could not read the stage models ({type(exc).__name__}: {exc})"
 

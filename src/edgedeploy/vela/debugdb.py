@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from edgedeploy.errors import InvalidInputError, ToolFailedError
+from edgedeploy.errors import EdgeDeployError, InvalidInputError, ToolFailedError
 
 log = logging.getLogger("edgedeploy")
 
@@ -17,24 +17,61 @@ log = logging.getLogger("edgedeploy")
 PALETTE_LIMIT = 32
 
 
-_TABLE_RE = re.compile(r'<table name="(?P<name>[^"]+)">\s*<!\[CDATA\[\s*(?P<body>.*?)\]\]>\s*</table>', re.DOTALL)
 WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D")
+# A debug database read back from a run folder: at most this many bytes (the DS-CNN's is 49 KB).
+DEBUG_DB_LIMIT = 16 << 20
+_TABLE_OPEN = '<table name="'
+_NAME_MAX = 200
+_CDATA_OPEN = re.compile(r">\s*<!\[CDATA\[\s*")
+_TABLE_CLOSE = re.compile(r"\]\]>\s*</table>")
 
 
-def parse_debug_db(text: str) -> dict[str, list[dict[str, str]]]:
-    """The tables of Vela's ``*_debug.xml`` (``--enable-debug-db``): name -> rows (column -> text)."""
+def parse_debug_db(text: str, where: str = "Vela's debug database",
+                   error: type[EdgeDeployError] = ToolFailedError) -> dict[str, list[dict[str, str]]]:
+    """The tables of Vela's ``*_debug.xml`` (``--enable-debug-db``): name -> rows (column -> text).
+
+    One pass from the start: each search begins where the last ended, so the time is linear in the text's
+    length whatever it holds (a CDATA section that never closes ends the parse at once). ``where`` names the
+    file and ``error`` is raised for a damaged database (a fresh one is Vela's failure; one read back, the
+    input's)."""
     tables = {}
-    try:
-        for m in _TABLE_RE.finditer(text):
-            rows = csv.DictReader(io.StringIO(m.group("body").replace("\0", ""), newline=""))
-            tables[m.group("name")] = [{k: v for k, v in r.items() if isinstance(k, str) and isinstance(v, str)}
-                                       for r in rows]
-    except csv.Error as exc:
-        raise ToolFailedError(f"Vela's debug database has a table that is not CSV ({exc})",
-                              "re-run the compile with --enable-debug-db") from exc
+    pos = 0
+    while (start := text.find(_TABLE_OPEN, pos)) >= 0:
+        name_at = start + len(_TABLE_OPEN)
+        name_end = text.find('"', name_at, name_at + _NAME_MAX + 1)
+        opened = _CDATA_OPEN.match(text, name_end + 1) if name_end >= 0 else None
+        if opened is None:  # not a table of Vela's form: look on after its opening
+            pos = name_at
+            continue
+        name = text[name_at:name_end]
+        body_end = text.find("]]>", opened.end())
+        if body_end < 0:
+            raise error(f"{where}: the CDATA of table '{name[:40]}' (byte {start:,}) is never closed",
+                        "re-run the compile with --debug-db")
+        closed = _TABLE_CLOSE.match(text, body_end)
+        if closed is None:
+            raise error(f"{where}: table '{name[:40]}' (byte {start:,}) is not closed after its CDATA",
+                        "re-run the compile with --debug-db")
+        try:
+            rows = csv.DictReader(io.StringIO(text[opened.end() : body_end].replace("\0", ""), newline=""))
+            tables[name] = [{k: v for k, v in r.items() if isinstance(k, str) and isinstance(v, str)} for r in rows]
+        except csv.Error as exc:
+            raise error(f"{where}: table '{name[:40]}' is not CSV ({exc})", "re-run the compile with --debug-db"
+                        ) from exc
+        pos = closed.end()
     if not tables:
-        raise ToolFailedError("no <table> in Vela's debug database", "re-run the compile with --enable-debug-db")
+        raise error(f"no <table> in {where}", "re-run the compile with --debug-db")
     return tables
+
+
+def read_debug_db(path: Path) -> dict[str, list[dict[str, str]]]:
+    """The tables of a debug database read back from a run folder: a regular file of at most
+    :data:`DEBUG_DB_LIMIT` bytes, parsed in one pass; a damaged one is :class:`InvalidInputError` naming it."""
+    from edgedeploy.core.files import read_input_text, short
+
+    what = "Vela's debug database"
+    return parse_debug_db(read_input_text(path, what, DEBUG_DB_LIMIT), f"{what} {short(str(path))}",
+                          InvalidInputError)
 
 
 def _int(text: str | None) -> int | None:
@@ -53,18 +90,18 @@ def weight_layers(tables: Mapping[str, list[dict[str, str]]]) -> list[dict[str, 
     ``weight_read_cycles`` (``est_weight_read_cycles``), ``weight_transfer_cycles``, ``weight_format``,
     ``op_cycles`` and ``npu_cycles``, and ``weight_access_cycles`` (the ``*Weights_ac`` columns per memory).
     """
-    perf = {r["id"]: r for r in tables.get("perf", [])}
-    ext = {r["id"]: _int(r.get("ext_key")) for r in tables.get("source", [])}
+    perf = {r.get("id"): r for r in tables.get("perf", [])}
+    ext = {r.get("id"): _int(r.get("ext_key")) for r in tables.get("source", [])}
     out = []
     for r in tables.get("perf_debug", []):
         total = _int(r.get("weight_total_bytes"))
         if total is None:
             continue
-        p = perf.get(r["id"], {})
+        p = perf.get(r.get("id"), {})
         access = {k[: -len("Weights_ac")]: _int(v) for k, v in r.items()
                   if k.endswith("Weights_ac") and _int(v) is not None}
         out.append({
-            "vela_id": _int(r["id"]),
+            "vela_id": _int(r.get("id")),
             "source_op": ext.get(p.get("source_id")),
             "operator": p.get("operator", ""),
             "name": p.get("name", ""),

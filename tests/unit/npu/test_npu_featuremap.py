@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edgedeploy.errors import NpuModelError
-from edgedeploy.npu.featuremap import FeatureMap, read, write
+from edgedeploy.npu.featuremap import FeatureMap, read, span, write
 
 
 def fm(brick=False, size=1, bases=(0, 0, 0, 0), h0=100, h1=100, w0=100, strides=None):
@@ -55,3 +55,24 @@ def test_read_write_round_trip_batched():
 def test_out_of_region_read_is_named():
     with pytest.raises(NpuModelError, match="op: IFM reaches bytes"):
         read(np.zeros((1, 8), np.uint8), fm(strides=(4, 1, 1)), (4, 4, 1), "op")
+
+
+@pytest.mark.parametrize("f, shape", [
+    (fm(strides=(5 * 3, 3, 1)), (2, 5, 3)),
+    (fm(brick=True, strides=(2 * 4 * 16, 16, 4 * 16)), (3, 4, 20)),
+    (fm(brick=True, strides=(2 * 4 * 16, 16, 4 * 16)), (3, 4, 32)),
+    (fm(brick=True, size=4, strides=(4 * 64, 64, 4 * 64)), (1, 4, 18)),
+    (fm(bases=(1000, 2000, 3000, 4000), h0=2, h1=4, w0=3, strides=(10, 1, 1)), (5, 5, 1)),
+    (fm(bases=(1000, 2000, 3000, 4000), h0=2, h1=4, w0=3, strides=(10, 1, 1)), (2, 2, 1)),
+])
+def test_span_is_the_offsets_range(f, shape):
+    offs = f.offsets(*shape)
+    assert span(f, shape) == (int(offs.min()), int(offs.max()) + f.size)
+
+
+def test_a_span_past_int64_is_refused_before_offsets_are_made():
+    # 65,536 rows 2**48 bytes apart: NumPy's int64 offsets would wrap round into the region
+    huge = fm(h0=1 << 16, h1=1 << 16, strides=(1 << 48, 1, 1))
+    assert span(huge, (1 << 16, 1, 1))[1] > 1 << 63
+    with pytest.raises(NpuModelError, match="op: IFM reaches bytes 0..1844"):
+        read(np.zeros((1, 8), np.uint8), huge, (1 << 16, 1, 1), "op")

@@ -593,3 +593,41 @@ def test_compile_stage_records_npu_weights_from_the_debug_db(tmp_path):
     assert result.metrics["weight_read_cycles"].mode == "estimated"
     assert result.outputs["debug_db"].name == "dscnn_mlperf_int8_debug.xml"
     assert all(r["int8_distinct"] is not None for r in facts["layers"])
+
+
+CDATA_10MB = '<debug>\n<table name="perf">\n<![CDATA[\n' + "a" * 10_000_000
+DEBUG_DB_CASES = {
+    "10 MB of CDATA never closed": (CDATA_10MB, "the CDATA of table 'perf' (byte 8) is never closed"),
+    "a million table openings, none closed": ('<table name="t"><![CDATA[' * 400_000, "of table 't' (byte 0) is never"),
+    "a million table names never ended": ('<table name="' * 800_000, "no <table> in"),
+    "closed CDATA, then no </table>": ('<table name="t"><![CDATA[a]]>' + " " * 5_000_000 + "x",
+                                       "table 't' (byte 0) is not closed after its CDATA"),
+    "a 5 MB CSV field": ('<table name="t"><![CDATA[' + "b" * 5_000_000 + "]]></table>", "table 't' is not CSV"),
+}
+
+
+@pytest.mark.parametrize("case", list(DEBUG_DB_CASES))
+def test_a_hostile_debug_database_ends_at_once(case):
+    import time
+
+    text, message = DEBUG_DB_CASES[case]
+    t0 = time.perf_counter()
+    with pytest.raises(ToolFailedError) as caught:
+        parse_debug_db(text, "Vela's debug database db.xml")
+    assert message in caught.value.one_line() and "db.xml" in caught.value.one_line()
+    assert time.perf_counter() - t0 < 2, case
+
+
+def test_a_debug_database_read_back_is_bounded_and_named(tmp_path, monkeypatch):
+    from edgedeploy.errors import InvalidInputError
+    from edgedeploy.vela import debugdb
+
+    path = tmp_path / "model_int8_debug.xml"
+    path.write_text(CDATA_10MB)
+    with pytest.raises(InvalidInputError, match=f"Vela's debug database {path}: the CDATA of table 'perf'"):
+        debugdb.read_debug_db(path)
+    monkeypatch.setattr(debugdb, "DEBUG_DB_LIMIT", 1 << 20)
+    with pytest.raises(InvalidInputError, match=f"is {len(CDATA_10MB):,} bytes, over the limit of 1,048,576"):
+        debugdb.read_debug_db(path)
+    path.write_bytes((DATA / "dscnn_u55_128_debug.xml").read_bytes())
+    assert debugdb.read_debug_db(path) == _tables("dscnn_u55_128_debug.xml")
