@@ -45,6 +45,7 @@ RESULT_BYTES = 24
 NAME_MAX = 255  # the longest model name a HELLO answer may carry (the runner sends at most 63 characters)
 PMU_MAX = 255  # a u8 count
 TEXT_LIMIT = 200  # device-supplied text (a name, an error frame's text) is shown cut to this many characters
+LINE_LIMIT = 1000  # characters of one HIL test failure line
 
 _HEADER = struct.Struct("<2sBBI")
 _HELLO = struct.Struct("<BBBxIII64s")

@@ -13,18 +13,23 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import EdgeDeployError
-from .frame import printable
+from .frame import LINE_LIMIT, printable
 from .serial_device import DEFAULT_TIMEOUT, SerialDevice, bundle_device
 
 PROPERTY = "edgedeploy_inference"
-LINE_LIMIT = 1000  # characters of one failure line
 _CURRENT: dict[str, Any] = {}
+
+
+def failure_line(spec: str, exc: EdgeDeployError) -> str:
+    """``--edgedeploy-device SPEC: what. hint`` on one printable line of at most ``LINE_LIMIT`` characters."""
+    what = printable(exc.message, LINE_LIMIT).rstrip(". ")
+    return printable(f"--edgedeploy-device {spec}: {what}" + (f". {exc.hint}" if exc.hint else ""), LINE_LIMIT)
 
 
 def _fail(spec: str, exc: EdgeDeployError) -> None:
     import pytest
 
-    pytest.fail(printable(f"--edgedeploy-device {spec}: {exc.one_line()}", LINE_LIMIT), pytrace=False)
+    pytest.fail(failure_line(spec, exc), pytrace=False)
 
 
 def serial_device(bundle: Any, spec: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[Callable[[bytes], bytes], SerialDevice | None]:

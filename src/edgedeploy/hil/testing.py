@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from edgedeploy.errors import ToolMissingError
+from edgedeploy.hil.frame import LINE_LIMIT, printable
 from edgedeploy.hil.golden import (
     Comparison,
     GoldenBundle,
@@ -191,9 +192,11 @@ if _pytest is not None:
                 transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))
             except ToolMissingError as exc:  # one line that names this plugin's option, not a traceback
                 hint = (exc.hint or "").replace("--tflm-dir", "--edgedeploy-tflm-dir")
-                _pytest.fail(f"--edgedeploy-device qemu: {exc.message}. {hint}", pytrace=False)
+                _pytest.fail(printable(f"--edgedeploy-device qemu: {exc.message}. {hint}", LINE_LIMIT), pytrace=False)
+            from edgedeploy.hil.npu_device import failing_in_one_line
+
             try:
-                yield transport
+                yield failing_in_one_line(transport, "qemu")  # a firmware fault or hang: one line, no traceback
             finally:
                 transport.close()
         elif kind == "npu":

@@ -243,3 +243,20 @@ def test_device_text_is_cut_and_stripped_of_control_characters():
     assert len(fr.printable(NOISE)) == fr.TEXT_LIMIT and "..." in fr.printable(NOISE)
     assert fr.printable(b"a\tb\r\nc\x00d \xe2\x80\xaee\x1b[1;31mf\x1bcg") == "a b c d efg"
     assert fr.printable("short") == "short"
+
+
+def test_a_qemu_firmware_failure_is_one_clean_line():
+    """What QEMU's transport raises for firmware that faults, with the firmware's own output in it."""
+    from edgedeploy.errors import ToolFailedError
+    from edgedeploy.hil.npu_device import failing_in_one_line
+
+    def faulting(data: bytes) -> bytes:
+        raise ToolFailedError(f"the firmware faulted on the emulated Cortex-M55 (HardFault); last output: {NOISE.decode()}",
+                              "raise --stack-size")  # fmt: skip
+
+    with pytest.raises(pytest.fail.Exception) as err:
+        failing_in_one_line(faulting, "qemu")(b"")
+    line = str(err.value)
+    assert err.value.pytrace is False and line.isprintable() and len(line) <= fr.LINE_LIMIT
+    assert line.startswith("--edgedeploy-device qemu: the firmware faulted on the emulated Cortex-M55 (HardFault); "
+                           "last output: FATAL AAAA") and line.endswith("AAAA end. raise --stack-size")
