@@ -260,3 +260,22 @@ def test_a_qemu_firmware_failure_is_one_clean_line():
     assert err.value.pytrace is False and line.isprintable() and len(line) <= fr.LINE_LIMIT
     assert line.startswith("--edgedeploy-device qemu: the firmware faulted on the emulated Cortex-M55 (HardFault); "
                            "last output: FATAL AAAA") and line.endswith("AAAA end. raise --stack-size")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601", "soon"])
+def test_a_timeout_that_is_not_a_number_of_seconds_is_a_usage_error(value):
+    import argparse
+
+    from edgedeploy.hil.testing import _timeout_option
+
+    with pytest.raises(argparse.ArgumentTypeError, match=r"is not a number of seconds in \(0, 3600\]"):
+        _timeout_option(value)
+    assert _timeout_option("0.5") == 0.5 and _timeout_option("3600") == 3600
+
+
+def test_a_bad_timeout_stops_pytest_before_any_test(tmp_path):
+    argv = pytest_argv(str(EXAMPLES), "-q", "--edgedeploy-bundle", str(tiny_bundle(tmp_path / "fw")),
+                       "--edgedeploy-device", "serial:socket://127.0.0.1:9", "--edgedeploy-timeout", "nan")  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert "--edgedeploy-timeout: 'nan' is not a number of seconds in (0, 3600]" in proc.stderr
