@@ -9,9 +9,12 @@ stops part way. Pure functions, no I/O: :mod:`edgedeploy.hil.serial_device` move
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass
+
+from ..core.files import short
 
 PROTOCOL_VERSION = 1
 SYNC = b"\xed\x5a"
@@ -39,6 +42,10 @@ HAS_PMU = 0x02
 HAS_CLOCK = 0x04
 HELLO_BYTES = 80
 RESULT_BYTES = 24
+NAME_MAX = 255  # the longest model name a HELLO answer may carry (the runner sends at most 63 characters)
+PMU_MAX = 255  # a u8 count
+TEXT_LIMIT = 200  # device-supplied text (a name, an error frame's text) is shown cut to this many characters
+LINE_LIMIT = 1000  # characters of one HIL test failure line
 
 _HEADER = struct.Struct("<2sBBI")
 _HELLO = struct.Struct("<BBBxIII64s")
@@ -88,6 +95,16 @@ class Decoder:
     @property
     def busy(self) -> bool:
         return self.state != _HUNT0
+
+    @property
+    def needed(self) -> int:
+        """Bytes still to come before the frame being read is whole (1 while hunting for the sync bytes): a reader
+        may ask for this many without waiting for bytes that belong to no frame."""
+        if self.state == _HEAD:
+            return HEADER_BYTES - len(self.buf)
+        if self.state in (_PAYLOAD, _CRC):
+            return HEADER_BYTES + self.length + CRC_BYTES - len(self.buf)
+        return 1
 
     def feed(self, byte: int, now_ms: int = 0) -> Frame | FrameError | None:
         self.last_ms = now_ms
@@ -189,3 +206,16 @@ def parse_result(payload: bytes) -> Result:
 def parse_error(payload: bytes) -> tuple[int, str]:
     code = payload[0] if payload else 0
     return code, payload[1:].decode("ascii", "replace")
+
+
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~]?)")
+
+
+def printable(text: str | bytes, limit: int = TEXT_LIMIT) -> str:
+    """Text a device sent, fit for a terminal and a test report: terminal escape sequences removed, other control
+    characters (newlines, tabs, NUL ...) as single spaces, cut in the middle to ``limit`` characters."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
+    text = _ESCAPE.sub("", text)
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return short(text, limit)

@@ -77,10 +77,12 @@ def npu_bundle_transport(bundle: GoldenBundle) -> Transport:
     return run
 
 
-def _fail(exc: EdgeDeployError) -> NoReturn:
+def _fail(exc: EdgeDeployError, spec: str = SPEC) -> NoReturn:
     import pytest
 
-    pytest.fail(f"--edgedeploy-device {SPEC}: {exc.one_line()}", pytrace=False)
+    from .plugin import failure_line
+
+    pytest.fail(failure_line(spec, exc), pytrace=False)
 
 
 def npu_device(bundle: GoldenBundle) -> Transport:
@@ -96,15 +98,16 @@ def npu_device(bundle: GoldenBundle) -> Transport:
     return failing_in_one_line(transport)
 
 
-def failing_in_one_line(transport: Transport) -> Transport:
+def failing_in_one_line(transport: Transport, spec: str = SPEC) -> Transport:
     """``transport``, with an :class:`~edgedeploy.errors.EdgeDeployError` it raises (a command or register setting
-    the NPU model does not implement) ending the running test in one line."""
+    the NPU model does not implement; for ``qemu``, firmware that faults or hangs) ending the running test in one
+    line naming ``--edgedeploy-device SPEC``, its text stripped of control characters and cut short."""
 
     def device(data: bytes) -> bytes:
         try:
             return transport(data)
         except EdgeDeployError as exc:
             failed = exc
-        _fail(failed)
+        _fail(failed, spec)
 
     return device

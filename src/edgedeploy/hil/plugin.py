@@ -2,7 +2,8 @@
 
 :func:`serial_device` opens the device for the ``edgedeploy_device`` fixture; any failure (no
 answer, a wrong model hash, a CRC error) ends the test as one line naming the option, with no
-traceback. Each inference's timing (device cycle counter or clock, and the host's round trip) is
+traceback; what the device sent is shown without control characters and cut short
+(:func:`~edgedeploy.hil.frame.printable`). Each inference's timing (device cycle counter or clock, and the host's round trip) is
 kept in the running test's ``user_properties`` (``edgedeploy_inference``, also in JUnit XML) and
 listed per test at the end of the run (:func:`pytest_terminal_summary`).
 """
@@ -12,16 +13,23 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import EdgeDeployError
+from .frame import LINE_LIMIT, printable
 from .serial_device import DEFAULT_TIMEOUT, SerialDevice, bundle_device
 
 PROPERTY = "edgedeploy_inference"
 _CURRENT: dict[str, Any] = {}
 
 
+def failure_line(spec: str, exc: EdgeDeployError) -> str:
+    """``--edgedeploy-device SPEC: what. hint`` on one printable line of at most ``LINE_LIMIT`` characters."""
+    what = printable(exc.message, LINE_LIMIT).rstrip(". ")
+    return printable(f"--edgedeploy-device {spec}: {what}" + (f". {exc.hint}" if exc.hint else ""), LINE_LIMIT)
+
+
 def _fail(spec: str, exc: EdgeDeployError) -> None:
     import pytest
 
-    pytest.fail(f"--edgedeploy-device {spec}: {exc.one_line()}", pytrace=False)
+    pytest.fail(failure_line(spec, exc), pytrace=False)
 
 
 def serial_device(bundle: Any, spec: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[Callable[[bytes], bytes], SerialDevice | None]:

@@ -5,7 +5,11 @@
 Opening sends ``HELLO`` and refuses a firmware whose model hash is not the bundle's; each call
 sends one ``INFER`` and returns the output bytes, keeping what the device measured in :attr:`last`.
 Every failure is one :class:`~edgedeploy.errors.EdgeDeployError` line: a port that cannot be
-opened, a device that does not answer within ``timeout``, a CRC error, an error frame.
+opened, or a :class:`DeviceError` naming the device, the frame and what was expected: no answer within
+``timeout``, a lost connection or other link error, a CRC error, an error frame, an answer of the wrong
+length or with the wrong count of PMU counters, a frame longer than the host reads. Text the device
+sent (its model name, an error frame's text) is cut to :data:`~edgedeploy.hil.frame.TEXT_LIMIT`
+characters with control characters and terminal escapes removed (:func:`~edgedeploy.hil.frame.printable`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ DEFAULT_BAUD = 115200
 DEFAULT_TIMEOUT = 10.0
 PYSERIAL_PIN = "pyserial==3.5"
 _READ_SLICE = 0.05  # seconds one read waits, so the overall deadline is kept
+TEXT_FRAME_MAX = 1 << 20  # the longest frame read besides the expected answer (an error frame and its text)
+_RUNNER_HINT = "check that the firmware runs the edgedeploy runner on this port at this baud rate"
+_REBUILD_HINT = "build the firmware from a bundle exported by this edgedeploy"
+
+
+class DeviceError(ToolFailedError):
+    """A device that broke the runner protocol or the link: the device, the frame and what was expected, in one
+    line (the HIL plugin ends the running test with it, without a traceback)."""
 
 
 def parse_device(spec: str) -> tuple[str, int]:
@@ -69,6 +81,7 @@ class SerialDevice:
         self.accepted = {s.lower() for s in model_sha256 if s}
         self.input_bytes, self.output_bytes = int(input_bytes), int(output_bytes)
         self._seq = 0
+        self.lost = ""  # why the link is gone (later requests fail at once, naming it)
         self.last: Timing | None = None
         self.stream = stream if stream is not None else _open(port, baud, self.timeout)
         try:
@@ -77,16 +90,23 @@ class SerialDevice:
             self.close()
             raise
 
+    def _fail(self, problem: str, hint: str | None = None) -> DeviceError:
+        return DeviceError(f"the device on {self.port} {problem}", hint)
+
     def _handshake(self) -> fr.Hello:
-        hello = fr.parse_hello(self.request(fr.HELLO, b"", "HELLO").payload)
+        expect = f"a HELLO answer of {fr.HELLO_BYTES} to {fr.HELLO_BYTES + fr.NAME_MAX} bytes"
+        payload = self.request(fr.HELLO, b"", "HELLO", fr.HELLO_BYTES + fr.NAME_MAX, expect).payload
+        if not fr.HELLO_BYTES <= len(payload) <= fr.HELLO_BYTES + fr.NAME_MAX:
+            raise self._fail(f"answered HELLO with {len(payload)} payload bytes; expected {fr.HELLO_BYTES} (the runner's "
+                             f"header) and a model name of up to {fr.NAME_MAX} characters", _REBUILD_HINT)  # fmt: skip
+        hello = fr.parse_hello(payload)
         where = f"the firmware on {self.port}"
         if hello.version != fr.PROTOCOL_VERSION:
-            raise ToolFailedError(f"{where} speaks runner protocol {hello.version}, not {fr.PROTOCOL_VERSION}",
-                                  "build the firmware from a bundle exported by this edgedeploy")  # fmt: skip
+            raise ToolFailedError(f"{where} speaks runner protocol {hello.version}, not {fr.PROTOCOL_VERSION}", _REBUILD_HINT)
         if hello.model_sha256.lower() not in self.accepted:
             raise InvalidInputError(
-                f"{where} runs model '{hello.name}' sha256 {hello.model_sha256[:16]}..., not bundle '{self.name}' "
-                f"(sha256 {' or '.join(sorted(s[:16] + '...' for s in self.accepted))})",
+                f"{where} runs model '{fr.printable(hello.name, 80)}' sha256 {fr.printable(hello.model_sha256[:16])}..., "
+                f"not bundle '{self.name}' (sha256 {' or '.join(sorted(s[:16] + '...' for s in self.accepted))})",
                 "flash the firmware built from this bundle, or pass the bundle it was built from",
             )
         if (hello.input_bytes, hello.output_bytes) != (self.input_bytes, self.output_bytes):
@@ -96,49 +116,80 @@ class SerialDevice:
             )  # fmt: skip
         return hello
 
-    def request(self, ftype: int, payload: bytes, what: str) -> fr.Frame:
-        """Send one frame, return the device's answer to it; an error frame or no answer raises."""
+    def request(self, ftype: int, payload: bytes, what: str, limit: int = TEXT_FRAME_MAX, expect: str = "") -> fr.Frame:
+        """Send one frame, return the device's answer to it (a payload of at most ``limit`` bytes; ``expect`` says
+        what it should be); an error frame, no answer, a lost connection or a frame the host does not read raises
+        :class:`DeviceError`."""
+        if self.lost:
+            raise self._fail(f"is not answering {what}: {self.lost}", "restart the device and run again")
         self._seq = (self._seq + 1) & 0xFF
-        seq = self._seq
+        try:
+            return self._exchange(ftype, self._seq, payload, what, limit)
+        except OSError as exc:  # pyserial's SerialException is an OSError: a disconnect, a write timeout
+            failure = exc
+        text = fr.printable(str(failure)) or type(failure).__name__
+        if "disconnected" in text:
+            self.lost = f"it closed the connection during an earlier {what}"
+            raise self._fail(f"closed the connection before answering {what} (expected {expect or 'an answer'})",
+                             _RUNNER_HINT)
+        self.lost = f"the link failed during an earlier {what} ({text})"
+        raise self._fail(f"could not be reached during {what}: {text}", _RUNNER_HINT)
+
+    def _exchange(self, ftype: int, seq: int, payload: bytes, what: str, limit: int) -> fr.Frame:
         self.stream.reset_input_buffer()  # what an earlier, abandoned request left
         self.stream.write(fr.encode(ftype, seq, payload))
         self.stream.flush()
-        decoder = fr.Decoder(capacity=1 << 24, timeout_ms=int(self.timeout * 1000))
+        capacity = max(limit, TEXT_FRAME_MAX)
+        decoder = fr.Decoder(capacity=capacity, timeout_ms=int(self.timeout * 1000))
         deadline = time.monotonic() + self.timeout
-        got = 0
+        got, other = 0, ""
         while time.monotonic() < deadline:
-            data = self.stream.read(max(1, getattr(self.stream, "in_waiting", 0) or 1))
+            # the rest of a frame begun, else what is waiting: no read waits for bytes that belong to no frame
+            size = decoder.needed if decoder.busy else max(1, getattr(self.stream, "in_waiting", 0) or 0)
+            data = self.stream.read(size)
             got += len(data)
             for ev in decoder.feed_all(data):
+                if isinstance(ev, fr.FrameError) and ev.code == fr.ERR_TOO_LONG:
+                    raise self._fail(f"sent a frame of {decoder.length:,} payload bytes for {what}; the host reads at "
+                                     f"most {capacity:,}", _RUNNER_HINT)  # fmt: skip
                 if isinstance(ev, fr.FrameError):
-                    raise ToolFailedError(
+                    raise DeviceError(
                         f"the answer from {self.port} to {what} failed its check ({fr.ERROR_NAMES.get(ev.code, ev.code)})",
                         "check the baud rate and the wiring; the link corrupts bytes",
                     )
                 if ev.type == fr.ERROR:
                     code, text = fr.parse_error(ev.payload)
-                    raise ToolFailedError(
-                        f"the device on {self.port} refused {what}: {fr.ERROR_NAMES.get(code, f'error {code}')} ({text})",
+                    raise self._fail(
+                        f"refused {what}: {fr.ERROR_NAMES.get(code, f'error {code}')} ({fr.printable(text)})",
                         "check the baud rate and the wiring" if code in (fr.ERR_CRC, fr.ERR_TIMEOUT) else None,
                     )
                 if ev.type == ftype | fr.REPLY and ev.seq == seq:
+                    if len(ev.payload) > limit:
+                        raise self._fail(f"answered {what} with {len(ev.payload):,} payload bytes; at most {limit:,} "
+                                         "expected", _REBUILD_HINT)  # fmt: skip
                     return ev
-        raise ToolFailedError(
-            f"the device on {self.port} did not answer {what} within {self.timeout:g} s"
-            + (f" ({got} bytes arrived, no whole answer)" if got else " (no bytes arrived)"),
-            "check that the firmware runs the edgedeploy runner on this port at this baud rate",
-        )
+                other = other or f"a frame of type 0x{ev.type:02x} seq {ev.seq}, not the answer to {what} seq {seq}"
+        arrived = other or (f"{got} bytes arrived, no whole answer" if got else "no bytes arrived")
+        raise self._fail(f"did not answer {what} within {self.timeout:g} s ({arrived})", _RUNNER_HINT)
 
     def infer(self, data: bytes) -> fr.Result:
         if len(data) != self.input_bytes:
             raise ValueError(f"input is {len(data)} bytes; '{self.name}' takes {self.input_bytes}")
+        pmu = self.hello.pmu_events
+        want = fr.RESULT_BYTES + 4 * pmu + self.output_bytes
+        layout = f"{fr.RESULT_BYTES} + 4 x {pmu} PMU counters + {self.output_bytes} output bytes"
         start = time.perf_counter()
-        answer = self.request(fr.INFER, bytes(data), "INFER")
+        answer = self.request(fr.INFER, bytes(data), "INFER", fr.RESULT_BYTES + 4 * fr.PMU_MAX + self.output_bytes,
+                              f"an INFER answer of {want} bytes")  # fmt: skip
+        n = len(answer.payload)
+        counters = answer.payload[1] if n >= 2 else None
+        if counters is not None and counters != pmu:
+            raise self._fail(f"answered INFER with {n} payload bytes declaring {counters} PMU counters; its HELLO "
+                             f"announced {pmu}, so {want} bytes ({layout}) were expected", _REBUILD_HINT)  # fmt: skip
+        if n != want:
+            raise self._fail(f"answered INFER with {n} payload bytes; expected {want} ({layout})", _REBUILD_HINT)
         result = fr.parse_result(answer.payload)
         self.last = Timing(time.perf_counter() - start, result.cycles, result.device_ms, result.npu_cycles, result.pmu)
-        if len(result.output) != self.output_bytes:
-            raise ToolFailedError(f"the device on {self.port} answered {len(result.output)} output bytes, not {self.output_bytes}",
-                                  "rebuild the firmware from this bundle")  # fmt: skip
         return result
 
     def __call__(self, data: bytes) -> bytes:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from edgedeploy.errors import ToolMissingError
+from edgedeploy.hil.frame import LINE_LIMIT, printable
 from edgedeploy.hil.golden import (
     Comparison,
     GoldenBundle,
@@ -90,6 +91,22 @@ def _device_option(value: str) -> str:
     if value in ("host", "qemu", "npu") or (value.startswith("serial:") and len(value) > len("serial:")):
         return value
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(DEVICES)})")
+
+
+def _timeout_option(value: str) -> float:
+    """``--edgedeploy-timeout``: seconds in (0, 3600] (argparse makes a bad value a usage error)."""
+    import argparse
+    import math
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a number of seconds in (0, 3600]")
+    return seconds
+
+
 _NO_BUNDLE = "no firmware bundle given: pass --edgedeploy-bundle FWDIR (a folder written by `edgedeploy export --golden N`)"
 
 
@@ -116,10 +133,10 @@ def pytest_addoption(parser: Any) -> None:
     group.addoption(
         "--edgedeploy-timeout",
         dest="edgedeploy_timeout",
-        type=float,
+        type=_timeout_option,
         default=10.0,
         metavar="SECONDS",
-        help="how long a serial: device may take to answer one request (default 10)",
+        help="how long a serial: device may take to answer one request, in (0, 3600] seconds (default 10)",
     )
     group.addoption(
         "--edgedeploy-tflm-dir",
@@ -191,9 +208,11 @@ if _pytest is not None:
                 transport = qemu_transport(golden_bundle, request.config.getoption("edgedeploy_tflm_dir", default=None))
             except ToolMissingError as exc:  # one line that names this plugin's option, not a traceback
                 hint = (exc.hint or "").replace("--tflm-dir", "--edgedeploy-tflm-dir")
-                _pytest.fail(f"--edgedeploy-device qemu: {exc.message}. {hint}", pytrace=False)
+                _pytest.fail(printable(f"--edgedeploy-device qemu: {exc.message}. {hint}", LINE_LIMIT), pytrace=False)
+            from edgedeploy.hil.npu_device import failing_in_one_line
+
             try:
-                yield transport
+                yield failing_in_one_line(transport, "qemu")  # a firmware fault or hang: one line, no traceback
             finally:
                 transport.close()
         elif kind == "npu":

@@ -4,7 +4,8 @@ The local process pool (:mod:`edgedeploy.vela.pool`) is the default. With ``--ex
 becomes a Ray task: the model and ``vela.ini`` travel with the task, Vela runs in the Ray worker's own
 temporary folder, and the files it writes come back and are stored exactly where a local compile would put
 them, so everything after (parsing, manifest, caching) is the same. ``ray.init`` joins the cluster named by
-``--ray-address`` or ``RAY_ADDRESS``, or starts a local Ray instance.
+``--ray-address`` or ``RAY_ADDRESS``, or starts a local Ray instance; an address is checked first and joined
+within a bounded time (:mod:`edgedeploy.vela.ray_connect`, ``EDGEDEPLOY_RAY_CONNECT_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.errors import ToolFailedError, ToolMissingError
+from edgedeploy.vela.ray_connect import bounded_join, probe_ray_address
 from edgedeploy.vela.worker import VelaJobResult, vela_job
 
 
@@ -64,7 +66,11 @@ def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
     if set_wait:
         os.environ[key] = str(LOCAL_START_WAIT_S)
     try:
-        ray.init(**kwargs)
+        if address:
+            with bounded_join():
+                ray.init(**kwargs)
+        else:
+            ray.init(**kwargs)
     except (RuntimeError, ConnectionError, TimeoutError, OSError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -79,11 +85,14 @@ def init_ray(ray, kwargs: dict[str, Any], address: str | None = None) -> None:
 
 def join_ray(ray, address: str | None, num_cpus: int | None = None) -> bool:
     """Join the Ray cluster at ``address`` (else start a local Ray, with ``num_cpus`` when given), quietly,
-    unless Ray is running in this process already; whether this call started it (its caller then shuts it down)."""
+    unless Ray is running in this process already; whether this call started it (its caller then shuts it down).
+    Nothing answering at ``address`` is one line naming it, within the connect timeout."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if address:
+        source = "RAY_ADDRESS" if address == os.environ.get("RAY_ADDRESS") else "--ray-address"
+        probe_ray_address(address, source)
         kwargs["address"] = address
     elif num_cpus:
         kwargs["num_cpus"] = num_cpus

@@ -41,15 +41,57 @@ def test_local_start_failure_is_one_clear_error(monkeypatch):
     assert KEY not in os.environ
 
 
-def test_users_wait_and_cluster_address_are_kept(monkeypatch):
+@pytest.fixture
+def grpc_address():
+    """127.0.0.1:PORT where a server answers as a gRPC server does (an HTTP/2 SETTINGS frame), so the address
+    passes edgedeploy's check and the join is Ray's."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, held = threading.Event(), []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(10)
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_users_wait_and_cluster_address_are_kept(monkeypatch, grpc_address):
     seen = []
     monkeypatch.setenv(KEY, "7")
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", _failing_init(seen))
-    with pytest.raises(ToolFailedError, match="the Ray cluster at 10.0.0.5:6379"):
-        RayExecutor(address="10.0.0.5:6379", jobs=2)._start()
-    assert seen[0][0] == "7" and seen[0][1]["address"] == "10.0.0.5:6379" and "num_cpus" not in seen[0][1]
+    with pytest.raises(ToolFailedError, match=f"the Ray cluster at {grpc_address}"):
+        RayExecutor(address=grpc_address, jobs=2)._start()
+    assert seen[0][0] == "7" and seen[0][1]["address"] == grpc_address and "num_cpus" not in seen[0][1]
     assert os.environ[KEY] == "7"
+
+
+def test_a_cluster_address_gets_one_attempt(monkeypatch, grpc_address):
+    seen = []
+    monkeypatch.delenv(KEY, raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", _failing_init(seen))
+    monkeypatch.setenv("RAY_ADDRESS", grpc_address)
+    with pytest.raises(ToolFailedError, match=f"the Ray cluster at {grpc_address}"):
+        RayExecutor(jobs=2)._start()
+    assert seen[0][0] == "1" and seen[0][1]["address"] == grpc_address  # Ray's 20 retries would take minutes
+    assert KEY not in os.environ
 
 
 def test_palette_sweep_starts_ray_the_same_way(monkeypatch, tmp_path):
