@@ -158,7 +158,8 @@ def end_stage(ctx: RunContext, pending: PendingStage,
     """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
     it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
     recorded, an error is recorded and raised again, its staging folder removed. A full disk, however the work
-    met it, is a :class:`~edgedeploy.errors.DiskFullError` naming the file (as it will lie in the stage folder)."""
+    met it, is a :class:`~edgedeploy.errors.DiskFullError` naming the file (as it will lie in the stage folder),
+    and is not recorded: the stage's earlier record and folder, if any, are left as they were."""
     spec = pending.spec
     final = None
     try:
@@ -172,14 +173,13 @@ def end_stage(ctx: RunContext, pending: PendingStage,
             no_space_error(exc, shown) if isinstance(exc, Exception) else None)
         if err is None:
             raise
-        if isinstance(err, DiskFullError) and err is not exc:  # the file as it would lie in the stage folder
-            err = DiskFullError(err.message.replace(str(pending.staged), str(shown)), err.hint)
-        try:
+        if isinstance(err, DiskFullError):
+            if err is not exc:  # the file as it would lie in the stage folder, not under its staging name
+                err = DiskFullError(err.message.replace(str(pending.staged), str(shown)), err.hint)
+            # not recorded: a full disk says nothing about the stage, and its earlier record and folder stay
+        else:
             _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
                     error=err.one_line())
-        except DiskFullError:  # the manifest cannot be saved either: the error that stopped the stage is the news
-            if not isinstance(err, DiskFullError):
-                raise
         if err is exc:
             raise
         raise err from None
