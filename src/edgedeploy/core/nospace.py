@@ -72,6 +72,26 @@ def no_space_error(exc: BaseException, path: Path | str | None) -> DiskFullError
     return disk_full(os.fsdecode(named) if isinstance(named, (str, bytes)) else path, quota=_quota(exc))
 
 
+def free_bytes(path: Path | str) -> int | None:
+    """The bytes free to this user on the disk that holds ``path`` (its nearest existing folder), or None."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def ensure_room(path: Path | str, need: int) -> None:
+    """A :class:`DiskFullError` naming ``path`` unless its disk has ``need`` bytes free: for a writer that does not
+    survive a full disk (HDF5), checked before it starts."""
+    free = free_bytes(path)
+    if free is not None and free < need:
+        raise disk_full(path, detail=f"{free:,} bytes free, at least {need:,} needed")
+
+
 def full_stream(fd: int = 1) -> bool:
     """Whether the file descriptor ``fd`` (standard output) writes to a full disk or to the always-full device
     ``/dev/full``: where a write error that names no file came from when the command printed its result."""

@@ -174,7 +174,7 @@ def end_stage(ctx: RunContext, pending: PendingStage,
         if err is None:
             raise
         if isinstance(err, DiskFullError):
-            if err is not exc:  # the file as it would lie in the stage folder, not under its staging name
+            if str(pending.staged) in err.message:  # the file as it would lie in the stage folder, not its staging name
                 err = DiskFullError(err.message.replace(str(pending.staged), str(shown)), err.hint)
             # not recorded: a full disk says nothing about the stage, and its earlier record and folder stay
         else:

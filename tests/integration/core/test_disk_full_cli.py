@@ -1,4 +1,4 @@
-"""`compile` and `export --force` on a real full disk (a small tmpfs, filled to leave a chosen number of bytes).
+"""`compile`, `export --force` and `optimize` on a real full disk (a small tmpfs, filled to leave a chosen number of bytes).
 
 Each ends with exit 13 and one line that says there is no space and names the path being written (never a Vela
 failure blaming the model); no staging folder or temporary file is left, and the earlier good output (a compile
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,22 @@ def test_export_force_on_a_full_disk(good_run, small_disk, leave):
     assert ".part" not in line and ".edgedeploy-tmp" not in line, line
     assert leftovers(out) == []
     assert tree_digest(out) == before  # the earlier bundle, every file as it was
+
+
+@pytest.mark.parametrize("leave", [
+    pytest.param(0, id="disk full: the scratch folder"),
+    pytest.param(10 * PAGE, id="40 KiB free: the baseline's model.h5"),
+])
+def test_optimize_on_a_full_disk(small_disk, leave):
+    """HDF5 can end the process with a segmentation fault on a full disk: the room for a model is checked before
+    it is saved, and the line names the file as it would lie in the run folder."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "kws_tree"
+    run = small_disk.path / "run"
+    assert small_disk.fill(leave) == leave
+    done = run_cli("optimize", example / "dscnn_mlperf_float.h5", "--data", example / "speech_commands_subset.npz",
+                   "--leaves", "ptq", "-o", run)
+    line = one_error_line(done)
+    assert done.returncode == 13, done.stderr
+    assert f"no space left on the device writing {run}" in line and "free space" in line, line
+    assert ".part" not in line and ".edgedeploy-tmp" not in line, line
+    assert leftovers(small_disk.path) == []
