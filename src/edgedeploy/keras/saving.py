@@ -23,8 +23,21 @@ def saved_bytes_bound(model: Any) -> int:
     array and :data:`SAVE_MARGIN`."""
     total = SAVE_MARGIN
     for w in model.weights:
-        total += math.prod(int(d or 1) for d in w.shape) * w.dtype.size + WEIGHT_MARGIN
+        total += math.prod(int(d or 1) for d in w.shape) * _itemsize(w.dtype) + WEIGHT_MARGIN
     return total
+
+
+def _itemsize(dtype: Any) -> int:
+    """Bytes per element of a weight's dtype: a TensorFlow ``DType``, or the name Keras 3 gives it."""
+    size = getattr(dtype, "size", None)
+    if isinstance(size, int):
+        return size
+    import numpy as np
+
+    try:
+        return np.dtype(str(dtype)).itemsize
+    except TypeError:
+        return 8  # a dtype numpy does not name: counted at the widest
 
 
 def save_model_h5(model: Any, path: Path) -> None:
