@@ -174,5 +174,18 @@ def test_a_tflm_build_on_a_full_cache_names_the_cache(small_disk, project, monke
     assert "configuring the TensorFlow Lite Micro build" in line and "No space left on device" in line, line
 
 
+def test_room_is_checked_before_a_writer_that_cannot_survive_a_full_disk(small_disk):
+    from edgedeploy.core.nospace import ensure_room
+
+    small_disk.fill(2 * PAGE)
+    target = small_disk.path / "run" / "optimize" / "baseline" / "model.h5"
+    ensure_room(target, 2 * PAGE)  # room enough: nothing happens, nothing is made
+    with pytest.raises(DiskFullError) as err:
+        ensure_room(target, 2 * PAGE + 1)
+    assert err.value.one_line().startswith(f"no space left on the device writing {target}: 8,192 bytes free, at "
+                                           "least 8,193 needed. free space")
+    assert not (small_disk.path / "run").exists()
+
+
 if sys.platform != "linux":  # /dev/full and tmpfs are Linux's
     pytestmark = pytest.mark.skip(reason="a real full disk is made with Linux's tmpfs and /dev/full")
