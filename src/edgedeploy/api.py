@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from edgedeploy.config.keys import Key
     from edgedeploy.config.recipe import Recipe
     from edgedeploy.config.targets import Target
+    from edgedeploy.errors import DiskFullError
     from edgedeploy.core.manifest import Manifest, Metric, StageRecord
     from edgedeploy.export.locate import ExportOptions
     from edgedeploy.export.stage import ExportResult
@@ -492,3 +493,11 @@ def shorten(text: str, limit: int | None = None) -> str:
     from edgedeploy.core.files import short
 
     return short(text) if limit is None else short(text, limit)
+
+
+def no_space_error(exc: BaseException) -> DiskFullError | None:
+    """``exc`` as the one-line :class:`~edgedeploy.errors.DiskFullError` when it says a disk or quota is full (naming
+    the file the system named, else standard output when that is what is full), else None."""
+    from edgedeploy.core.nospace import full_stream, no_space_error as full
+
+    return full(exc, "standard output" if full_stream(1) else None)

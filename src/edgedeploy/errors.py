@@ -89,3 +89,9 @@ class MismatchError(EdgeDeployError):
     """The functional NPU model's outputs differ from TFLite's reference kernels."""
 
     exit_code = 12
+
+
+class DiskFullError(EdgeDeployError):
+    """A disk or a disk quota is full: a file edgedeploy writes could not be written (nothing half-written is kept)."""
+
+    exit_code = 13

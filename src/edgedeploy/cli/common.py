@@ -43,10 +43,22 @@ def guard() -> Iterator[None]:
     except (typer.Exit, typer.Abort, TyperException):
         raise  # the command line's own exits and usage errors
     except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, a path too long)
+        from edgedeploy import api
+
+        full = api.no_space_error(exc)
+        if full is not None:  # one the library did not name itself: the file the system named, when it did
+            _error_line(full.one_line())
+            raise typer.Exit(full.exit_code) from None
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         _error_line(f"{where}{exc.strerror or exc}. check the path, its permissions and the free space")
         raise typer.Exit(InvalidInputError.exit_code) from None
     except Exception as exc:  # a defect: one line for the user, the traceback with -v
+        from edgedeploy import api
+
+        full = api.no_space_error(exc)  # a library's own error that says a disk is full (h5py, TensorFlow)
+        if full is not None:
+            _error_line(full.one_line())
+            raise typer.Exit(full.exit_code) from None
         log.debug("internal error", exc_info=True)
         _error_line(f"internal error ({type(exc).__name__}: {exc}). run again with -v for the traceback and "
                     "report it")

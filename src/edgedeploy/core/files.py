@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.errors import InvalidInputError, UsageError
+from edgedeploy.core.nospace import writing
 
 
 def sha256_file(path: Path) -> str:
@@ -57,9 +58,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     Inside a run folder this process holds, the temporary file lies in that folder's scratch folder, which the
     next command cleans after a kill; elsewhere it lies beside ``path``. A ``path`` that is a link is written
     through (the link stays a link); one that is a device, FIFO or socket (``/dev/stdout``) is written to as a
-    stream, never replaced.
+    stream, never replaced. A full disk is a :class:`~edgedeploy.errors.DiskFullError` naming ``path``, and leaves
+    nothing behind.
     """
     path = Path(path)
+    with writing(path):
+        _atomic_write(path, data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -95,6 +102,7 @@ def _write_stream(path: Path, data: bytes) -> None:
     os.set_blocking(fd, True)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+        fh.flush()  # here, not at the close, so that a full device (/dev/full) is an error of this call
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -124,15 +132,23 @@ def _held_run_of(path: Path) -> str | None:
 
 def scratch_dir(root: Path) -> Path:
     """``root``'s scratch folder, made (with its mark) when absent. One that edgedeploy did not make (no mark, or a
-    link, or a file) is refused, never written into or emptied."""
+    link, or a file) is refused, never written into or emptied. On a full disk, what was made here is removed."""
     folder = Path(root) / SCRATCH
     mark = folder / SCRATCH_MARK
     if not os.path.lexists(folder):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o777 & ~current_umask())
-        if not os.path.lexists(mark):
-            with open(mark, "w", encoding="utf-8") as fh:
-                fh.write(_MARK_TEXT)
+        made = False
+        try:
+            with writing(root):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder, 0o777 & ~current_umask())
+                    made = True
+                if not os.path.lexists(mark):
+                    with open(mark, "w", encoding="utf-8") as fh:
+                        fh.write(_MARK_TEXT)
+        except BaseException:
+            if made:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
     if folder.is_symlink() or not folder.is_dir() or not mark.is_file():
         raise UsageError(f"{short(str(folder))} exists and edgedeploy did not make it",
                          "move it away: edgedeploy keeps its temporary files in a folder of that name")
@@ -148,11 +164,22 @@ def new_staging_dir(final: Path, root: Path | None = None) -> Path:
         real = Path(os.path.realpath(final))
         run = _held_run_of(real)
         root = Path(run) if run is not None else real.parent
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.", suffix=".part", dir=scratch_dir(root)))
-    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700; the folder is renamed into place as it is
-    with open(tmp / STAGE_MARK, "w", encoding="utf-8") as fh:
-        fh.write(_MARK_TEXT)
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_dir(root)
+    tmp = None
+    try:
+        with writing(root):  # a full disk names the folder being written, not the scratch name
+            tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.", suffix=".part", dir=scratch))
+            os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700; renamed into place as it is
+            with open(tmp / STAGE_MARK, "w", encoding="utf-8") as fh:
+                fh.write(_MARK_TEXT)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_empty_scratch(root)
+        raise
     return tmp
 
 
@@ -186,12 +213,19 @@ def promote(tmp: Path, final: Path) -> None:
         if not ours:
             raise UsageError(f"{short(str(final))} exists and edgedeploy did not write it",
                              "move it away, or choose another output folder; edgedeploy replaces only its own folders")
-        old = Path(tempfile.mkdtemp(prefix=f"{final.name}.", suffix=".old", dir=scratch))
+        with writing(final):
+            old = Path(tempfile.mkdtemp(prefix=f"{final.name}.", suffix=".old", dir=scratch))
         os.replace(final, old / final.name)
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except BaseException:  # the earlier folder goes back: a failed replacement keeps the last good output
+            os.replace(old / final.name, final)
+            os.rmdir(old)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        with writing(final):
+            final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from edgedeploy.errors import ToolFailedError, ToolMissingError
+from edgedeploy.errors import DiskFullError, ToolFailedError, ToolMissingError
+from edgedeploy.core.nospace import disk_full, said_no_space, writing
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,13 @@ def run_command(
         stderr = _text(exc.stderr)
     result = ProcResult(args, returncode, stdout, stderr, time.perf_counter() - start, timed_out)
     if log_file is not None:
-        _write_log(log_file, args, returncode, " (timed out)" if timed_out else "", result.seconds,
-                   f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+        try:
+            _write_log(log_file, args, returncode, " (timed out)" if timed_out else "", result.seconds,
+                       f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+        except DiskFullError:
+            if result.ok or said_no_space(stdout + "\n" + stderr) is None:
+                raise
+            # the program met the same full disk: its own line (check_disk_full) says more than the log's
     return result
 
 
@@ -137,8 +143,11 @@ def run_until_stopped(
     return result, stopped
 
 
-def check(result: ProcResult, what: str, hint: str | None = None) -> ProcResult:
-    """Raise :class:`ToolFailedError` unless ``result`` succeeded."""
+def check(result: ProcResult, what: str, hint: str | None = None, *, writes: Path | None = None,
+          full_hint: str | None = None) -> ProcResult:
+    """Raise :class:`ToolFailedError` unless ``result`` succeeded; one whose output says a disk is full is a
+    :class:`~edgedeploy.errors.DiskFullError` naming the folder the program ``writes`` (``full_hint``: its fix)."""
+    check_disk_full(result, what, writes, full_hint)
     if result.timed_out:
         raise ToolFailedError(f"{what} timed out after {result.seconds:.0f} s", hint)
     if result.returncode != 0:
@@ -146,12 +155,24 @@ def check(result: ProcResult, what: str, hint: str | None = None) -> ProcResult:
     return result
 
 
+def check_disk_full(result: ProcResult, what: str, writes: Path | None, hint: str | None = None) -> None:
+    """A failed program that says a disk or quota is full (a compiler, CMake, a linker): a
+    :class:`~edgedeploy.errors.DiskFullError` naming the folder it ``writes`` and quoting its own line, rather than
+    its last lines, which are about something else (a compiler check that could not write its test program)."""
+    if result.ok:
+        return
+    line = said_no_space(result.stdout + "\n" + result.stderr)
+    if line is not None:
+        raise disk_full(writes, doing=what, detail=line[:300], quota="quota" in line.lower(), hint=hint)
+
+
 def _write_log(log_file: Path, args: Sequence[str], returncode: int | None, note: str, seconds: float,
                body: str) -> None:
     """The log of one process: its command line, how it ended, then what it printed."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    log_file.write_text(f"$ {' '.join(args)}\n# exit {returncode}{note} after {seconds:.2f} s\n{body}",
-                        encoding="utf-8")
+    with writing(log_file):
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text(f"$ {' '.join(args)}\n# exit {returncode}{note} after {seconds:.2f} s\n{body}",
+                            encoding="utf-8")
 
 
 def _text(data: bytes | str | None) -> str:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from edgedeploy.errors import EdgeDeployError, InvalidInputError, UsageError
-from edgedeploy.core.files import lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
+from edgedeploy.errors import DiskFullError, EdgeDeployError, InvalidInputError, UsageError
+from edgedeploy.core.files import LOCK_NAME, lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
+from edgedeploy.core.nospace import is_no_space, no_space_error
 from edgedeploy.core.names import check_name, is_valid
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
@@ -40,6 +41,8 @@ class RunContext:
         try:
             lock_run_dir(run_dir, log)
         except OSError as exc:
+            if is_no_space(exc):
+                raise no_space_error(exc, run_dir / LOCK_NAME) from None
             raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
                              "check the path and its permissions") from exc
         return cls(run_dir, Manifest.open(run_dir))
@@ -156,19 +159,32 @@ def end_stage(ctx: RunContext, pending: PendingStage,
               work: Callable[[], tuple[StageResult, str | None, float | None]]) -> StageRecord:
     """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
     it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
-    recorded, an error is recorded and raised again, its staging folder removed."""
+    recorded, an error is recorded and raised again, its staging folder removed. A full disk, however the work
+    met it, is a :class:`~edgedeploy.errors.DiskFullError` naming the file (as it will lie in the stage folder),
+    and is not recorded: the stage's earlier record and folder, if any, are left as they were."""
     spec = pending.spec
+    final = None
     try:
         result, started, seconds = work()
-        promote(pending.staged, ctx.stage_dir(spec.id))
-    except EdgeDeployError as exc:
+        final = ctx.stage_dir(spec.id)
+        promote(pending.staged, final)
+    except BaseException as exc:
         shutil.rmtree(pending.staged, ignore_errors=True)
-        _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
-                error=exc.one_line())
-        raise
-    except BaseException:
-        shutil.rmtree(pending.staged, ignore_errors=True)
-        raise
+        shown = final or ctx.run_dir.joinpath(*spec.id.split("/"))
+        err = exc if isinstance(exc, EdgeDeployError) else (
+            no_space_error(exc, shown) if isinstance(exc, Exception) else None)
+        if err is None:
+            raise
+        if isinstance(err, DiskFullError):
+            if str(pending.staged) in err.message:  # the file as it would lie in the stage folder, not its staging name
+                err = DiskFullError(err.message.replace(str(pending.staged), str(shown)), err.hint)
+            # not recorded: a full disk says nothing about the stage, and its earlier record and folder stay
+        else:
+            _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
+                    error=err.one_line())
+        if err is exc:
+            raise
+        raise err from None
     return _commit(ctx, pending, result, started or pending.started,
                    time.perf_counter() - pending.t0 if seconds is None else seconds)
 

@@ -20,6 +20,7 @@ from edgedeploy.core.files import (
     remove_empty_scratch,
     sha256_file,
 )
+from edgedeploy.core.nospace import is_no_space, no_space_error, writing
 from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -40,6 +41,8 @@ def lock_out_dir(out: Path) -> None:
     try:
         lock_run_dir(out)
     except OSError as exc:
+        if is_no_space(exc):
+            raise no_space_error(exc, out / LOCK_NAME) from None
         raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
                          "check the path and its permissions") from exc
 
@@ -95,7 +98,9 @@ def _refuse_foreign(out: Path, state: OutDirState, force: bool) -> None:
 def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, force: bool) -> None:
     """Write ``files`` (manifest.json last) into ``out`` through a staging folder.
 
-    File by file, not by renaming the folder: ``out`` holds the lock the next export waits on.
+    File by file, not by renaming the folder: ``out`` holds the lock the next export waits on. Every file is
+    written in full before the first is moved into place, so a full disk leaves the earlier bundle as it was (and
+    no staging folder); its :class:`~edgedeploy.errors.DiskFullError` names the file being written.
     """
     _refuse_foreign(out, state, force)
     clash = sorted(set(state.foreign) & set(files))
@@ -104,11 +109,14 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
             f"--out {out} holds {', '.join(clash)}, which edgedeploy did not write and would overwrite",
             "move those files away, or choose another --out or --name",
         )
-    out.mkdir(parents=True, exist_ok=True)
-    staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+    staged = None
     try:
+        staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
         for name, data in files.items():
-            (staged / name).write_bytes(data)
+            with writing(out / name):
+                (staged / name).write_bytes(data)
         out.mkdir(parents=True, exist_ok=True)
         for name in [n for n in files if n != BUNDLE_MANIFEST] + [BUNDLE_MANIFEST]:
             os.replace(staged / name, out / name)
@@ -116,5 +124,6 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
             if (out / stale).is_file() and not (out / stale).is_symlink():
                 (out / stale).unlink(missing_ok=True)
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
         remove_empty_scratch(out)

@@ -20,6 +20,8 @@ import numpy as np
 
 from ..errors import UsageError
 from .arguments import as_path
+from edgedeploy.core.nospace import ensure_room
+from edgedeploy.keras.saving import saved_bytes_bound
 
 if TYPE_CHECKING:
     import keras
@@ -56,6 +58,7 @@ def save_model_object(model: Any, out: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.stem}.{os.getpid()}.tmp{suffix}")
     try:
+        ensure_room(final, saved_bytes_bound(model))  # HDF5 can crash on a full disk
         model.save(tmp)
         os.replace(tmp, final)
     finally:

@@ -12,6 +12,7 @@ from edgedeploy.optimize import handoff, preserve
 from edgedeploy.config.data import Dataset
 from edgedeploy.keras.model import keras_weight_stats
 from edgedeploy.keras.rewrites import separate_relu_layers
+from edgedeploy.keras.saving import save_model_h5, save_weights_h5
 from edgedeploy.core.manifest import Metric
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
@@ -73,10 +74,10 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
     scores = float_scores(result_model, data)
     if spec.qat:
         target = out / QAT_WEIGHTS
-        result_model.save_weights(target)
+        save_weights_h5(result_model, target)
     else:
         target = out / FLOAT_MODEL
-        result_model.save(target, include_optimizer=False)
+        save_model_h5(result_model, target)
     handoff.keep(node, target, result_model)
     node_metrics = {
         **metrics(data, "float", scores),

@@ -7,6 +7,7 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -16,6 +17,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from edgedeploy.core.files import clear_staging_dir, prepare_lock, sha256_file
+from edgedeploy.core.nospace import disk_full, is_no_space, said_no_space
 from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, checked_artifact
 from edgedeploy.core.stage import PendingStage, RunContext, StageResult, StageSpec, begin_stage, end_stage, run_stage
 from edgedeploy.config.targets import Target, get_target
@@ -235,6 +237,8 @@ def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str |
     """What Vela's finished run in ``item`` gives: the stage's result, and how long Vela ran."""
     spec, target, model, log_path = item.stage.spec, item.target, item.model, item.log_path
     shown = _source_of(ctx, spec.parent) or model  # the model the user gave, not its copy in the run folder
+    final = ctx.stage_dir(spec.id)
+    doing = f"Vela's output for {shown} on {target.name}"
     try:
         job = item.job.result()
         misbiased = item.misbiased.result()
@@ -243,6 +247,13 @@ def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str |
             f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
             "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
             "compiles went on") from None
+    except OSError as exc:  # the worker could not even open its log, or Ray's results could not be stored
+        if is_no_space(exc):
+            raise disk_full(final, doing=doing) from None
+        raise
+    if job.returncode != 0 and _vela_met_full_disk(job.error, log_path):
+        raise disk_full(final, doing=doing, hint="free space on that disk (or compile into a folder on another "
+                        "one with -o), then run the command again; the model is not at fault")
     if job.returncode != 0:
         tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
         raise ToolFailedError(
@@ -250,9 +261,21 @@ def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str |
             f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
             f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
     result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
-    final = ctx.stage_dir(spec.id)
     result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
     return result, None, job.seconds
+
+
+def _vela_met_full_disk(error: str | None, log_path: Path) -> bool:
+    """Whether a failed Vela run stopped on a full disk: the exception it raised, or its own output, says so."""
+    if error and said_no_space(error):
+        return True
+    try:
+        with open(log_path, "rb") as fh:  # the end of the log: where Vela's last words are
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 8192))
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return said_no_space(tail) is not None
 
 
 def end_compiles(ctx: RunContext, records: Iterable[StageRecord], options: CompileOptions) -> None:

@@ -76,7 +76,7 @@ def vela_job(args: list[str], log_path: str) -> VelaJobResult:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    error = None
+    rc, error = None, None
     with open(log_path, "w", encoding="utf-8") as log_file:
         os.dup2(log_file.fileno(), 1)
         os.dup2(log_file.fileno(), 2)
@@ -86,13 +86,22 @@ def vela_job(args: list[str], log_path: str) -> VelaJobResult:
             rc = vela_main.main(args)
         except SystemExit as exc:  # argparse errors
             rc = exc.code if isinstance(exc.code, int) else 2
-        except Exception as exc:  # Vela raises on models it cannot compile
+        except Exception as exc:  # Vela raises on models it cannot compile, and on a full disk
             rc = 1
             error = f"{type(exc).__name__}: {exc}"
-            print(f"edgedeploy: Vela raised {error}")
+            try:
+                print(f"edgedeploy: Vela raised {error}")
+            except OSError:  # the log's own disk is full: the error still travels back in the result
+                pass
         finally:
-            sys.stdout.flush()
-            sys.stdout.close()
+            try:  # a log on a full disk cannot take what is buffered; the result says why Vela stopped
+                sys.stdout.flush()
+            except OSError as exc:
+                rc, error = rc or 1, error or f"{type(exc).__name__}: {exc}"
+            try:
+                sys.stdout.close()
+            except OSError:
+                pass
             sys.stdout, sys.stderr = old_stdout, old_stderr
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)

@@ -20,7 +20,7 @@ from edgedeploy.errors import InvalidInputError, ToolFailedError
 from edgedeploy.export.bundle import cmake_path
 from edgedeploy.export.common import check_c_name
 from edgedeploy.core.files import atomic_write_text
-from edgedeploy.core.proc import run_command
+from edgedeploy.core.proc import check_disk_full, run_command
 from edgedeploy.hil.emulate.render import fill, template
 from edgedeploy.hil.emulate.tflm import OpKernel, TflmLibrary, cmake_generator
 from edgedeploy.hil.emulate.toolchain import Toolchain
@@ -96,9 +96,11 @@ def build(project: Path, toolchain: Toolchain, timeout: float = 600) -> Firmware
         timeout=300,
         log_file=project / "configure.log",
     )
+    check_disk_full(cfg, "configuring the firmware", project)
     if not cfg.ok:
         raise ToolFailedError(f"configuring the firmware failed: {_errors(cfg.stdout + cfg.stderr)}", f"see {project / 'configure.log'}")
     res = run_command([toolchain.cmake, "--build", build_dir], timeout=timeout, log_file=project / "build.log")
+    check_disk_full(res, "building the firmware", project)
     if not res.ok:
         raise ToolFailedError(f"building the firmware failed: {_errors(res.stdout + res.stderr)}", f"see {project / 'build.log'}")
     elf = build_dir / "firmware.elf"

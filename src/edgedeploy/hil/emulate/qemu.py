@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgedeploy.errors import ToolFailedError
+from edgedeploy.core.nospace import writing
 from edgedeploy.core.proc import run_command
 from edgedeploy.hil.emulate.toolchain import QEMU_MACHINE
 
@@ -84,8 +85,9 @@ def qemu_argv(qemu: str, elf: Path) -> list[str]:
 
 def run_firmware(qemu: str, elf: Path, workdir: Path, inputs: bytes, timeout: float = DEFAULT_TIMEOUT) -> tuple[FirmwareReport, bytes, float]:
     """Run ``elf`` with ``inputs`` as ``input.bin``; (report, ``output.bin`` bytes, seconds)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / INPUT_FILE).write_bytes(inputs)
+    with writing(workdir / INPUT_FILE):
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / INPUT_FILE).write_bytes(inputs)
     (workdir / OUTPUT_FILE).unlink(missing_ok=True)
     res = run_command(qemu_argv(qemu, elf), timeout=timeout, cwd=workdir, log_file=workdir / "qemu.log")
     rep = parse_output(res.stdout)

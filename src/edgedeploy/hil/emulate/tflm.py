@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Iterable
 
 from edgedeploy import __version__
-from edgedeploy.errors import UsageError
+from edgedeploy.errors import DiskFullError, UsageError
 from edgedeploy.export.bundle import cmake_path
 from edgedeploy.core.files import atomic_write_text
+from edgedeploy.core.nospace import writing
 from edgedeploy.core.proc import check, run_command, which
 from edgedeploy.hil.emulate.render import fill, template
 from edgedeploy.hil.emulate.toolchain import Toolchain
@@ -163,10 +164,25 @@ class TflmLibrary:
         return self.path.parent / "CMakeFiles" / "tflm.dir" / "cmake_pch.hxx"
 
 
+# A full cache: the fix names where the cache is and how to move it.
+CACHE_FULL_HINT = ("free space on that disk, or set XDG_CACHE_HOME to a folder on a disk with room, then run the "
+                   "command again")
+
+
 def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, timeout: float = 1800) -> TflmLibrary:
-    """``libtflm.a`` with the runtime and these kernels, from the cache when it already has them."""
+    """``libtflm.a`` with the runtime and these kernels, from the cache when it already has them. A full disk under
+    the cache, met by edgedeploy, CMake or the compiler, is a :class:`DiskFullError` naming the cache folder."""
     key = cache_key(tree, toolchain)
     root = cache_root() / key
+    try:
+        with writing(root):  # what the steps below do not name themselves
+            return _build_library(tree, kernels, toolchain, timeout, key, root)
+    except DiskFullError as exc:
+        raise DiskFullError(exc.message, CACHE_FULL_HINT) from None
+
+
+def _build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, timeout: float, key: str,
+                   root: Path) -> TflmLibrary:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per cache entry at a time
@@ -194,10 +210,10 @@ def build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, tim
             timeout=300,
             log_file=log,
         )
-        check(cfg, "configuring the TensorFlow Lite Micro build", f"see {log}")
+        check(cfg, "configuring the TensorFlow Lite Micro build", f"see {log}", writes=root)
         res = run_command([toolchain.cmake, "--build", build, "--parallel", str(os.cpu_count() or 2)], timeout=timeout,
                           log_file=root / "build-compile.log")
-        check(res, "compiling TensorFlow Lite Micro", f"see {root / 'build-compile.log'}")
+        check(res, "compiling TensorFlow Lite Micro", f"see {root / 'build-compile.log'}", writes=root)
         atomic_write_text(listed, "\n".join(sources) + "\n")
         return TflmLibrary(lib, key, True, cfg.seconds + res.seconds, len(sources))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from edgedeploy.errors import UsageError
 from edgedeploy.config.recipe import PALETTE_DEFAULTS
+from edgedeploy.keras.saving import save_model_h5
 from edgedeploy.optimize.palette.projection import PALETTE_LIMIT
 from edgedeploy.optimize.palette.plan import (
     LayerSetting,
@@ -225,7 +226,7 @@ def sensitivity_sweep(model, data, recipe, work: Path, hessians: Mapping[str, np
     settings = candidate_settings(clusters, sparsities)
     work.mkdir(parents=True, exist_ok=True)
     model_path = work / "parent.h5"
-    model.save(model_path, include_optimizer=False)
+    save_model_h5(model, model_path)
     base_acc, base_loss = _scores(model, x_hold, y_hold, from_logits)
     items = [(layer, s.to_dict()) for layer in layers for s in settings]
     log.info("palette sweep: %d layers x %d settings on %d samples (%s)", len(layers), len(settings),

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import InvalidInputError, PreservationError
 from edgedeploy.core.files import read_input_text
+from edgedeploy.keras.saving import save_model_h5, save_weights_h5
 from edgedeploy.config.recipe import PALETTE_PLAN_VERSION
 from edgedeploy.config.tree import LEAVES, NODE_TABLE, QAT_NODES
 from edgedeploy.optimize.finetune.fit import fine_tune
@@ -142,7 +143,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         result_model, plan, folded = _projected_node(env, node, parent, inputs, out, data, fit_data, recipe, loss,
                                                      details, warnings)
         target, role = out / FLOAT_MODEL, "keras_model"
-        result_model.save(target, include_optimizer=False)
+        save_model_h5(result_model, target)
     else:
         doc = read_plan(Path(inputs["model"]).parent)
         plan, folded = doc["plan"], doc["batch_norm_factors"]
@@ -158,7 +159,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         details["epochs"] = epochs
         details["trained_in"] = "kernel units before batch-norm folding" if folded else "the kernels as they are"
         target, role = out / QAT_WEIGHTS, "qat_weights"
-        result_model.save_weights(target)
+        save_weights_h5(result_model, target)
     write_plan(out, node, plan, folded)
     details["plan"] = plan
     details["preservation"] = [s.to_dict() for s in keras_weight_stats(result_model)]
