@@ -160,8 +160,9 @@ def optimize(
         preprocess: a function run on every sample before fine-tuning, calibration, evaluation and golden
             vectors (an MFCC front end, say), or its ``module:function`` name.
         calibration: int8 calibration samples apart from the fine-tune split: a ``representative_dataset``-style
-            function (each item ``[x]``) or an iterable of inputs, read up to the recipe's
-            ``calibration_samples`` (the manifest says when it had more).
+            function (each item ``[x]``) or an iterable of inputs, read up to the recipe's ``data.max_samples``
+            (the manifest says how many were read, and when it had more); a seeded random choice of
+            ``calibration_samples`` of them calibrates.
         labels: class names in index order (in-memory data; a folder's come from its subfolders).
         batched: whether a ``tf.data.Dataset`` yields batches (default: its inputs have one more axis than the
             model's input).
@@ -228,7 +229,7 @@ def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any
             pre = load_preprocess(ref)
         if calibration is not None:
             samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
-                calibration, len(shape), r.calibration_samples)
+                calibration, len(shape), r.max_samples)
             if pre is not None:
                 samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         return samples
@@ -236,7 +237,7 @@ def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any
                           labels=labels, max_samples=r.max_samples)
     if calibration is not None:
         samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
-            calibration, len(shape), r.calibration_samples)
+            calibration, len(shape), r.max_samples)
     if pre is not None:
         samples.x = apply(pre, samples.x, samples.files, "given")
         if samples.x_calibration is not None:
