@@ -154,7 +154,9 @@ def _arrays(obj: Any, rank: int, batched: bool | None, what: str, limit: int
         return _dataset_arrays(obj, rank, batched, what, limit)
     if isinstance(obj, tuple) and len(obj) == 2:
         return np.asarray(obj[0]), (None if obj[1] is None else np.asarray(obj[1])), None
-    raise UsageError(f"the {what} data is a {type(obj).__name__}", "give (x, y) arrays or a tf.data.Dataset")
+    name = type(obj).__name__
+    raise UsageError(f"the {what} data is {'an' if name[:1].lower() in 'aeiou' else 'a'} {name}, not (x, y) arrays "
+                     "or a tf.data.Dataset", "give (x, y) arrays or a tf.data.Dataset")
 
 
 def from_memory(data: Any, input_rank: int, *, eval_fraction: float, seed: int, batched: bool | None = None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from .arguments import as_path
+from .arguments import as_path, check_data_arguments
 
 if TYPE_CHECKING:
     import keras
@@ -180,6 +180,7 @@ def optimize(
     if _keras_flavour(model) is None:  # (checked before TensorFlow is imported)
         as_path(model, "model", "a Keras model or the path of a .h5 or .keras file",
                 "pass a tf_keras or Keras 3 model, or the path of its .h5 or .keras file")
+    check_data_arguments(data, calibration, preprocess, labels, batched)
     out = as_path(out, "out", "a folder")
     if recipe is not None and not isinstance(recipe, Mapping):
         as_path(recipe, "recipe", "a recipe .toml file or its table as a dict")
