@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgedeploy.core.user_code import ended_by, reraise_interrupt, tried_to_end, user_code
 from edgedeploy.errors import InvalidInputError, UsageError
 
 CLASSIFICATION, REGRESSION, RECONSTRUCTION = "classification", "regression", "reconstruction"
@@ -177,22 +178,41 @@ class Task:
 
 def user_spec(ref: str) -> MetricSpec:
     """A user metric ``module:function`` (``function(targets, outputs) -> float``; higher is better unless the
-    function has ``higher_is_better = False``). Imported only when the recipe or --metric names it."""
+    function has ``higher_is_better = False``). Imported only when the recipe or --metric names it. Its import and
+    each call run as the user's code (:func:`~edgedeploy.core.user_code.user_code`): what it prints goes to stderr,
+    and whatever it raises, ``SystemExit`` and a ``KeyboardInterrupt`` of its own included, is one UsageError
+    naming it."""
     module, _, name = ref.partition(":")
     if not module or not name:
         raise UsageError(f"metric '{ref}' is not module:function", "e.g. --metric mypkg.metrics:snr")
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"metric '{ref}' cannot be loaded ({exc})", "put the module on PYTHONPATH") from None
+    with user_code() as signalled:
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(f"metric '{ref}' cannot be loaded ({exc})", "put the module on PYTHONPATH") from None
+        except BaseException as exc:  # the user's own code: one line naming it
+            reraise_interrupt(exc, signalled)
+            raise UsageError(f"metric '{ref}' cannot be loaded ({ended_by(exc)})",
+                             "fix the module: loading it must define the function, not print, exit or raise") from None
     if not callable(fn):
         raise UsageError(f"metric '{ref}' is not a function", "name a function(targets, outputs) -> float")
 
     def measure(y, out) -> float:
+        with user_code() as signalled:
+            try:
+                value = fn(y, out)
+            except BaseException as exc:  # the user's own code: its failure is one line naming it
+                reraise_interrupt(exc, signalled)
+                if tried_to_end(exc):
+                    raise UsageError(f"metric '{ref}' tried to end the command ({ended_by(exc)})",
+                                     "a metric returns a number; it must not call sys.exit() or raise SystemExit "
+                                     "or KeyboardInterrupt") from None
+                raise UsageError(f"metric '{ref}' failed ({ended_by(exc)})",
+                                 "fix the function: it takes (targets, outputs) and returns a number") from None
         try:
-            return float(fn(y, out))
-        except Exception as exc:  # the user's own code: its failure is one line naming it, not an internal error
-            raise UsageError(f"metric '{ref}' failed ({type(exc).__name__}: {exc})",
+            return float(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"metric '{ref}' returned {type(value).__name__}, not a number ({exc})",
                              "fix the function: it takes (targets, outputs) and returns a number") from None
 
     return MetricSpec(ref, name, str(getattr(fn, "unit", "")), bool(getattr(fn, "higher_is_better", True)), measure)

@@ -154,7 +154,9 @@ def _arrays(obj: Any, rank: int, batched: bool | None, what: str, limit: int
         return _dataset_arrays(obj, rank, batched, what, limit)
     if isinstance(obj, tuple) and len(obj) == 2:
         return np.asarray(obj[0]), (None if obj[1] is None else np.asarray(obj[1])), None
-    raise UsageError(f"the {what} data is a {type(obj).__name__}", "give (x, y) arrays or a tf.data.Dataset")
+    name = type(obj).__name__
+    raise UsageError(f"the {what} data is {'an' if name[:1].lower() in 'aeiou' else 'a'} {name}, not (x, y) arrays "
+                     "or a tf.data.Dataset", "give (x, y) arrays or a tf.data.Dataset")
 
 
 def from_memory(data: Any, input_rank: int, *, eval_fraction: float, seed: int, batched: bool | None = None,
@@ -224,17 +226,18 @@ def _from_layout(data: Mapping[str, Any], labels: Sequence[str] | None) -> Sampl
                    info={"source": "arrays", "split_from": "the dict's split", "n": int(len(x))})
 
 
-def calibration_samples(source: Callable[[], Iterable[Any]] | Iterable[Any], rank: int, limit: int
-                        ) -> tuple[np.ndarray, dict[str, Any]]:
+def calibration_samples(source: Callable[[], Iterable[Any]] | Iterable[Any], rank: int,
+                        limit: int = MAX_SAMPLES) -> tuple[np.ndarray, dict[str, Any]]:
     """The samples of a ``representative_dataset``-style function, an iterable or a dataset, as one float32
-    array, and how they were read: the first ``limit`` (the recipe's ``calibration_samples``: no more calibrate),
-    so a source that never ends is read that far and no further."""
+    array, and how they were read: up to ``limit`` (the recipe's ``data.max_samples``) and
+    :data:`STREAM_MEMORY_LIMIT`, so a source that never ends stops there with a warning. All of them are kept:
+    the calibration itself takes a seeded random choice of ``calibration_samples`` from them
+    (:meth:`edgedeploy.config.data.Dataset.calibration`)."""
     items = source() if callable(source) else source
     if is_tf_dataset(items):
-        x, _, read = _dataset_arrays(items, rank, None, "calibration", limit, "calibration_samples",
-                                     refuse_longer=False)
+        x, _, read = _dataset_arrays(items, rank, None, "calibration", limit, refuse_longer=False)
         return x.astype(np.float32), read
-    reader = _Reader("calibration", limit, "calibration_samples", known=False)
+    reader = _Reader("calibration", limit, "data.max_samples", known=False)
     rows: list[np.ndarray] = []
     for item in items:
         if reader.full():

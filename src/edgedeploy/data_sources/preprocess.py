@@ -16,23 +16,19 @@ the sample. A ``KeyboardInterrupt`` from a signal (Ctrl-C, SIGTERM) while it run
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import inspect
-import os
-import signal
-import sys
-import threading
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import InvalidInputError, UsageError
 from edgedeploy.core.files import read_input_bytes, short
+from edgedeploy.core.user_code import ended_by, reraise_interrupt, tried_to_end, user_code
 
 SOURCE_LIMIT = 16 << 20
 
@@ -65,8 +61,8 @@ def load_preprocess(ref: str | Callable[[np.ndarray], Any]) -> Preprocess:
             try:
                 exec(compile(code, str(path), "exec"), module.__dict__)  # noqa: S102 - the user asked for this code
             except BaseException as exc:  # the user's own code: one line naming it
-                _reraise_interrupt(exc, signalled)
-                raise UsageError(f"preprocess '{ref}' cannot be loaded ({_what(exc)})", _LOAD_HINT) from None
+                reraise_interrupt(exc, signalled)
+                raise UsageError(f"preprocess '{ref}' cannot be loaded ({ended_by(exc)})", _LOAD_HINT) from None
         source, digest = str(path.resolve()), hashlib.sha256(code).hexdigest()
     else:
         with user_code() as signalled:
@@ -77,8 +73,8 @@ def load_preprocess(ref: str | Callable[[np.ndarray], Any]) -> Preprocess:
                                  "put the module on PYTHONPATH, or name its file: path/to/module.py:function"
                                  ) from None
             except BaseException as exc:
-                _reraise_interrupt(exc, signalled)
-                raise UsageError(f"preprocess '{ref}' cannot be loaded ({_what(exc)})", _LOAD_HINT) from None
+                reraise_interrupt(exc, signalled)
+                raise UsageError(f"preprocess '{ref}' cannot be loaded ({ended_by(exc)})", _LOAD_HINT) from None
         file = getattr(module, "__file__", None)
         if not file:
             raise UsageError(f"preprocess '{ref}': module {module_name} has no source file to record",
@@ -112,10 +108,10 @@ def apply(pre: Preprocess, x: Sequence[np.ndarray] | np.ndarray, names: Sequence
             try:
                 got = np.asarray(pre.fn(np.asarray(sample, dtype=np.float32)))
             except BaseException as exc:  # the user's own code: its failure is one line naming it and the sample
-                _reraise_interrupt(exc, signalled)
-                ended = not isinstance(exc, Exception)
+                reraise_interrupt(exc, signalled)
+                ended = tried_to_end(exc)
                 raise UsageError(f"preprocess {_named(pre)} {'tried to end the command' if ended else 'failed'} "
-                                 f"on {where} ({_what(exc)})", _ENDED_HINT if ended else
+                                 f"on {where} ({ended_by(exc)})", _ENDED_HINT if ended else
                                  "fix the function: it takes one sample and returns its features") from None
             got = _checked(pre, _real(pre, got, where), where, shape)
             shape = got.shape
@@ -152,69 +148,9 @@ _ENDED_HINT = ("a preprocessing function returns the sample's features; it must 
                "SystemExit or KeyboardInterrupt")
 
 
-def _what(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _named(pre: Preprocess) -> str:
     """The function as the user named it, and for one given in Python its source file."""
     shown = f"'{pre.ref}'"
     if pre.source and not pre.ref.split(":", 1)[0].endswith(".py"):
         shown += f" (in {short(pre.source)})"
     return shown
-
-
-def _reraise_interrupt(exc: BaseException, signalled: list[int]) -> None:
-    """An interrupt by a signal while the user's code ran goes on as the interrupt it is."""
-    if isinstance(exc, KeyboardInterrupt) and signalled:
-        raise exc
-
-
-@contextlib.contextmanager
-def user_code() -> Iterator[list[int]]:
-    """While the user's code runs: its ``print`` and anything written to file descriptor 1 go to stderr, and the
-    signals that interrupt a command (SIGINT, SIGTERM, SIGHUP, where a Python handler takes them) are noted in the
-    list yielded, so that a ``KeyboardInterrupt`` they cause is told apart from one the code raises itself."""
-    signalled: list[int] = []
-    restore = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            old = signal.getsignal(signum) if signum is not None else None
-            if callable(old):
-                def noted(number, frame, old=old):
-                    signalled.append(number)
-                    return old(number, frame)
-
-                signal.signal(signum, noted)
-                restore.append((signum, old))
-    saved = _stdout_to_stderr()
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield signalled
-    finally:
-        if saved is not None:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-        for signum, old in restore:
-            signal.signal(signum, old)
-
-
-def _stdout_to_stderr() -> int | None:
-    """File descriptor 1 pointed at stderr's (what C code and child processes print too); returns a copy of the
-    old one, or None where either descriptor is not open."""
-    try:
-        if sys.stdout is not None:
-            sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):
-        return None
-    try:
-        os.dup2(2, 1)
-    except OSError:
-        os.close(saved)
-        return None
-    return saved
-

@@ -135,26 +135,26 @@ def read_bundle_file(bundle: Path | str, manifest: dict[str, Any], name: str, wh
     if recorded is None:
         raise InvalidInputError(f"{what} {name} is not listed in {short(str(Path(bundle) / BUNDLE_MANIFEST))}",
                                 _REEXPORT)
-    if path.is_symlink():
-        raise InvalidInputError(f"{what} {short(str(path))} is a link, not a file export wrote", _REEXPORT)
+    check_bundle_files(bundle, manifest, [name], what)  # the shared check, before a byte is read
     data = read_input_bytes(path, what, limit)
-    if sha256_bytes(data) != recorded:
-        raise InvalidInputError(f"{what} {short(str(path))} differs from what `edgedeploy export` wrote "
-                                "(its sha256 is not the manifest's)", _REEXPORT)
+    if sha256_bytes(data) != recorded:  # changed between the check and the read: refused the same way
+        check_bundle_files(bundle, manifest, [name], what)
+        raise InvalidInputError(f"{what} {short(str(path))} changed while it was read", _REEXPORT)
     return data
 
 
-def check_bundle_files(bundle: Path | str, manifest: dict[str, Any], names: Any = None) -> None:
+def check_bundle_files(bundle: Path | str, manifest: dict[str, Any], names: Any = None,
+                       what: str = "bundle file") -> None:
     """Every file of ``names`` (default: every file the checked ``manifest`` lists) as `edgedeploy export` wrote it:
     a regular file, not a link, with the sha256 (and size) the manifest's ``files`` table records; else one line
-    naming the file (:func:`edgedeploy.core.manifest.check_recorded_file`)."""
+    naming the file (``what``) (:func:`edgedeploy.core.manifest.check_recorded_file`)."""
     files = manifest.get("files") or {}
     where = short(str(Path(bundle) / BUNDLE_MANIFEST))
     for name in (files if names is None else names):
         if not isinstance(name, str) or name not in files:
             raise InvalidInputError(f"{short(repr(name), 80)} is not a file {where} lists", _REEXPORT)
         size = files[name].get("bytes")
-        check_recorded_file(Path(bundle) / name, files[name]["sha256"], "bundle file", where, _REEXPORT,
+        check_recorded_file(Path(bundle) / name, files[name]["sha256"], what, where, _REEXPORT,
                             size if isinstance(size, int) and not isinstance(size, bool) else None, links=False,
                             writer="`edgedeploy export` wrote it")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import EdgeDeployError, InvalidInputError, ToolFailedError
 from edgedeploy.core.files import sha256_bytes, sha256_file, system_tmp
-from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, artifacts_intact
+from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, checked_artifact, remake_hint
 from edgedeploy.core.proc import ProcResult, run_command
 from edgedeploy.core.stage import RunContext, StageResult, StageSpec, cached_record, run_stage
 from edgedeploy.config.targets import Target, get_target
@@ -90,12 +90,11 @@ def _compiled(manifest: Manifest, leaf: str, target: Target) -> tuple[StageRecor
             f"run `edgedeploy compile MODEL -t {target.name} -o {manifest.run_dir}` first",
         )
     art = rec.output("vela_model")
-    if art is None or not artifacts_intact(manifest, [art]):
-        raise InvalidInputError(
-            f"the Vela model of compile/{leaf}/{target.name} is missing or changed in {manifest.run_dir}",
-            "re-run `edgedeploy compile` for it",
-        )
-    return rec, manifest.resolve(art)
+    if art is None:
+        raise InvalidInputError(f"{manifest.path}: compile/{leaf}/{target.name} records no Vela model",
+                                remake_hint(manifest, rec))
+    # its bytes as the compile wrote them (the shared check: one message shape for every command that reads it)
+    return rec, checked_artifact(manifest, rec, art, f"the Vela-compiled model of '{leaf}' for {target.name}")
 
 
 def fvp_run(

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import InvalidInputError
 
 Transport = Callable[[bytes], bytes]
 
@@ -148,23 +147,16 @@ class GoldenBundle:
 
 def load_bundle(path: str | os.PathLike, verify: bool = True) -> GoldenBundle:
     """Read a bundle folder written by ``edgedeploy export``; with ``verify``, check the files' hashes."""
-    from ..export.bundle import read_bundle_manifest
+    from ..export.bundle import check_bundle_files, read_bundle_manifest
 
     path = Path(path)
 
     manifest = read_bundle_manifest(path)  # every name and file in it checked as input
     golden = manifest.get("golden") or {}
-    if verify:
-        from edgedeploy.core.files import sha256_file
-
-        for name, meta in (manifest.get("files") or {}).items():
-            if name not in (golden.get("npz"), (golden.get("reference") or {}).get("model")):
-                continue
-            f = path / name
-            if not f.is_file() or sha256_file(f) != meta.get("sha256"):
-                raise InvalidInputError(
-                    f"{f} is missing or differs from what `edgedeploy export` wrote", "export the bundle again"
-                )
+    if verify:  # the golden vectors and the reference model as export wrote them (the shared check)
+        listed = manifest.get("files") or {}
+        check_bundle_files(path, manifest, [name for name in (golden.get("npz"), (golden.get("reference") or {})
+                                                              .get("model")) if name in listed], "golden file")
     inputs = tuple(TensorSpec.from_dict(t) for t in manifest.get("inputs", []))
     outputs = tuple(TensorSpec.from_dict(t) for t in manifest.get("outputs", []))
     labels = tuple(manifest["labels"]) if manifest.get("labels") else None

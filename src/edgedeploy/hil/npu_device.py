@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import EdgeDeployError, InvalidInputError, NpuModelError
-from edgedeploy.core.files import sha256_bytes, short
+from edgedeploy.core.files import short
+from edgedeploy.core.manifest import check_recorded_file
 from .golden import GoldenBundle, Transport
 
 SPEC = "npu"
@@ -46,10 +47,11 @@ def bundle_vela_model(bundle: GoldenBundle) -> Path:
         raise InvalidInputError(
             f"{short(str(bundle.path))} holds no compiled model file ({bundle.name}_vela.tflite): it was exported "
             "before bundles carried one", f"{_REEXPORT} (it then writes {bundle.name}_vela.tflite)")
-    data = read_bundle_file(bundle.path, bundle.manifest, name, "compiled model")
-    if sha256_bytes(data) != model.get("sha256"):
-        raise InvalidInputError(f"compiled model {short(str(bundle.path / name))} is not the model the bundle's C "
-                                "array holds (model.sha256 differs)", _REEXPORT)
+    read_bundle_file(bundle.path, bundle.manifest, name, "compiled model")  # as the files table records it
+    # and the model the C array holds (model.sha256): the same shared check, one message shape
+    check_recorded_file(bundle.path / name, model.get("sha256"), "compiled model",
+                        f"{short(str(bundle.path / 'manifest.json'))} (model.sha256, the C array's model)", _REEXPORT,
+                        links=False, writer="the C array was made from it")
     return bundle.path / name
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from edgedeploy.errors import UsageError
 
 MODEL_FILE = "the path of a .h5 or .keras file"
 DATA_FILE = "the path of an .npz file or a data folder"
+DATA = ("(x, y) arrays, ((x_train, y_train), (x_test, y_test)), a dict of .npz arrays, a tf.data.Dataset, "
+        "or the path of an .npz file or a data folder")
+CALIBRATION = "a representative_dataset-style function, an iterable of input arrays or a tf.data.Dataset"
 
 
 def as_path(value: Any, what: str, takes: str, hint: str | None = None) -> Path:
@@ -44,6 +47,35 @@ def target_names(targets: Any) -> list[str]:
         raise UsageError(f"targets is {_kind(targets)}, not a list of target names or files",
                          'pass e.g. ["ethos-u55-128"]')
     return [os.fspath(as_path(t, f"targets[{i}]", "a target name or file")) for i, t in enumerate(targets)]
+
+
+def check_data_arguments(data: Any, calibration: Any = None, preprocess: Any = None, labels: Any = None,
+                         batched: Any = None) -> None:
+    """The data arguments of :func:`edgedeploy.optimize` checked before anything is imported or written: each one
+    of another kind is a :class:`edgedeploy.errors.UsageError` naming the argument and what it takes."""
+    if isinstance(data, (str, os.PathLike)):
+        as_path(data, "data", DATA_FILE)
+    elif not (isinstance(data, Mapping) or is_dataset(data) or (isinstance(data, tuple) and len(data) == 2)):
+        kind = f"a tuple of {len(data)}" if isinstance(data, tuple) else _kind(data)
+        raise UsageError(f"data is {kind}, not {DATA}", "pass e.g. (x, y) numpy arrays or the path of an .npz file")
+    if calibration is not None and (isinstance(calibration, (str, bytes, Mapping)) or not (
+            callable(calibration) or hasattr(calibration, "__iter__"))):
+        raise UsageError(f"calibration is {_kind(calibration)}, not {CALIBRATION}",
+                         "pass e.g. a function yielding [x] for each calibration sample")
+    if preprocess is not None and not (isinstance(preprocess, str) or callable(preprocess)):
+        raise UsageError(f"preprocess is {_kind(preprocess)}, not a function or its module:function name",
+                         "pass a function(sample) -> features, or e.g. \"frontend.py:mfcc\"")
+    if labels is not None and (isinstance(labels, (str, bytes, Mapping)) or not hasattr(labels, "__iter__")):
+        raise UsageError(f"labels is {_kind(labels)}, not a list of class names", 'pass e.g. ["yes", "no"]')
+    if batched is not None and not isinstance(batched, bool):
+        raise UsageError(f"batched is {_kind(batched)}, not True, False or None",
+                         "pass batched=True when the dataset yields batches")
+
+
+def is_dataset(obj: Any) -> bool:
+    """A ``tf.data.Dataset`` (checked without importing TensorFlow)."""
+    return any(c.__module__.startswith("tensorflow") and c.__name__ in ("DatasetV2", "DatasetV1")
+               for c in type(obj).__mro__)
 
 
 def _kind(value: Any) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from .arguments import as_path
+from .arguments import as_path, check_data_arguments
 from edgedeploy.core.nospace import ensure_room
 from edgedeploy.keras.saving import saved_bytes_bound
 
@@ -163,8 +163,9 @@ def optimize(
         preprocess: a function run on every sample before fine-tuning, calibration, evaluation and golden
             vectors (an MFCC front end, say), or its ``module:function`` name.
         calibration: int8 calibration samples apart from the fine-tune split: a ``representative_dataset``-style
-            function (each item ``[x]``) or an iterable of inputs, read up to the recipe's
-            ``calibration_samples`` (the manifest says when it had more).
+            function (each item ``[x]``) or an iterable of inputs, read up to the recipe's ``data.max_samples``
+            (the manifest says how many were read, and when it had more); a seeded random choice of
+            ``calibration_samples`` of them calibrates.
         labels: class names in index order (in-memory data; a folder's come from its subfolders).
         batched: whether a ``tf.data.Dataset`` yields batches (default: its inputs have one more axis than the
             model's input).
@@ -182,6 +183,7 @@ def optimize(
     if _keras_flavour(model) is None:  # (checked before TensorFlow is imported)
         as_path(model, "model", "a Keras model or the path of a .h5 or .keras file",
                 "pass a tf_keras or Keras 3 model, or the path of its .h5 or .keras file")
+    check_data_arguments(data, calibration, preprocess, labels, batched)
     out = as_path(out, "out", "a folder")
     if recipe is not None and not isinstance(recipe, Mapping):
         as_path(recipe, "recipe", "a recipe .toml file or its table as a dict")
@@ -231,7 +233,7 @@ def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any
             pre = load_preprocess(ref)
         if calibration is not None:
             samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
-                calibration, len(shape), r.calibration_samples)
+                calibration, len(shape), r.max_samples)
             if pre is not None:
                 samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         return samples
@@ -239,7 +241,7 @@ def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any
                           labels=labels, max_samples=r.max_samples)
     if calibration is not None:
         samples.x_calibration, samples.info["calibration_read"] = calibration_samples(
-            calibration, len(shape), r.calibration_samples)
+            calibration, len(shape), r.max_samples)
     if pre is not None:
         samples.x = apply(pre, samples.x, samples.files, "given")
         if samples.x_calibration is not None:

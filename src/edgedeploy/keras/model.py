@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.core.files import LIMITS, check_input_file
-from edgedeploy.keras.hdf5 import check_datasets
+from edgedeploy.keras.hdf5 import check_archive_sizes, check_datasets, keras_weights
 from edgedeploy.keras.keras3 import unique_name  # noqa: F401  (layer names are made unique the same way in both)
 from edgedeploy.core.weights import WeightStats, stats
 
@@ -69,12 +69,15 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
     elif path.suffix == ".keras":
         try:
             with zipfile.ZipFile(path) as z:
-                unpacked = sum(i.file_size for i in z.infolist())
-                if unpacked > LIMITS["model"] or z.getinfo("config.json").file_size > LIMITS["manifest"]:
-                    raise InvalidInputError(f"{path} unpacks to {unpacked:,} bytes, over the limit of "
-                                            f"{LIMITS['model']:,}", "see 'Size limits' in docs/files.md")
+                check_archive_sizes(z, path)  # before anything is unpacked
+                if z.getinfo("config.json").file_size > LIMITS["manifest"]:
+                    raise InvalidInputError(f"{path}: its config.json unpacks to "
+                                            f"{z.getinfo('config.json').file_size:,} bytes, over the limit of "
+                                            f"{LIMITS['manifest']:,}", "see 'Size limits' in docs/files.md")
                 config = json.loads(z.read("config.json"))
                 meta = json.loads(z.read("metadata.json")) if "metadata.json" in z.namelist() else {}
+                with keras_weights(z, path):  # the weights' declared sizes, before Keras reads any
+                    pass
         except InvalidInputError:
             raise
         except Exception as exc:  # a bad zip, a missing member, bad JSON, a damaged deflate stream ...

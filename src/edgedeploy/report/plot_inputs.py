@@ -6,13 +6,12 @@ nothing but the document it is given.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgedeploy.core.files import LIMITS, check_input_file
+from edgedeploy.core.files import check_input_file
 from edgedeploy.errors import InvalidInputError
-from edgedeploy.keras.hdf5 import check_datasets
+from edgedeploy.keras.hdf5 import check_datasets, keras_weights
 from .collect import int8_model_path
 
 
@@ -55,12 +54,9 @@ def keras_kernels(path: Path) -> dict[str, Any]:
         group.visititems(take)
 
     if Path(path).suffix == ".keras":
-        with zipfile.ZipFile(path) as zf, zf.open("model.weights.h5") as fh:
-            if zf.getinfo("model.weights.h5").file_size > LIMITS["model"]:
-                return found
-            data = fh.read()
-            with h5py.File(io.BytesIO(data), "r") as f:
-                visit(f, f"model {path} (its model.weights.h5)", len(data))
+        with zipfile.ZipFile(path) as zf, keras_weights(zf, path) as f:  # sizes checked before anything is read
+            if f is not None:
+                visit(f, f"model {path} (its model.weights.h5)", zf.getinfo("model.weights.h5").file_size)
     else:
         with h5py.File(path, "r") as f:
             visit(f, f"model {path}", Path(path).stat().st_size)

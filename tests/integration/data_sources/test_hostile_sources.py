@@ -118,8 +118,9 @@ def _tiny_model(tmp_path: Path) -> Path:
 
 
 def test_endless_datasets_and_calibration_generators_are_read_up_to_the_recipes_limits(tmp_path):
-    """A dataset of unknown length that never ends stops at data.max_samples and an endless calibration generator
-    at calibration_samples; the manifest says so and the written samples hold that many."""
+    """A dataset of unknown length that never ends stops at data.max_samples and so does an endless calibration
+    generator; the manifest says so, the written samples hold that many, and the leaf was calibrated on a seeded
+    random choice of calibration_samples of them."""
     import edgedeploy
     from edgedeploy.keras import tfenv
 
@@ -143,10 +144,12 @@ def test_endless_datasets_and_calibration_generators_are_read_up_to_the_recipes_
     source = json.loads((run.run_dir / "manifest.json").read_text())["info"]["optimize"]["data_source"]
     assert source["read"] == {"samples": 40, "length": "unknown", "limit": 40, "limit_from": "data.max_samples",
                               "stopped_at": "data.max_samples"}
-    assert source["calibration_read"] == {"samples": 16, "length": "unknown", "limit": 16,
-                                          "limit_from": "calibration_samples", "stopped_at": "calibration_samples"}
+    assert source["calibration_read"] == {"samples": 40, "length": "unknown", "limit": 40,
+                                          "limit_from": "data.max_samples", "stopped_at": "data.max_samples"}
     with np.load(run.run_dir / "inputs" / "data.npz") as d:
-        assert len(d["x"]) == 40 and len(d["x_calibration"]) == 16
+        assert len(d["x"]) == 40 and len(d["x_calibration"]) == 40
+    calibrated_on = run.leaves["ptq"].details["calibration"]
+    assert calibrated_on == "16 random samples of the given calibration samples (seed 0)", calibrated_on
 
 
 def test_datasets_that_cannot_be_read_to_their_end_are_refused_before_anything_is_written(tmp_path):
@@ -172,11 +175,11 @@ def test_datasets_that_cannot_be_read_to_their_end_are_refused_before_anything_i
             edgedeploy.optimize(model, kwargs.pop("data"), out, leaves=["ptq"], **kwargs)
         assert words in err.value.one_line(), err.value.one_line()
         assert not out.exists()
-    # a calibration dataset longer than calibration_samples is read that far, not refused
+    # a calibration dataset of known length beyond data.max_samples is read that far, not refused
     run = edgedeploy.optimize(model, (x, y), tmp_path / "ok", leaves=["ptq"], calibration_samples=8,
-                              calibration=known.map(lambda a, b: a))
+                              max_samples=50, calibration=known.map(lambda a, b: a))
     with np.load(run.run_dir / "inputs" / "data.npz") as d:
-        assert len(d["x_calibration"]) == 8
+        assert len(d["x_calibration"]) == 50
 
 
 def _png_of_zeros(path: Path, width: int, height: int) -> None:

@@ -1,10 +1,12 @@
-"""The user's preprocessing function through the real command line: whatever way it ends (SystemExit, a
-KeyboardInterrupt of its own, at load time or on a sample) is one error line naming it with a non-zero exit and
-nothing written, and what it prints goes to stderr, so ``--json`` prints only the JSON document on stdout."""
+"""The user's code through the real command line (a preprocessing function, a ``--metric``): whatever way it ends
+(SystemExit, a KeyboardInterrupt of its own, at load time or on a sample) is one error line naming it with a
+non-zero exit (and, for a preprocess, nothing written), and what it prints goes to stderr, so ``--json`` prints
+only the JSON document on stdout."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -71,3 +73,46 @@ def test_preprocess_endings_and_prints_through_the_command_line(small_run, tmp_p
         return
     assert words in one_error_line(proc) and proc.stdout == ""
     assert not (out / "inputs" / "data.npz").exists() and not list(out.glob("**/*.tflite"))
+
+
+METRICS = '''import os
+import sys
+
+print("metrics loading")
+
+
+def exits0(y, out):
+    raise SystemExit(0)
+
+
+def interrupts(y, out):
+    raise KeyboardInterrupt
+
+
+def prints(y, out):
+    print("scoring", len(y))
+    sys.stdout.flush()
+    os.write(1, b"descriptor 1\\n")
+    return float((out.argmax(axis=1) == y).mean())
+'''
+
+
+@pytest.mark.parametrize("ref,code,words", [
+    ("cli_metrics:exits0", 2, "metric 'cli_metrics:exits0' tried to end the command (SystemExit: 0)"),
+    ("cli_metrics:interrupts", 2, "metric 'cli_metrics:interrupts' tried to end the command (KeyboardInterrupt)"),
+    ("cli_metrics:prints", 0, None),
+])
+def test_metric_endings_and_prints_through_the_command_line(small_run, tmp_path, ref, code, words):
+    (small_run / "cli_metrics.py").write_text(METRICS)
+    out = tmp_path / "run"
+    proc = run_cli("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
+                   "--epochs", "0", "--min-steps", "0", "--metric", ref, "--json", cwd=small_run,
+                   env={"PYTHONPATH": os.pathsep.join([str(small_run), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == code, proc.stderr
+    if words is None:
+        doc = json.loads(proc.stdout)  # only the document: what the metric printed went to stderr
+        assert doc["schema"] == "edgedeploy.optimize" and [leaf["leaf"] for leaf in doc["leaves"]] == ["ptq"]
+        assert "metrics loading" in proc.stderr and "scoring 12" in proc.stderr and "descriptor 1" in proc.stderr
+        return
+    assert words in one_error_line(proc) and proc.stdout == ""
+    assert not list(out.glob("**/*.tflite"))

@@ -121,7 +121,7 @@ def test_an_altered_compiled_model_is_refused(u55_bundle, tmp_path):
     data[len(data) // 2] ^= 1
     path.write_bytes(bytes(data))
     line = one_device_line(run_hil(fw), errors=GOLDEN + 1)
-    assert f"{NAME}_vela.tflite differs from what `edgedeploy export` wrote" in line
+    assert f"{NAME}_vela.tflite was changed after `edgedeploy export` wrote it" in line
     assert "export the bundle again" in line
 
 

@@ -190,3 +190,79 @@ def test_a_user_metric_that_fails_is_one_usage_error():
         spec.fn(np.zeros(3), np.zeros(3))
     with pytest.raises(UsageError, match="is not a function"):
         user_spec("os:sep")
+
+
+USER_METRICS = '''import os
+import sys
+
+
+def exits0(y, out):
+    raise SystemExit(0)
+
+
+def exits3(y, out):
+    sys.exit(3)
+
+
+def interrupts(y, out):
+    raise KeyboardInterrupt
+
+
+def prints(y, out):
+    print("scoring", len(y))
+    sys.stdout.flush()
+    os.write(1, b"descriptor 1\\n")
+    return 7.5
+
+
+def gives_text(y, out):
+    return "high"
+'''
+
+ENDINGS = [  # (function, words of the one line, or the value returned)
+    ("exits0", "metric 'um_{}:exits0' tried to end the command (SystemExit: 0)"),
+    ("exits3", "metric 'um_{}:exits3' tried to end the command (SystemExit: 3)"),
+    ("interrupts", "metric 'um_{}:interrupts' tried to end the command (KeyboardInterrupt)"),
+    ("gives_text", "metric 'um_{}:gives_text' returned str, not a number"),
+    ("prints", 7.5),
+]
+
+
+@pytest.mark.parametrize("name, expected", ENDINGS, ids=[c[0] for c in ENDINGS])
+def test_a_user_metric_that_ends_the_command_or_prints_is_one_line_and_stdout_stays_clean(
+        tmp_path, monkeypatch, capfd, name, expected):
+    from edgedeploy.config.task import user_spec
+
+    module = f"um_{name}"  # a module per case: each is imported afresh
+    (tmp_path / f"{module}.py").write_text(USER_METRICS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = user_spec(f"{module}:{name}")
+    if isinstance(expected, float):
+        assert spec.fn(np.zeros(3), np.zeros(3)) == expected
+        out, err = capfd.readouterr()
+        assert out == "" and "scoring 3" in err and "descriptor 1" in err
+        return
+    with pytest.raises(UsageError) as caught:
+        spec.fn(np.zeros(3), np.zeros(3))
+    line = caught.value.one_line()
+    assert expected.format(name) in line and "\n" not in line, line
+
+
+LOADS = [  # (module text, words)
+    ("import sys\nprint('loading')\nsys.exit(0)\n", "metric 'ul_{}:f' cannot be loaded (SystemExit: 0)"),
+    ("raise KeyboardInterrupt\n", "metric 'ul_{}:f' cannot be loaded (KeyboardInterrupt)"),
+    ("raise RuntimeError('no model')\n", "metric 'ul_{}:f' cannot be loaded (RuntimeError: no model)"),
+]
+
+
+@pytest.mark.parametrize("text, words", LOADS, ids=["exits", "interrupts", "raises"])
+def test_a_user_metric_module_that_ends_while_loading_is_one_line(tmp_path, monkeypatch, capfd, text, words):
+    from edgedeploy.config.task import user_spec
+
+    case = str(LOADS.index((text, words)))
+    (tmp_path / f"ul_{case}.py").write_text(text + "\ndef f(y, out):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError) as caught:
+        user_spec(f"ul_{case}:f")
+    assert words.format(case) in caught.value.one_line(), caught.value.one_line()
+    assert capfd.readouterr().out == ""

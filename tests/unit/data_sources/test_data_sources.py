@@ -209,6 +209,8 @@ def test_arrays_in_memory_are_split_stratified_and_calibration_generators_are_re
     assert calibration_samples([x[0], x[1]], 1, 500)[0].shape == (2, 3)
     with pytest.raises(UsageError, match="yields 2 inputs"):
         calibration_samples(lambda: iter([[x[0], x[1]]]), 1, 500)
+    with pytest.raises(UsageError, match=r"the given data is an int, not \(x, y\) arrays or a tf.data.Dataset"):
+        from_memory(5, 1, eval_fraction=0.2, seed=0)
 
 
 def test_samples_written_with_calibration_are_read_back_for_calibration(tmp_path):

@@ -1,6 +1,6 @@
 """Sources that would mislead or never end: links that loop back into a data folder are skipped with a warning,
 complex values are refused wherever they enter, a calibration generator is read up to the recipe's
-calibration_samples, and a folder is checked against the model before anything is written, naming the folder."""
+data.max_samples (calibration then takes a seeded random choice of them), and a folder is checked against the model before anything is written, naming the folder."""
 
 from __future__ import annotations
 
@@ -129,16 +129,16 @@ def test_complex_values_are_refused_in_one_line_never_cut_to_their_real_part(tmp
 
 
 STREAMS = [  # (items the generator yields, rows per item, the limit, rows read, stopped)
-    ("endless", None, 1, 50, 50, "calibration_samples"),
+    ("endless", None, 1, 50, 50, "data.max_samples"),
     ("shorter than the limit", 7, 1, 50, 7, None),
     ("exactly the limit", 50, 1, 50, 50, None),
-    ("one past the limit", 51, 1, 50, 50, "calibration_samples"),
-    ("endless batches of four", None, 4, 10, 10, "calibration_samples"),
+    ("one past the limit", 51, 1, 50, 50, "data.max_samples"),
+    ("endless batches of four", None, 4, 10, 10, "data.max_samples"),
 ]
 
 
 @pytest.mark.parametrize("items, batch, limit, read, stopped", [c[1:] for c in STREAMS], ids=[c[0] for c in STREAMS])
-def test_a_calibration_generator_is_read_up_to_calibration_samples(caplog, items, batch, limit, read, stopped):
+def test_a_calibration_generator_is_read_up_to_max_samples(caplog, items, batch, limit, read, stopped):
     pulled = []
 
     def representative():
@@ -149,10 +149,33 @@ def test_a_calibration_generator_is_read_up_to_calibration_samples(caplog, items
     with caplog.at_level(logging.WARNING, logger="edgedeploy"):
         x, record = calibration_samples(representative, 1, limit)
     assert x.shape == (read, 3) and x[0, 0] == 0
-    assert record == {"samples": read, "length": "unknown", "limit": limit, "limit_from": "calibration_samples",
+    assert record == {"samples": read, "length": "unknown", "limit": limit, "limit_from": "data.max_samples",
                       "stopped_at": stopped}
     assert len(pulled) <= -(-limit // batch) + 1  # at most one item past the limit is pulled
     assert any("read up to" in r.getMessage() for r in caplog.records) == (stopped is not None)
+
+
+def test_calibration_takes_a_seeded_random_choice_of_what_was_read_not_the_first_samples(tmp_path):
+    """A generator sorted by class: the samples read are all kept, and calibration_samples of them are chosen
+    at random (seeded), from every class, not the first ones."""
+    def sorted_by_class():
+        for c in range(4):
+            for _ in range(25):
+                yield [np.full((1, 3), c, np.float32)]
+
+    x_cal, record = calibration_samples(sorted_by_class, 1)
+    assert x_cal.shape == (100, 3) and record["samples"] == 100 and record["stopped_at"] is None
+    x = np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32)
+    path = tmp_path / "d.npz"
+    np.savez(path, x=x, y=np.arange(20) % 2, split=np.array([0, 0, 0, 1] * 5, np.int8), x_calibration=x_cal)
+    ds = load_dataset(path, (3,), 2)
+    chosen, how = ds.calibration(20, seed=3)
+    assert len(chosen) == 20 and set(chosen[:, 0]) == {0, 1, 2, 3}, chosen[:, 0]
+    assert how == "20 random samples of the given calibration samples (seed 3)"
+    assert not np.array_equal(chosen, x_cal[:20])
+    again, _ = ds.calibration(20, seed=3)
+    other, _ = ds.calibration(20, seed=4)
+    assert np.array_equal(chosen, again) and not np.array_equal(chosen, other)
 
 
 def test_a_calibration_stream_stops_at_the_memory_limit(monkeypatch):

@@ -222,3 +222,45 @@ def test_missing_compile_names_what_is_compiled(no_fvps, tmp_path, monkeypatch):
     Manifest(run).save()
     with pytest.raises(InvalidInputError, match="nothing is compiled in this run yet"):
         fvp_run(run, "leaf", "corstone-300-u55-128")
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("flipped", "was changed after compile/leaf/corstone-300-u55-128 wrote it (sha256 "),
+    ("grown", "was changed after compile/leaf/corstone-300-u55-128 wrote it (5 bytes, recorded 4)"),
+    ("missing", "is missing"),
+    ("folder", "is not a regular file"),
+])
+def test_a_changed_vela_model_is_refused_by_the_shared_check_before_the_fvp_runs(no_fvps, tmp_path, monkeypatch,
+                                                                                  damage, words):
+    """fvp reads the compiled model through the manifest's one check: the same line compile, report, export and
+    verify give (the file, why, the manifest and the sha256 it records, the command that writes it again)."""
+    from edgedeploy.core.manifest import Artifact
+
+    placeholder = tmp_path / "fvps" / "FVP_Corstone_SSE-300_Ethos-U55"  # found, never run
+    placeholder.parent.mkdir()
+    placeholder.write_text("#!/bin/sh\nexit 127\n")
+    placeholder.chmod(0o755)
+    monkeypatch.setenv("EDGEDEPLOY_FVP_DIR", str(tmp_path / "fvps"))
+    run = tmp_path / "run"
+    vela = run / "compile" / "leaf" / "corstone-300-u55-128" / "model_vela.tflite"
+    vela.parent.mkdir(parents=True)
+    vela.write_bytes(b"TFL3")
+    record = StageRecord(id="compile/leaf/corstone-300-u55-128", stage="compile", status="ok", variant="leaf",
+                         target="corstone-300-u55-128", outputs=[Artifact.of("vela_model", vela, run)])
+    _manifest_with(run, [record])
+    if damage == "flipped":
+        vela.write_bytes(b"TFL4")
+    elif damage == "grown":
+        vela.write_bytes(b"TFL3!")
+    elif damage in ("missing", "folder"):
+        vela.unlink()
+        if damage == "folder":
+            vela.mkdir()
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    with pytest.raises(InvalidInputError) as err:
+        fvp_run(run, "leaf", "corstone-300-u55-128")
+    line = err.value.one_line()
+    assert line.startswith(f"the Vela-compiled model of 'leaf' for corstone-300-u55-128 {vela} {words}"), line
+    assert f"{run / 'manifest.json'} (compile/leaf/corstone-300-u55-128) records sha256 " in line, line
+    assert f"edgedeploy compile {run} -t corstone-300-u55-128" in line, line
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written

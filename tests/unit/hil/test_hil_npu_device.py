@@ -104,8 +104,11 @@ def test_a_compiled_model_file_that_is_not_what_export_wrote_is_refused(tmp_path
         read_bundle_file(folder, read_bundle_manifest(folder), "kws_vela.tflite", "compiled model")
     line = err.value.one_line()
     assert "kws_vela.tflite" in line and "\n" not in line
-    if damage == "altered":
-        assert "differs from what `edgedeploy export` wrote" in line and "export the bundle again" in line
+    words = {"altered": "was changed after `edgedeploy export` wrote it", "missing": "is missing",
+             "link": "is a link, not the file that was written", "fifo": "is not a regular file",
+             "folder": "is not a regular file"}[damage]
+    assert line.startswith(f"compiled model {path} {words}"), line  # the shared check's one message shape
+    assert "manifest.json records sha256 " in line and "export the bundle again" in line
 
 
 def test_a_file_the_manifest_does_not_list_is_not_read(tmp_path):
@@ -147,8 +150,11 @@ def test_a_compiled_model_other_than_the_c_arrays_is_refused(tmp_path):
     m = manifest()
     m["model"]["sha256"] = "ab" * 32  # the file matches the files table, not the model the C array holds
     bundle = hil.load_bundle(write(tmp_path, m))
-    with pytest.raises(InvalidInputError, match="not the model the bundle's C array holds"):
+    with pytest.raises(InvalidInputError) as err:
         npu_bundle_transport(bundle)
+    line = err.value.one_line()
+    assert "kws_vela.tflite was changed after the C array was made from it" in line, line
+    assert f"manifest.json (model.sha256, the C array's model) records sha256 {'ab' * 8}" in line
 
 
 def test_the_fixture_side_fails_in_one_line_naming_the_option(tmp_path):
@@ -162,7 +168,7 @@ def test_the_fixture_side_fails_in_one_line_naming_the_option(tmp_path):
 def test_an_altered_compiled_model_fails_the_fixture_in_one_line(tmp_path):
     bundle = hil.load_bundle(write(tmp_path, manifest(), vela=VELA + b"x"))
     with pytest.raises(pytest.fail.Exception, match=r"^--edgedeploy-device npu: compiled model .*kws_vela.tflite "
-                                                    r"differs from what `edgedeploy export` wrote"):
+                                                    r"was changed after `edgedeploy export` wrote it"):
         npu_device(bundle)
 
 

@@ -106,8 +106,11 @@ def test_tampered_golden_file_is_refused(tmp_path):
     data = bytearray((path / "golden.npz").read_bytes())
     data[-40] ^= 1
     (path / "golden.npz").write_bytes(bytes(data))
-    with pytest.raises(InvalidInputError, match="differs from what `edgedeploy export` wrote"):
+    with pytest.raises(InvalidInputError) as err:
         hil.load_bundle(path)
+    line = err.value.one_line()  # the shared check's one message shape
+    assert line.startswith(f"golden file {path / 'golden.npz'} was changed after `edgedeploy export` wrote it"), line
+    assert f"; {path / 'manifest.json'} records sha256 " in line and ". export the bundle again" in line, line
 
 
 def test_not_a_bundle(tmp_path):
