@@ -173,6 +173,8 @@ def output_stage(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, m
         value = lut.lookup(mem(-1)[0], kind - lut.LUT_START, value, ofm.size, ofm.signed, op.title)
     elif kind != 0:
         name = regs().activation(kind).name if kind in (3, 4) else str(kind)
-        raise NpuModelError(f"{op.title}: activation {name} is not modelled", "LUT activations and clamps are")
+        raise NpuModelError(f"{op.title}: activation {name} is not modelled",
+                            "lookup tables and clamps are; Vela 5.2 uses TANH and SIGMOID for int16 TANH and LOGISTIC, "
+                            "whose arithmetic on the NPU Arm does not publish")
     write(mem(ofm.region), ofm, arith.saturate(value, ofm.size, ofm.signed), op.title)
 
