@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from . import arith, lut
+from . import arith, lut, sigmoid16
 from .commands import Operation, regs
 from .featuremap import FeatureMap, feature_map, read, write
 from .weights import Kernel, kernel, scales, weights
@@ -159,11 +159,14 @@ def output_stage(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, m
     rounding = ROUNDING.get((op.reg("OFM_PRECISION") >> 14) & 0x3)
     if rounding is None:
         raise NpuModelError(f"{op.title}: OFM rounding mode 3 is not defined", "the command stream is corrupt")
-    value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
+    value = arith.scale(acc, mult, shift, rounding)
     act = op.reg("ACTIVATION")
     kind, clip = act & 0xFFF, (act >> 12) & 0xF
     if clip not in CLIP_RANGES:
         raise NpuModelError(f"{op.title}: activation clip range {clip} is not modelled", "compile again with Vela 5.2")
+    if kind in sigmoid16.FUNCTIONS and ofm.size == 2:  # on the scaled value, before the zero point
+        value, kind = sigmoid16.FUNCTIONS[kind](value), 0
+    value = value + ofm.zero_point
     table = lut.is_table(kind)
     if ofm.size < 4 or table:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
@@ -173,8 +176,8 @@ def output_stage(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, m
         value = lut.lookup(mem(-1)[0], kind - lut.LUT_START, value, ofm.size, ofm.signed, op.title)
     elif kind != 0:
         name = regs().activation(kind).name if kind in (3, 4) else str(kind)
-        raise NpuModelError(f"{op.title}: activation {name} is not modelled",
-                            "lookup tables and clamps are; Vela 5.2 uses TANH and SIGMOID for int16 TANH and LOGISTIC, "
-                            "whose arithmetic on the NPU Arm does not publish")
+        raise NpuModelError(f"{op.title}: activation {name} is not modelled on a {8 * ofm.size}-bit output",
+                            "lookup tables, clamps, and TANH and SIGMOID on 16-bit outputs are (Vela 5.2 turns int8 "
+                            "TANH and LOGISTIC into lookup tables)")
     write(mem(ofm.region), ofm, arith.saturate(value, ofm.size, ofm.signed), op.title)
 
