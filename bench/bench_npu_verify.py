@@ -5,9 +5,12 @@ Compiles each model for each target with `edgedeploy compile`, then times `edged
 within the documented FULLY_CONNECTED rounding difference, the largest output difference, operations, seconds.
 
 Run: python bench/bench_npu_verify.py [--count 100] [--data ../shared/data] [--markdown]
-         [--model NAME=MODEL.tflite,DATA.npz ...] [--only-given] [--targets ethos-u55-128,ethos-u65-256]
+         [--model NAME=MODEL.tflite,DATA.npz ...] [--only-given] [--no-16x8 | --only-16x8] [--targets ethos-u55-128,ethos-u65-256]
 --model adds a model of your own (int8 .tflite, evaluation data as `verify --data` reads it); --only-given leaves
 out the models of ../shared/data. bench/toycar_windows.py makes such data for MLPerf Tiny's anomaly-detection model.
+With ../shared/data the 16x8 models are included too (--no-16x8 leaves them out): the MLPerf DS-CNN and Arm's
+DS-CNN-S, float, converted here with int16 activations (the `ptq_16x8` leaf's converter, calibrated on the first
+100 fine-tune rows of their data); --only-16x8 runs only those.
 """
 
 from __future__ import annotations
@@ -28,6 +31,25 @@ MODELS = {
 }
 TARGETS = ["ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256", "ethos-u65-512"]
 OPTIMISE = ["Performance", "Size"]
+MODELS_16X8 = {
+    "dscnn_mlperf_16x8": ("kws/dscnn_mlperf_float.h5", "kws/speech_commands_v2_test_mfcc_mlperf.npz"),
+    "ds_cnn_s_arm_16x8": ("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz"),
+}
+CALIBRATION = 100
+
+
+def convert_16x8(h5: Path, data: Path, out: Path) -> Path:
+    """``h5`` as a 16x8 TFLite, calibrated on the first fine-tune rows of ``data``."""
+    import numpy as np
+
+    from edgedeploy.keras.model import load_model
+    from edgedeploy.tflite.convert16 import convert_16x8 as convert
+
+    with np.load(data) as npz:
+        rows = npz["x"][np.flatnonzero(npz["split"] == 0)[:CALIBRATION]].astype(np.float32)
+    model, _ = load_model(h5)
+    out.write_bytes(convert(model, rows.reshape((rows.shape[0],) + tuple(model.input_shape[1:]))))
+    return out
 
 
 def edgedeploy(*args: str) -> subprocess.CompletedProcess:
@@ -42,9 +64,11 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[], metavar="NAME=MODEL.tflite,DATA.npz",
                     help="a model of your own and its evaluation data (repeatable)")
     ap.add_argument("--only-given", action="store_true", help="only the --model models")
+    ap.add_argument("--no-16x8", action="store_true", help="leave out the 16x8 models")
+    ap.add_argument("--only-16x8", action="store_true", help="only the 16x8 models")
     ap.add_argument("--targets", default=",".join(TARGETS))
     args = ap.parse_args()
-    models = {} if args.only_given else {k: (args.data / m, args.data / d) for k, (m, d) in MODELS.items()}
+    models = {} if args.only_given or args.only_16x8 else {k: (args.data / m, args.data / d) for k, (m, d) in MODELS.items()}
     for spec in args.model:
         name, _, paths = spec.partition("=")
         model, _, data = paths.partition(",")
@@ -54,6 +78,10 @@ def main() -> None:
     targets = args.targets.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.only_16x8 or not (args.only_given or args.no_16x8):
+            for name, (h5, data) in MODELS_16X8.items():
+                models[name] = (convert_16x8(args.data / h5, args.data / data, Path(tmp) / f"{name}.tflite"),
+                                args.data / data)
         for optimise in OPTIMISE:
             run = Path(tmp) / optimise
             compile_args = [str(m) for m, _ in models.values()]

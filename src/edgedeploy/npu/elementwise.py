@@ -53,12 +53,16 @@ def elementwise(op: Operation, mem: Memory) -> None:
         acc = arith.scale(a, np.ones(1, np.int64), np.clip(b, 0, 31), rounding)
     elif mode == "ABS":
         acc = np.abs(a)
+    elif mode == "LRELU":  # negative inputs times alpha (OFM_SCALE), the others unscaled
+        mult, shift = _ofm_scale(op)
+        one = np.ones(1, dtype=np.int64)
+        acc = np.where(a < 0, arith.scale(a, one * mult, one * shift, rounding), a)
     elif mode == "CLZ":
         u = (a.astype(np.int64) & 0xFFFFFFFF)
         acc = np.where(u == 0, 32, 31 - np.floor(np.log2(np.maximum(u, 1))).astype(np.int64))
     else:
         raise NpuModelError(f"{op.title}: elementwise {mode} is not modelled",
-                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, CLZ and ABS are")
+                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, CLZ, ABS and LRELU are")
     one = np.ones(1, dtype=np.int64)
     if mode == "MUL" and ifm.size == 4:  # the second operand is the multiplier; only OFM_SCALE's shift applies
         _, shift = _ofm_scale(op)

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from . import arith
+from . import arith, lut, sigmoid16
 from .commands import Operation, regs
 from .featuremap import FeatureMap, feature_map, read, write
 from .weights import Kernel, kernel, scales, weights
@@ -20,8 +20,6 @@ from .weights import Kernel, kernel, scales, weights
 Memory = Callable[[int], np.ndarray]  # region -> (batch, bytes)
 ROUNDING = {0: "TFL", 1: "TRUNCATE", 2: "NATURAL"}
 CLIP_RANGES = {0: None, 2: (0, 255), 3: (-128, 127), 5: (-32768, 32767)}
-LUT_START, LUT_END = 16, 23
-LUT_SLOT = 256
 DUAL_CORE_MACS = 512  # Ethos-U65-512: two cores of 256 MACs
 
 
@@ -161,35 +159,25 @@ def output_stage(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, m
     rounding = ROUNDING.get((op.reg("OFM_PRECISION") >> 14) & 0x3)
     if rounding is None:
         raise NpuModelError(f"{op.title}: OFM rounding mode 3 is not defined", "the command stream is corrupt")
-    value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
+    value = arith.scale(acc, mult, shift, rounding)
     act = op.reg("ACTIVATION")
     kind, clip = act & 0xFFF, (act >> 12) & 0xF
     if clip not in CLIP_RANGES:
         raise NpuModelError(f"{op.title}: activation clip range {clip} is not modelled", "compile again with Vela 5.2")
-    lut = LUT_START <= kind <= LUT_END
-    if ofm.size < 4 or lut:
+    if kind in sigmoid16.FUNCTIONS and ofm.size == 2:  # on the scaled value, before the zero point
+        value, kind = sigmoid16.FUNCTIONS[kind](value), 0
+    value = value + ofm.zero_point
+    table = lut.is_table(kind)
+    if ofm.size < 4 or table:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
     if CLIP_RANGES[clip] is not None:
         value = np.clip(value, *CLIP_RANGES[clip])
-    if lut:
-        value = _lookup(op, mem, ofm, value, kind - LUT_START)
+    if table:
+        value = lut.lookup(mem(-1)[0], kind - lut.LUT_START, value, ofm.size, ofm.signed, op.title)
     elif kind != 0:
         name = regs().activation(kind).name if kind in (3, 4) else str(kind)
-        raise NpuModelError(f"{op.title}: activation {name} is not modelled", "LUT activations and clamps are")
+        raise NpuModelError(f"{op.title}: activation {name} is not modelled on a {8 * ofm.size}-bit output",
+                            "lookup tables, clamps, and TANH and SIGMOID on 16-bit outputs are (Vela 5.2 turns int8 "
+                            "TANH and LOGISTIC into lookup tables)")
     write(mem(ofm.region), ofm, arith.saturate(value, ofm.size, ofm.signed), op.title)
 
-
-def _lookup(op: Operation, mem: Memory, ofm: FeatureMap, value: np.ndarray, slot: int) -> np.ndarray:
-    """A table in SHRAM (loaded by DMA): 256 entries of the output's size, indexed by the int8 value + 128."""
-    shram = mem(-1)[0]
-    base = shram.shape[0] - 2048 + slot * LUT_SLOT
-    if ofm.size == 2:
-        raise NpuModelError(f"{op.title}: a 16-bit lookup table is not modelled", "8- and 32-bit tables are")
-    entries = shram[base : base + 256 * ofm.size]
-    if entries.shape[0] != 256 * ofm.size:
-        raise NpuModelError(f"{op.title}: lookup table slot {slot} runs past SHRAM", "the command stream is corrupt")
-    table = entries.view(np.int32 if ofm.size == 4 else (np.int8 if ofm.signed else np.uint8)).astype(np.int64)
-    index = value + (128 if ofm.size == 4 or ofm.signed else 0)
-    if index.min() < 0 or index.max() > 255:
-        raise NpuModelError(f"{op.title}: a lookup index leaves 0..255", "the activation clamp is wrong")
-    return table[index]

@@ -1,6 +1,7 @@
 """Record the NPU model's test data: Vela's raw output and TFLite reference outputs for a few real inputs.
 
-Run from the repository root: ``.venv/bin/python tests/data/npu/record.py`` (needs ../shared/data for ResNet-8).
+Run from the repository root: ``.venv/bin/python tests/data/npu/record.py [NAME ...]`` (needs ../shared/data for
+ResNet-8; names pick the leaves to record again, all by default).
 Vela runs in a subprocess with the built-in targets' settings; the reference outputs come from
 ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF).
 """
@@ -22,7 +23,11 @@ MODELS = {
     "dscnn_u55_128": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u55-128",
                       REPO / "examples/kws_tree/speech_commands_subset.npz"),
     "resnet8_u65_256": (SHARED / "ic/resnet8_mlperf_int8.tflite", "ethos-u65-256", SHARED / "ic/cifar10_jpeg_subset.npz"),
+    # int16 activations: the bundled float DS-CNN converted 16x8 here (its softmax uses interpolated lookup tables)
+    "dscnn16x8_u55_128": (None, "ethos-u55-128", REPO / "examples/kws_tree/speech_commands_subset.npz"),
 }
+FLOAT_DSCNN = REPO / "examples/kws_tree/dscnn_mlperf_float.h5"
+CALIBRATION = 100
 
 
 def vela_raw(model: Path, target_name: str, out: Path) -> Path:
@@ -62,11 +67,26 @@ def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return typed, np.stack(outs)
 
 
+def dscnn_16x8(data: Path, out: Path) -> Path:
+    """The bundled float DS-CNN converted with int16 activations, calibrated on the first fine-tune rows."""
+    from edgedeploy.keras.model import load_model
+    from edgedeploy.tflite.convert16 import convert_16x8
+
+    with np.load(data) as npz:
+        calibration = npz["x"][np.flatnonzero(npz["split"] == 0)[:CALIBRATION]].astype(np.float32)
+    path = out / "dscnn_16x8.tflite"
+    path.write_bytes(convert_16x8(load_model(FLOAT_DSCNN)[0], calibration))
+    return path
+
+
 def main() -> None:
-    for name, (model, target, data) in MODELS.items():
+    names = sys.argv[1:] or list(MODELS)
+    for name in names:
+        model, target, data = MODELS[name]
         with tempfile.TemporaryDirectory() as tmp:
+            model = model or dscnn_16x8(data, Path(tmp))
             shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
-        x, y = reference(model, rows(data, CASES))
+            x, y = reference(model, rows(data, CASES))
         np.savez(HERE / f"{name}_cases.npz", x=x, y=y)
         print(f"{name}: {target}, {CASES} cases")
 

@@ -85,3 +85,101 @@ def test_operation_models_on_two_npus(name, tmp_path):
     for doc in _verify(name, tmp_path, ["ethos-u55-128", "ethos-u65-256"]):
         assert doc["status"] in ("bit-exact", "documented-difference"), doc
         assert doc["exact_cases"] + doc["documented_cases"] == 40
+
+
+# 16x8 (int16 activations): each activation function after a convolution, converted with the tool's own 16x8
+# converter. Vela 5.2 runs int16 SOFTMAX and EXP on interpolated 16-bit lookup tables, LeakyReLU as an elementwise
+# LRELU, hard-swish (TFLite has no int16 HARD_SWISH kernel, so it stays ADD, relu6 and MUL) as elementwise
+# operations, and LOGISTIC and TANH as a 1x1 AVERAGE pool with the NPU's SIGMOID and TANH functions.
+SHAPE16 = (8, 8, 8)
+MODELLED_16 = ["softmax", "exp", "leaky_relu", "hard_swish", "sigmoid", "tanh"]
+
+
+def _zoo16(name: str):
+    from edgedeploy.keras import tfenv
+
+    t = tfenv.load()
+    tf, L = t.tf, t.keras.layers
+    return {
+        "softmax": lambda x: L.Softmax()(L.Conv2D(8, 1)(x)),
+        "exp": lambda x: L.Conv2D(8, 1)(tf.exp(L.Conv2D(8, 1)(x))),
+        "leaky_relu": lambda x: L.LeakyReLU(0.1)(L.Conv2D(8, 1)(x)),
+        "hard_swish": lambda x: L.Conv2D(8, 1)(tf.nn.relu6(x + 3.0) * x / 6.0),
+        "sigmoid": lambda x: L.Activation("sigmoid")(L.Conv2D(8, 1)(x)),
+        "tanh": lambda x: L.Activation("tanh")(L.Conv2D(8, 1)(x)),
+    }[name]
+
+
+def _compile16(name: str, tmp_path, targets: list[str]):
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert16 import convert_16x8
+
+    keras = tfenv.load().keras
+    inp = keras.Input(SHAPE16)
+    calibration = np.random.default_rng(0).normal(size=(30,) + SHAPE16).astype(np.float32)
+    model = tmp_path / f"{name}.tflite"
+    model.write_bytes(convert_16x8(keras.Model(inp, _zoo16(name)(inp)), calibration))
+    run = tmp_path / "run"
+    args = [str(model), "-o", str(run), "--allow-cpu-ops"]
+    for t in targets:
+        args += ["-t", t]
+    done = CliRunner().invoke(app, ["compile", *args])
+    assert done.exit_code == 0, done.output
+    return run
+
+
+@pytest.mark.parametrize("name", MODELLED_16)
+def test_int16_activation_functions(name, tmp_path):
+    run = _compile16(name, tmp_path, ["ethos-u55-128"])
+    result = CliRunner().invoke(app, ["verify", str(run), "-t", "ethos-u55-128", "-n", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "bit-exact" and doc["exact_cases"] == 40, doc
+    if name in ("softmax", "exp"):  # the interpolated tables are loaded into SHRAM
+        assert doc["operations"]["DMA"] >= 1
+    if name in ("sigmoid", "tanh"):
+        assert doc["operations"] == {"CONV": 1, "POOL": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELLED_16)
+def test_int16_activation_functions_on_u65(name, tmp_path):
+    run = _compile16(name, tmp_path, ["ethos-u65-256"])
+    result = CliRunner().invoke(app, ["verify", str(run), "-t", "ethos-u65-256", "-n", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "bit-exact"
+
+
+def test_a_changed_16_bit_table_is_caught_and_named(tmp_path):
+    from edgedeploy.npu.commands import decode
+    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.machine import INTERNAL
+
+    run = _compile16("softmax", tmp_path, ["ethos-u55-128"])
+    (vela,) = run.glob("compile/*/ethos-u55-128/*_vela.tflite")
+    leaf = read_leaf(vela)
+    first_table = next(op for op in decode(leaf.commands) if op.kind == "DMA" and op.reg("DMA0_DST_REGION") & INTERNAL)
+    start = first_table.reg32("DMA0_SRC") & ((1 << 40) - 1)
+    data = bytearray(vela.read_bytes())
+    at = data.find(leaf.weights[:64]) + start
+    for i in range(at + 1024, at + 2048, 4):  # the upper half of the exp table: every base 64 steps up
+        data[i] = (data[i] + 64) & 0xFF
+    _rewrite(run, vela, bytes(data))
+    result = CliRunner().invoke(app, ["verify", str(run), "-t", "ethos-u55-128", "-n", "40"])
+    assert result.exit_code == 12, result.output
+    assert "(ELEMENTWISE ADD, word" in result.output and "TFLite operator" in result.output
+    assert "SOFTMAX" in result.output
+
+
+def _rewrite(run, path, data: bytes) -> None:
+    """Replace a compiled file and record its new digest, as if the compile had written it."""
+    import hashlib
+
+    path.write_bytes(data)
+    manifest = json.loads((run / "manifest.json").read_text())
+    rel = str(path.relative_to(run))
+    for stage in manifest["stages"]:
+        for out in stage["outputs"]:
+            if out["path"] == rel:
+                out["sha256"], out["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
+    (run / "manifest.json").write_text(json.dumps(manifest))

@@ -22,7 +22,7 @@ def _cases(name: str):
         return leaf, npz["x"], npz["y"]
 
 
-@pytest.mark.parametrize("name", ["dscnn_u55_128", "resnet8_u65_256"])
+@pytest.mark.parametrize("name", ["dscnn_u55_128", "resnet8_u65_256", "dscnn16x8_u55_128"])
 def test_recorded_leaf_matches_tflite_reference(name):
     leaf, x, y = _cases(name)
     outs, trace = run(leaf, [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
