@@ -108,7 +108,7 @@ def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
     folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
     and what was left, with its reason."""
     keeps_clusters = NODE_TABLE[node].keeps_clusters
-    parent, folded, left = fold_input_affine(clone(parent), uniform_only=keeps_clusters)
+    parent, folded, left = fold_input_affine(parent, uniform_only=keeps_clusters)  # (a new model, when it folds)
     if details is not None and (folded or left):
         details["input_preprocessing"] = {
             "folded": folded, "left": left,
