@@ -150,6 +150,10 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
         if not layers:
             continue
         targets, reason = _targets(layers[-1], a, b)
+        if reason is None and {layer.name for layer in layers} & {layer.name for layer in model._output_layers}:
+            reason = "its output is an output of the model"
+        elif reason is None and not targets:
+            reason = "it feeds no kernel layer"
         if reason is None and uniform_only and not np.all(a == a[0]):
             reason = "its scale differs per channel, which would multiply the clusters of the kernels it feeds"
         if reason is not None:

@@ -49,7 +49,7 @@ def _front(keras, kind, inp):
 def _model(keras, front, first):
     L = keras.layers
     inp = keras.Input((12, 12, 3))
-    h = _front(keras, front, inp)
+    h = pre = _front(keras, front, inp)
     if first == "pad_conv":
         h = L.Conv2D(6, 3, strides=2, name="k")(L.ZeroPadding2D(1, name="zp")(h))
     elif first == "depthwise":
@@ -57,10 +57,12 @@ def _model(keras, front, first):
     elif first == "dense":
         h = L.Dense(6, name="k")(L.Flatten(name="flat")(h))
     else:
-        h = L.Conv2D(6, 3, strides=2, padding=first, name="k")(h)
+        h = L.Conv2D(6, 3, strides=2, padding="same" if first == "output" else first, name="k")(h)
     h = L.ReLU()(h)
     if first != "dense":
         h = L.GlobalAveragePooling2D()(h)
+    if first == "output":  # the scaled input is an output of its own too
+        return keras.Model(inp, [L.Dense(4, name="head")(h), pre])
     return keras.Model(inp, L.Dense(4, name="head")(h))
 
 
@@ -77,6 +79,7 @@ def _model(keras, front, first):
     ("norm", "same", "k pads its input (padding 'same'), where the offset would be"),
     ("offset", "pad_conv", "zp pads with zeros where the offset would be"),
     ("norm", "dense", "flat moves the channels the scaling applies to"),
+    ("rescale", "output", "its output is an output of the model"),
 ])
 def test_the_fold_is_exact_or_left_with_its_reason(keras, front, first, left):
     keras.utils.set_random_seed(SEED)
@@ -90,8 +93,9 @@ def test_the_fold_is_exact_or_left_with_its_reason(keras, front, first, left):
         assert not folded.get_layer("k").trainable and folded.get_layer("head").trainable
     else:
         assert done == {} and kept == {name: left for name in names} and folded is model
-    want, got = model.predict(x, verbose=0), folded.predict(x, verbose=0)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    outs = [m.predict(x, verbose=0) for m in (model, folded)]
+    for want, got in (zip(*outs) if first == "output" else [outs]):  # (each output of the model)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
 def test_a_folded_qat_model_converts_without_an_operator_over_the_input(keras, tmp_path):
