@@ -292,6 +292,9 @@ def _targets(path: Path, kind: str, num_classes: int, fit: tuple[Any, Any], eval
     the ``(x, y)`` pairs of each split."""
     (x_fit, y_fit), (x_eval, y_eval) = fit, evaluation
     if kind == "classification":
+        if y_fit is None or y_eval is None:
+            raise _fail(path, "holds inputs only (no y, or no y_train and y_test), so no class labels",
+                        "add the class labels: y, or y_train and y_test")
         p_fit = probability_rows(y_fit, num_classes)
         y_fit = _labels(path, y_fit, num_classes, "fine-tune", unlabelled_ok=True)
         return y_fit, _labels(path, y_eval, num_classes, "evaluation"), p_fit

@@ -34,14 +34,19 @@ def load_eval_data(path: Path, input_shape: Sequence[int], num_classes: int, kin
     """The evaluation split of a data file (see :mod:`edgedeploy.config.data`), with each row's index in the file.
 
     ``kind`` is the run's task (:mod:`edgedeploy.config.task`): only a classifier's targets are class labels; a
-    regression or reconstruction model's are values, so its golden cases carry no label (``y`` is None).
+    regression or reconstruction model's are values, so its golden cases carry no label (``y`` is None). A file of
+    inputs only (an autoencoder's ``x_train``/``x_test``, or ``x`` and ``split``) gives unlabelled rows whatever
+    the task: the golden outputs are then the model's own.
     """
     import numpy as np
 
-    from edgedeploy.config.data import EVAL, load_dataset
+    from edgedeploy.config.data import EVAL, load_dataset, read_data_file, read_targets
     from edgedeploy.core.npz import read_npz
 
-    ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes), kind)
+    arrays = read_data_file(Path(path))
+    if read_targets(Path(path), arrays)[0] is None:
+        kind = "reconstruction"  # no targets to read labels from
+    ds = load_dataset(Path(path), tuple(int(d) for d in input_shape), int(num_classes), kind, arrays=arrays)
     info = ds.describe()
     if ds.layout == "x/y/split":
         rows = np.flatnonzero(read_npz(ds.path, "data file", "data", keys=("split",))["split"] == EVAL

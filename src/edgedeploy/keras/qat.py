@@ -169,3 +169,26 @@ def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT")
                f"keras.layers.Rescaling(1 / 255, offset=-0.5)), or {leave_out}" if ops else
                f"{leave_out}, or report this model")
         raise InvalidInputError(f"{what}: TFMOT cannot build the quantization-aware model ({reason})", fix) from exc
+
+
+def freeze_quantized(qat_model, names) -> list[str]:
+    """Keep the weights of the wrapped layers ``names`` of ``qat_model`` out of training; returns those frozen.
+
+    A layer built non-trainable stays so in Keras, but TFMOT's ``QuantizeWrapper`` takes each weight it quantizes
+    out of the layer and lists it among its own trainable weights, whatever the layer says: here it is listed
+    among the wrapper's non-trainable weights instead."""
+    names, frozen = set(names), []
+    for layer in qat_model.layers:
+        inner = getattr(layer, "layer", None)
+        if inner is None or inner.name not in names:
+            continue
+        inner.trainable = False
+        # the quantized weights: the wrapper holds them (the layer itself reads their fake-quantized values)
+        own = {w.name for w in inner.weights} | {weight.name for weight, _, _ in getattr(layer, "_weight_vars", [])}
+        # (changed in place: assigning a list of variables to a layer's attribute makes Keras track them again)
+        for i in reversed(range(len(layer._trainable_weights))):
+            if layer._trainable_weights[i].name in own:
+                layer._non_trainable_weights.insert(0, layer._trainable_weights[i])
+                del layer._trainable_weights[i]
+        frozen.append(inner.name)
+    return frozen

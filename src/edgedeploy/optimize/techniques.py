@@ -12,7 +12,10 @@ from edgedeploy.config.data import Dataset
 from ..errors import UsageError
 from edgedeploy.keras.model import base_name, clone, inner, load_model
 from edgedeploy.keras.rewrites import conv1d_as_conv2d, fuse_separate_relu, separate_kernel_outputs, separate_relu_layers, split_separable
-from edgedeploy.keras.qat import init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat
+from edgedeploy.keras.input_affine import fold_input_affine
+from edgedeploy.keras.qat import (
+    freeze_quantized, init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat,
+)
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.tree import NODE_TABLE
 from edgedeploy.config.task import Task
@@ -96,8 +99,27 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_spa
     return clustering.strip_clustering(model)
 
 
-def qat_model(env, parent, node: str):
-    """The QAT model of ``node`` built from its (float) parent, before training, with the node's scheme."""
+def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
+    """The QAT model of ``node`` built from its (float) parent, before training, with the node's scheme.
+
+    Preprocessing at the input (a ``Rescaling``, ``Normalization``) is folded into the kernels it feeds first
+    (:func:`edgedeploy.keras.input_affine.fold_input_affine`): fake-quantized, it would stay in the int8 model as
+    an elementwise operator over the whole input, which ``ptq``'s converter folds away. Those kernels keep their
+    folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
+    and what was left, with its reason."""
+    keeps_clusters = NODE_TABLE[node].keeps_clusters
+    parent, folded, left = fold_input_affine(parent, uniform_only=keeps_clusters)  # (a new model, when it folds)
+    if details is not None and (folded or left):
+        details["input_preprocessing"] = {
+            "folded": folded, "left": left,
+            "note": "folded into the kernels they feed before QAT, which keep their folded weights in training"}
+    model = _quantized(parent, node)
+    freeze_quantized(model, {name for into in folded.values() for name in into})
+    return model
+
+
+def _quantized(parent, node: str):
+    """:func:`quantize_for_qat` of ``parent`` with the QAT scheme of ``node``."""
     settings = NODE_TABLE[node].settings
     scheme_name = settings.get("scheme", "default_8bit")
     if scheme_name == "default_8bit":
@@ -222,9 +244,14 @@ def cluster_node(run) -> Any:
 def qat_node(run) -> Any:
     """QAT with the node's scheme, its activation ranges started from the float parent."""
     parent, node = run.parent(), run.node.name
-    model = qat_model(run.env, parent, node)
+    model = qat_model(run.env, parent, node, run.details)
+    if run.details.get("input_preprocessing", {}).get("left"):
+        left = run.details["input_preprocessing"]["left"]
+        run.warnings.append("input preprocessing stays an int8 operator of its own: " + "; ".join(
+            f"{name}: {reason}" for name, reason in left.items()))
     start_qat_ranges(model, parent, run.data, run.recipe, run.details)
-    unquantized = unsupported_for_qat(parent)
+    folded = run.details.get("input_preprocessing", {}).get("folded", {})
+    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded]
     if unquantized:
         run.details["qat_unquantized_layers"] = unquantized
         # reshapes and max poolings only move values and keep their input's scale: nothing to say

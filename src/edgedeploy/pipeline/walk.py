@@ -155,6 +155,9 @@ def _walk_level(state: _WalkState, level: int, new: list[str], inputs: TreeInput
     state.stopped_at = level
     best, passed = pick(doc, meeting, target_names)
     state.record.update(stopped="met", recommended=best, recommended_level=leaf_level(best), passed_over=passed)
+    costs = [v["over_reference"] for v in verdicts[best].values() if v.get("over_reference")]
+    if costs:  # (only where ptq misses a requirement: a leaf costing more than it never beats it)
+        state.record["recommended_costs_more"] = costs
     return True
 
 
@@ -178,6 +181,7 @@ def _conclude(state: _WalkState, requirements: Requirements, target_names: Seque
         what = ", ".join(sorted(requirements.given())) or "no requirements set"
         record["message"] = (f"level {stopped_at} is the first where a leaf meets every requirement ({what}) on "
                              f"{', '.join(target_names)}; recommend {record['recommended']}"
+                             + "".join(f"; but {text}" for text in record.get("recommended_costs_more", []))
                              + (f"; not trained: {', '.join(skipped)}" if skipped else ""))
 
 

@@ -9,13 +9,13 @@ from .. import __version__
 from ..errors import InvalidInputError
 from edgedeploy.core.files import sha256_file
 from edgedeploy.core.manifest import Manifest, now_iso
-from edgedeploy.vela.compute import bound_layers_note, npu_compute_values
+from edgedeploy.vela.compute import bound_layers_note, layer_bounds, npu_compute_values
 from edgedeploy.config.requirements import check_requirements
 from edgedeploy.report.levels import LEAF_LEVELS, REFERENCE_LEAF
 from .columns import SCHEMA, SCHEMA_VERSION, columns_of, na, val, value_columns, value_of
 from .limits import Requirements
 from .collect import _Variant, _accuracy_values, _compile_values, _fit, _variants
-from .judge import check_row, judge_uncompiled, pareto_of_target, recommend, size_budget_misses
+from .judge import check_row, flag_over_reference, judge_uncompiled, pareto_of_target, recommend, size_budget_misses
 from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
 
@@ -86,6 +86,17 @@ def _derived_values(rows: list[dict[str, Any]]) -> None:
                        for c in value_columns(rows)}
 
 
+def _layer_facts(variants: list[_Variant]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Per (leaf, target) the NPU operators of Vela's per-layer estimate, as the compile recorded them."""
+    out = {}
+    for v in variants:
+        for rec in v.compiles:
+            details = rec.details or {}
+            facts = (details.get("npu_compute") or {}).get("layers")
+            out[(v.name, rec.target or "")] = facts if facts is not None else layer_bounds(details.get("layers") or [])
+    return out
+
+
 def _judge(rows: list[dict[str, Any]], targets: list[str],
            requirements: Requirements) -> tuple[dict[str, Any], dict[str, Any]]:
     """The judge on the rows: per target the Pareto front, each row's requirement checks and the
@@ -145,6 +156,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
     rows = _rows(manifest, variants, ref)
     _derived_values(rows)
     notes = size_budget_misses(manifest, rows)
+    notes += flag_over_reference(rows, _layer_facts(variants))
     for t in sorted({rec.target for v in variants for rec in v.compiles if rec.target}):
         note = bound_layers_note(t, [(v.name, (rec.details or {}).get("npu_compute"))
                                      for v in variants for rec in v.compiles if rec.target == t])

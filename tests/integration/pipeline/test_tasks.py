@@ -216,3 +216,85 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
                           "--golden", "2", "--data", data)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert np.load(tmp_path / "fw" / "golden.npz")["output_0"].shape == (2, 49, 10, 1)
+
+
+U55 = "ethos-u55-128"
+
+
+@pytest.fixture(scope="module")
+def inputs_only(anomaly_data, tmp_path_factory) -> Path:
+    """The autoencoder's samples as ``x_train`` and ``x_test`` alone: no targets, no anomaly labels."""
+    d = np.load(anomaly_data)
+    path = tmp_path_factory.mktemp("ae-io") / "ad_io.npz"
+    np.savez(path, x_train=d["x"][d["split"] == 0], x_test=d["x"][d["split"] == 1])
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs_only_run(autoencoder, inputs_only, tmp_path_factory) -> Path:
+    """``optimize`` (the ptq leaf) and ``compile`` for the U55, each through the command line."""
+    run = tmp_path_factory.mktemp("ae-io-run") / "run"
+    proc = run_in_process("optimize", autoencoder, "--data", inputs_only, "-o", run, "--leaves", "ptq", "--seed", SEED)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_in_process("compile", run, "-t", U55)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def imported_run(inputs_only_run, tmp_path_factory) -> Path:
+    """The ptq leaf's int8 model compiled on its own: a run that records no data and so no task."""
+    run = tmp_path_factory.mktemp("ae-io-tflite") / "run"
+    int8 = inputs_only_run / "convert" / "ptq" / "model_int8.tflite"
+    proc = run_in_process("compile", int8, "-t", U55, "-o", run)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run
+
+
+@pytest.mark.parametrize("which", ["optimized", "imported"])
+def test_verify_takes_inputs_only_data(which, inputs_only_run, imported_run, inputs_only):
+    run = inputs_only_run if which == "optimized" else imported_run
+    leaf = ["--leaf", "ptq"] if which == "optimized" else []
+    proc = run_in_process("verify", run, *leaf, "-t", U55, "--data", inputs_only, "--count", "4", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "bit-exact" and doc["cases"] == 4, doc
+    assert "evaluation rows of ad_io.npz" in doc["inputs"], doc
+
+
+@pytest.mark.parametrize("which", ["optimized", "imported"])
+def test_export_golden_takes_inputs_only_data(which, inputs_only_run, imported_run, inputs_only, tmp_path):
+    """Golden cases are the evaluation rows in file order, unlabelled, with the model's own outputs."""
+    run = inputs_only_run if which == "optimized" else imported_run
+    leaf = ["--leaf", "ptq"] if which == "optimized" else []
+    fw = tmp_path / "fw"
+    proc = run_in_process("export", run, *leaf, "-t", U55, "-o", fw, "--golden", "3", "--data", inputs_only)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    g = np.load(fw / "golden.npz")
+    assert g["row"].tolist() == [0, 1, 2] and g["label"].tolist() == [-1, -1, -1]
+    assert g["output_0"].shape == (3, 490) and "labels" not in g.files
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(next(fw.glob("*_int8.tflite"))))
+    for x, want in zip(g["input_0"], g["output_0"]):
+        interp.set_input(x[None, ...], 0)
+        interp.invoke()
+        assert np.array_equal(np.asarray(interp.get_output(0))[0], want)
+
+
+def test_report_and_the_hil_sample_take_an_inputs_only_run(inputs_only_run, inputs_only, tmp_path):
+    from helpers import pytest_argv
+    import subprocess
+
+    proc = run_in_process("report", inputs_only_run, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout)["rows"][0]["values"]
+    assert row["int8_metric"]["metric"] == "mse" and row["int8_metric"]["value"] is not None, row["int8_metric"]
+    fw = tmp_path / "fw"
+    proc = run_in_process("export", inputs_only_run, "--leaf", "ptq", "-t", U55, "-o", fw, "--golden", "3",
+                          "--data", inputs_only)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tests = Path(__file__).resolve().parents[3] / "examples" / "hil"
+    hil = subprocess.run(pytest_argv("-q", str(tests), "--edgedeploy-bundle", str(fw), "--edgedeploy-device", "npu"),
+                         capture_output=True, text=True, cwd=tests, timeout=600)
+    assert hil.returncode == 0 and " passed" in hil.stdout and "failed" not in hil.stdout, hil.stdout[-3000:] + hil.stderr[-2000:]

@@ -77,6 +77,8 @@ def test_squeezable_shape_is_reshaped(tmp_path):
         (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([0, 2])), (4,), 2, "split has values [2]"),
         (dict(x=np.zeros((2, 4)), y=np.array([0.5, 1.0]), split=np.array([0, 1])), (4,), 2, "must be integer class indices"),
         (dict(images=np.zeros((2, 4))), (4,), 2, "not a layout edgedeploy reads"),
+        (dict(x_train=np.zeros((2, 4)), x_test=np.zeros((1, 4))), (4,), 2, "holds inputs only"),
+        (dict(x=np.zeros((2, 4)), split=np.array([0, 1])), (4,), 2, "holds inputs only"),
         (dict(x=np.zeros((2, 4)), y=np.array([0, 1]), split=np.array([0, 1]), labels=np.array(["a"])), (4,), 2,
          "'labels' names 1 classes but the model has 2 outputs"),
     ],

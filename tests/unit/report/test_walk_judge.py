@@ -89,3 +89,20 @@ def test_requirements_from_command_line_options():
     assert req.sources == ("command line",) and requirements_from_options().sources == ()
     with pytest.raises(UsageError, match="--max-npu-cycles"):
         requirements_from_options(max_npu_cycles=-1)
+
+
+def test_a_leaf_costing_more_than_ptq_is_named_in_the_walks_verdicts():
+    """The flag the report sets on a row (edgedeploy.report.judge.over_reference) reaches the walk's verdict and
+    its lines; a leaf without it reads as before."""
+    rows = [row("ptq", "a", 90, 36000, 100), row("qat", "a", 91, 36000, 112)]
+    rows[1]["over_reference"] = {"text": "qat costs more than ptq on a: NPU cycles 112, 1.120x ptq's 100"}
+    v = judge_leaves({"rows": rows}, ["ptq", "qat"], ["a"])
+    assert "over_reference" not in v["ptq"]["a"] and v["qat"]["a"]["over_reference"].startswith("qat costs more")
+    lines = walk_lines({"levels": [{"level": 1, "nodes_trained": ["qat"], "verdicts": v, "seconds": 2}],
+                        "stopped": "met", "seconds": 2, "message": "m"})
+    assert lines[0] == "level 1: trained qat; ptq (a: no requirements); qat (a: no requirements, costs more than ptq) [2 s]"
+    for leaf in v:
+        v[leaf]["a"]["meets"] = True
+    lines = walk_lines({"levels": [{"level": 1, "nodes_trained": ["qat"], "verdicts": v, "seconds": 2}],
+                        "stopped": "met", "seconds": 2, "message": "m"})
+    assert lines[0] == "level 1: trained qat; ptq (a: meets); qat (a: meets, costs more than ptq) [2 s]"

@@ -5,6 +5,7 @@
   least-optimized leaf that no other beats;
 - :mod:`.checks`: requirement checks on a row (and requirements given as options), board fit, size budgets;
 - :mod:`.shortfall`: how far a check misses, and which leaf comes closest to a requirement no leaf meets;
+- :mod:`.over_reference`: leaves that cost more NPU cycles or flash than ``ptq`` on a target, and the layers why;
 - :mod:`.recommend`: the recommendation for one target;
 - :mod:`.across_targets`: a walk's verdicts, its pick and its shortfalls, a leaf judged on every target;
 - :mod:`.across_models`: a sweep's overall recommendation per target, and whether its models compare.
@@ -20,6 +21,7 @@ from .checks import (
     NOT_COMPILED, REQUIREMENT_VALUES, TARGET_FREE, check_row, fmt_limit, judge_uncompiled, requirements_from_options,
     size_budget_misses,
 )
+from .over_reference import excess_layers, flag_over_reference
 from .pareto import (
     dominates, leaf_rank, least_optimized, level_key, objectives, pair_rank, pareto_front, pareto_of_target, quality,
     quality_across_models, rank, undominated,
@@ -29,7 +31,8 @@ from .shortfall import closest_misses, describe_miss, miss_entry, shortfall
 
 __all__ = [
     "NOT_COMPILED", "REQUIREMENT_VALUES", "TARGET_FREE", "Choice", "check_row", "choose", "closest_misses", "comparable",
-    "describe_miss", "dominates", "fmt_limit", "judge_leaves", "judge_uncompiled", "leaf_rank", "least_optimized",
+    "describe_miss", "dominates", "excess_layers", "flag_over_reference", "fmt_limit", "judge_leaves",
+    "judge_uncompiled", "leaf_rank", "least_optimized",
     "level_key", "meets_everywhere", "miss_entry", "objectives", "overall", "pair_rank", "pareto_front",
     "pareto_of_target", "pick", "quality", "quality_across_models", "rank", "recommend", "requirements_from_options",
     "shortfall", "shortfalls", "size_budget_misses", "sweep_unmet", "undominated", "unmet_targets",

@@ -37,6 +37,8 @@ def judge_leaves(doc: Mapping[str, Any], leaves: Sequence[str], targets: Sequenc
             checks = row.get("requirements") or {}
             per_target[t] = {"meets": row.get("meets_requirements"),
                              "requirements": {n: _check_cell(c) for n, c in checks.items()}}
+            if row.get("over_reference"):  # costs more than ptq there (cycles or flash), with the layers why
+                per_target[t]["over_reference"] = row["over_reference"]["text"]
         out[leaf] = per_target
     return out
 

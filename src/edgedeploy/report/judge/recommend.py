@@ -77,6 +77,8 @@ def recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> dic
         why += (f"; chosen within the level for the best int8 {what_quality}, then "
                 + ("the fewest cycles, then " if req.max_latency_ms is not None else "") + "the smallest flash")
     why += choice.why(what_quality)
+    if best.get("over_reference"):
+        why += f"; but {best['over_reference']['text']}"
     return {**base, "leaf": best["leaf"], "level": level, "met": True, "judged": True,
             "passed_over": choice.beaten,
             "message": f"{target}: recommend {best['leaf']} — {why}", "unmet": []}

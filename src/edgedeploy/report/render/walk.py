@@ -8,11 +8,13 @@ from typing import Any, Mapping
 def _verdict(leaf: str, per_target: Mapping[str, Any]) -> str:
     parts = []
     for target, v in per_target.items():
+        costs = ", costs more than ptq" if v.get("over_reference") else ""  # (the report names the layers why)
         if v.get("meets") is None:
-            parts.append(f"{target}: no requirements")
+            parts.append(f"{target}: no requirements{costs}")
             continue
         misses = [name for name, c in v.get("requirements", {}).items() if c.get("met") is not True]
-        parts.append(f"{target}: " + ("meets" if v["meets"] else "misses " + ", ".join(misses or [v.get("why", "?")])))
+        parts.append(f"{target}: " + ("meets" if v["meets"] else "misses " + ", ".join(misses or [v.get("why", "?")]))
+                     + costs)
     return f"{leaf} ({'; '.join(parts)})"
 
 

@@ -1,0 +1,71 @@
+"""A MobileNet-v1-like model with a ``Rescaling(1/255)`` input layer through the tree on the command line: the
+QAT-derived leaves take the raw input as ptq does (the scaling folded into the first convolution before QAT), so
+none spends more U55 NPU cycles than ptq, and the report flags no leaf."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import run_in_process
+
+SEED = 3
+U55 = "ethos-u55-128"
+LEAVES = ("ptq", "qat", "pcqat")
+
+
+@pytest.fixture(scope="module")
+def rescaling_run(tmp_path_factory) -> Path:
+    from edgedeploy.keras import tfenv
+
+    env = tfenv.load()
+    tfenv.set_seed(SEED)
+    keras, L = env.keras, env.keras.layers
+    out = tmp_path_factory.mktemp("rescaling")
+    rng = np.random.default_rng(SEED)
+    x = rng.uniform(0, 255, (320, 32, 32, 3)).astype(np.float32)
+    y = rng.integers(0, 4, 320)
+    np.savez(out / "data.npz", x=x, y=y, split=(np.arange(320) >= 256).astype(np.int64))
+    inp = keras.Input((32, 32, 3))
+    h = L.Rescaling(1 / 255, name="rescale")(inp)
+    h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(8, 3, strides=2, padding="same", use_bias=False)(h)))
+    for filters, stride in ((16, 1), (32, 2)):  # depthwise-separable blocks, as MobileNet v1 builds them
+        h = L.ReLU(6.0)(L.BatchNormalization()(L.DepthwiseConv2D(3, strides=stride, padding="same", use_bias=False)(h)))
+        h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(filters, 1, use_bias=False)(h)))
+    model = keras.Model(inp, L.Dense(4, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    model.fit(x[:256], y[:256], epochs=1, batch_size=32, verbose=0)
+    model.save(out / "model.h5", include_optimizer=False)
+    run = out / "run"
+    proc = run_in_process("optimize", out / "model.h5", "--data", out / "data.npz", "-o", run, "--leaves",
+                          ",".join(LEAVES), "--epochs", "1", "--min-steps", "0", "--clusters", "8", "--seed", SEED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_in_process("compile", run, "-t", U55)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def test_every_qat_leaf_spends_at_most_ptqs_npu_cycles(rescaling_run):
+    proc = run_in_process("report", rescaling_run, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["leaf"]: r for r in json.loads(proc.stdout)["rows"] if r["target"] == U55}
+    ptq = rows["ptq"]["values"]["npu_cycles"]["value"]
+    for leaf in LEAVES[1:]:
+        cycles = rows[leaf]["values"]["npu_cycles"]["value"]
+        assert cycles <= 1.01 * ptq, (leaf, cycles, ptq)
+        assert rows[leaf]["over_reference"] is None or "npu_cycles" not in rows[leaf]["over_reference"], leaf
+
+
+@pytest.mark.parametrize("leaf", LEAVES[1:])
+def test_the_qat_node_records_the_fold_and_its_int8_model_has_no_input_mul(rescaling_run, leaf):
+    from edgedeploy.tflite.reader import read_tflite
+
+    manifest = json.loads((rescaling_run / "manifest.json").read_text())
+    node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == leaf)
+    assert node["details"]["input_preprocessing"]["folded"] == {"rescale": ["conv2d"]}
+    assert not any("rescal" in w for w in node["warnings"])
+    ops = [o.op for o in read_tflite(rescaling_run / "convert" / leaf / "model_int8.tflite").operators]
+    assert ops[0] == "CONV_2D" and "MUL" not in ops, ops
