@@ -14,6 +14,7 @@ from edgedeploy.keras.model import keras_weight_stats
 from edgedeploy.keras.rewrites import separate_relu_layers
 from edgedeploy.keras.saving import save_model_h5, save_weights_h5
 from edgedeploy.core.manifest import Metric
+from edgedeploy.core.steptime import step_clock, timed
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
 from edgedeploy.config.tree import NODE_TABLE, Node, stage_kind
@@ -61,24 +62,30 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
     t0 = time.perf_counter()
     spec = NODE_TABLE[node]
     run = NodeRun(env, spec, dict(inputs), out, data, recipe, loss, trust_lambda)
-    result_model = build(run)
-    details, warnings, training = run.details, run.warnings, run.training
-    keras_stats = keras_weight_stats(result_model)
-    relu_followed = separate_relu_layers(result_model) if not spec.qat else []
-    found = verdict(node, "keras", keras_stats, recipe, relu_followed, kernels=keras_kernels(result_model, recipe))
-    details["preservation"] = found.rows
-    warnings += found.warnings
-    preserve.raise_failures(found, node)
-    if spec.keeps_channels and spec.technique != "thin":  # the thinned widths, kept below the thinned node
-        details["preservation"] += channels_kept(env, node, inputs["model"], result_model)
-    scores = float_scores(result_model, data)
-    if spec.qat:
-        target = out / QAT_WEIGHTS
-        save_weights_h5(result_model, target)
-    else:
-        target = out / FLOAT_MODEL
-        save_model_h5(result_model, target)
-    handoff.keep(node, target, result_model)
+    with step_clock() as clock:  # the steps the technique marks (timed), then the checks, scores and saving
+        result_model = build(run)
+        details, warnings, training = run.details, run.warnings, run.training
+        with timed("checks"):
+            keras_stats = keras_weight_stats(result_model)
+            relu_followed = separate_relu_layers(result_model) if not spec.qat else []
+            found = verdict(node, "keras", keras_stats, recipe, relu_followed,
+                            kernels=keras_kernels(result_model, recipe))
+            details["preservation"] = found.rows
+            warnings += found.warnings
+            preserve.raise_failures(found, node)
+            if spec.keeps_channels and spec.technique != "thin":  # the thinned widths, kept below the thinned node
+                details["preservation"] += channels_kept(env, node, inputs["model"], result_model)
+        with timed("float_scores"):
+            scores = float_scores(result_model, data)
+        with timed("save"):
+            if spec.qat:
+                target = out / QAT_WEIGHTS
+                save_weights_h5(result_model, target)
+            else:
+                target = out / FLOAT_MODEL
+                save_model_h5(result_model, target)
+            handoff.keep(node, target, result_model)
+    details["time_by_step"] = clock.record()
     node_metrics = {
         **metrics(data, "float", scores),
         "train_seconds": Metric(round(time.perf_counter() - t0, 2), "s", "measured"),

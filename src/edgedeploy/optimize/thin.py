@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BudgetExceededError, UsageError
+from edgedeploy.core.steptime import timed
 from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, hold_out_losses, training_set
 from .thin_npu import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
@@ -71,6 +72,7 @@ def _op_groups(graph, name: str) -> tuple[str | None, str | None]:
     return out, out
 
 
+@timed("candidate_int8")
 def _candidate(model, graph, scores, widths, values, calibration, recipe, dense: bool = False) -> bytes:
     """The int8 model at the widths ``values``; under 2:4 (unless ``dense``) with the prune stage's 2:4 masks."""
     from edgedeploy.tflite.convert import convert_int8
@@ -139,6 +141,7 @@ def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths
     return [by_key[key(v)] for v in options], bool(new)
 
 
+@timed("search")
 def npu_widths(model, graph, scores, drops, widths, recipe, data, out
                ) -> tuple[dict[str, int], dict[str, Any], list[dict[str, int]]]:
     """The value index per group that meets the budget (see the module), the record of the search, and the
@@ -297,6 +300,7 @@ def _keep(scores, widths, values: dict[str, int]) -> dict[str, np.ndarray]:
 TRIAL_Z = 2.0  # standard errors by which a tried choice must beat the search's on the hold-out to be kept
 
 
+@timed("trials")
 def _trials(run, model, graph, scores, widths, choices: list[dict[str, int]], x_fit
             ) -> tuple[list[dict[str, Any]], int]:
     """``thin_trials``: each choice thinned, refitted and fine-tuned for ``thin_trial_epochs`` as the thinned node

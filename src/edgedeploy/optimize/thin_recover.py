@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from edgedeploy.core.steptime import timed
 from edgedeploy.keras.thin import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
 
 RIDGE = 1e-3  # ridge of the refit, relative to the mean diagonal of the inputs' Gram matrix
@@ -41,6 +42,7 @@ def outputs(model, x: np.ndarray, batch: int = 256):
     return np.concatenate([np.asarray(p) for p in parts])
 
 
+@timed("channel_scores")
 def channel_scores(model, graph: ChannelGraph, x: np.ndarray) -> dict[str, np.ndarray]:
     """Per thinnable group: each channel's energy in what its consumers compute (see the module)."""
     groups = graph.thinnable()
@@ -110,6 +112,7 @@ def _row_count(acts: np.ndarray, layer) -> int:
     return len(_design(acts[:1], layer, None)) * len(acts)
 
 
+@timed("refit")
 def refit(original, thinned, graph: ChannelGraph, keep: Mapping[str, Any], x: np.ndarray,
           only: Sequence[str] | None = None, seed: int = 0) -> dict[str, Any]:
     """Refit the Conv2D and Dense layers of ``thinned`` that read a thinned group (see the module).
@@ -174,6 +177,7 @@ def _loss(out: np.ndarray, teacher: np.ndarray, classifier: bool, from_logits: b
     return float(np.mean(np.sum(np.exp(lt) * (lt - lp), axis=-1)))
 
 
+@timed("sensitivity")
 def sensitivity(model, graph: ChannelGraph, scores: Mapping[str, np.ndarray], widths: Mapping[str, list[int]],
                 x_fit: np.ndarray, x_hold: np.ndarray, classifier: bool, from_logits: bool
                 ) -> dict[str, list[float]]:

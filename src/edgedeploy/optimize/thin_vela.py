@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from edgedeploy.core.steptime import timed
 from ..errors import ToolFailedError
 
 TRACE = "_thin_vela"  # the work folder inside the node's stage folder (removed when done)
@@ -43,6 +44,7 @@ def layer_of(name: str, layer_kinds: Mapping[str, str]) -> str | None:
     return (kernel or named or [None])[0]
 
 
+@timed("candidate_vela")
 def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, jobs: int = 1
                    ) -> dict[str, list[dict[str, Any]]]:
     """Per target, per model: ``npu_cycles``, ``total_cycles``, ``encoded_weights_bytes`` and the keyed rows."""

@@ -18,6 +18,7 @@ from .collect import _Variant, _accuracy_values, _compile_values, _fit, _variant
 from .judge import check_row, flag_over_reference, judge_uncompiled, pareto_of_target, recommend, size_budget_misses
 from .plot_inputs import plot_inputs
 from .compression import _compression, npu_weight_layers
+from .node_times import node_times
 
 
 def _walk_requirements(manifest: Manifest, requirements: Requirements) -> Requirements:
@@ -187,6 +188,7 @@ def build_report(run_dir: Path, requirements: Requirements = Requirements(), *, 
         "walk": manifest.info.get("walk"),  # the level-by-level walk (edgedeploy.pipeline.walk), when this run was one
         "compression": _compression(manifest, variants) if compression else {},
         "npu_weights": npu_weight_layers(variants),
+        "node_times": node_times(manifest),  # each optimize node's time by step, as its record gives it
         "notes": notes,
     }
     if html:

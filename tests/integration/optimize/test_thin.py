@@ -172,7 +172,34 @@ def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows:
     assert cycles["thinned"] <= speedup * cycles["ptq"]
     # the node checked its widths on the weights before fine-tuning; Vela's weight encoding moves a little
     assert cycles["thinned"] == pytest.approx(thinning["npu"]["npu_cycles"]["ethos-u55-128"], rel=0.02)
+    _time_by_step_within_the_nodes_total(outcome)
     return thinning
+
+
+THIN_STEPS = {"channel_scores", "sensitivity", "search", "search/candidate_int8", "search/candidate_vela", "refit",
+              "fine_tune", "checks", "float_scores", "save"}
+
+
+def _time_by_step_within_the_nodes_total(outcome) -> None:
+    """The thinned node's record splits its time by step (wall and processor seconds, each >= 0), the steps and
+    the other time add up to the record's total, which is within the stage's own seconds; the report shows them."""
+    from edgedeploy.report import build_report
+    from edgedeploy.report.render import render
+
+    rec = outcome.nodes["thinned"]
+    times = rec.details["time_by_step"]
+    print("time by step", {s: t["wall"]["value"] for s, t in times["steps"].items()}, "total", times["total"])
+    assert THIN_STEPS <= set(times["steps"])
+    assert ("trials" in times["steps"]) == bool(rec.details["thinning"].get("trials"))
+    facts = [t[k] for t in [*times["steps"].values(), times["other"], times["total"]] for k in ("wall", "processor")]
+    assert all(f["unit"] == "s" and f["mode"] == "measured" and f["value"] >= 0 for f in facts)
+    assert times["steps"]["search/candidate_vela"]["calls"] >= 1 and times["steps"]["search"]["calls"] == 1
+    for kind in ("wall", "processor"):
+        parts = sum(t[kind]["value"] for t in times["steps"].values()) + times["other"][kind]["value"]
+        assert parts == pytest.approx(times["total"][kind]["value"], abs=0.002 * (len(times["steps"]) + 1))
+    assert 0 < times["total"]["wall"]["value"] <= rec.metrics["train_seconds"].value + 0.01 <= rec.seconds + 0.02
+    text = render(build_report(outcome.run_dir), "markdown")
+    assert "## Time by step of each node" in text and "| thinned | search/candidate_vela |" in text
 
 
 def test_thinned_leaf_meets_its_cycle_budget_on_u55_keeping_the_best_tried_width(tmp_path):

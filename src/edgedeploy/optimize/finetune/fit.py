@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgedeploy.core.steptime import timed
 from edgedeploy.config.data import Dataset
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.config.recipe import Recipe
@@ -140,6 +141,7 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
                    teacher=np.concatenate([ts.teacher, mirrored_targets[train_idx].astype(ts.teacher.dtype)]))
 
 
+@timed("fine_tune")
 def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, title: str, callbacks=(), *,
               train_set: TrainingSet | None = None, eligible_from: int = 1, record: dict | None = None,
               mirrored: bool = False) -> dict:

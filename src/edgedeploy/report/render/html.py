@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..columns import metric_only, quality_name, shown_columns
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 from .text import LAYER_HEADERS, npu_layer_tables
+from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
 from .plots import plot_accuracy_vs, plot_flash_vs_cycles, plot_layer_cycles, plot_weight_stages
 
 
@@ -187,4 +188,8 @@ def _diagnostics(doc: Mapping[str, Any]) -> list[str]:
             parts.append(f"<details><summary>{_h(title)}</summary>")
             parts.append(_html_table(list(LAYER_HEADERS), rows, [False, False] + [True] * 7))
             parts.append("</details>")
+    times = time_rows(doc)
+    if times:
+        parts.append(f"<h2>Time by step of each node</h2><p class='muted'>{_h(TIME_NOTE)}</p>")
+        parts.append(_html_table(list(TIME_HEADERS), times, [False, False, True, True, True, True], keys=2))
     return parts

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from ..columns import shown_columns
 from .walk import walk_lines
+from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 
 
@@ -59,6 +60,10 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                            [False, False, True, True, True, True, False])
     else:
         lines.append("- not computed")
+    times = time_rows(doc)
+    if times:
+        lines += ["", "## Time by step of each node", "", md_text(TIME_NOTE), ""]
+        lines += _md_table(TIME_HEADERS, times, [False, False, True, True, True, True])
     cmp_lines = _comparison_lines(doc)
     if cmp_lines:
         lines += ["", "## Comparison", ""] + [f"- {md_text(t)}" for t in cmp_lines]

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from edgedeploy.report.levels import PALETTE_LIMIT
 from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
+from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes, uncompiled_requirement_lines
 
 
@@ -76,6 +77,10 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
             console.print(_rich_table(f"{title} — {part}", chosen, cells))
     for title, rows in npu_layer_tables(doc):
         console.print(_plain_table(title, LAYER_HEADERS, rows, right=[False, False] + [True] * 7))
+    times = time_rows(doc)
+    if times:
+        console.print(_plain_table(f"Time by step of each node ({TIME_NOTE})", TIME_HEADERS, times,
+                                   right=[False, False, True, True, True, True]))
     uncompiled = [r["leaf"] for r in doc["rows"] if not r.get("target")]
     if uncompiled:
         console.print(f"Not compiled for any target: {', '.join(uncompiled)}", markup=False)
