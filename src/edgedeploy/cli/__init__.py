@@ -13,11 +13,11 @@ def main() -> None:
     import os
     import sys
 
-    from edgedeploy import api
+    from edgedeploy.api import process
 
     # For a command that compiles, one Vela worker starts importing Vela now, while typer loads and converts the
     # options; the command adopts it or ends it (see .prestart). Not for shell completion, which only lists words.
-    warm = api.fork_warm_worker() if may_compile(sys.argv[1:]) and not os.environ.get("_EDGEDEPLOY_COMPLETE") else None
+    warm = process.fork_warm_worker() if may_compile(sys.argv[1:]) and not os.environ.get("_EDGEDEPLOY_COMPLETE") else None
 
     import signal
 
@@ -27,7 +27,7 @@ def main() -> None:
     from .app import app
     from .common import on_terminate
 
-    api.use_private_tmp()
+    process.use_private_tmp()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_terminate)
     os.register_at_fork(after_in_child=_default_signals)

@@ -43,9 +43,9 @@ def guard() -> Iterator[None]:
     except (typer.Exit, typer.Abort, TyperException):
         raise  # the command line's own exits and usage errors
     except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, a path too long)
-        from edgedeploy import api
+        from edgedeploy.api import process
 
-        full = api.no_space_error(exc)
+        full = process.no_space_error(exc)
         if full is not None:  # one the library did not name itself: the file the system named, when it did
             _error_line(full.one_line())
             raise typer.Exit(full.exit_code) from None
@@ -53,9 +53,9 @@ def guard() -> Iterator[None]:
         _error_line(f"{where}{exc.strerror or exc}. check the path, its permissions and the free space")
         raise typer.Exit(InvalidInputError.exit_code) from None
     except Exception as exc:  # a defect: one line for the user, the traceback with -v
-        from edgedeploy import api
+        from edgedeploy.api import process
 
-        full = api.no_space_error(exc)  # a library's own error that says a disk is full (h5py, TensorFlow)
+        full = process.no_space_error(exc)  # a library's own error that says a disk is full (h5py, TensorFlow)
         if full is not None:
             _error_line(full.one_line())
             raise typer.Exit(full.exit_code) from None
@@ -64,9 +64,9 @@ def guard() -> Iterator[None]:
                     "report it")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        from edgedeploy import api
+        from edgedeploy.api import process
 
-        api.discard_scratch()  # the staging folders of the stages in progress
+        process.discard_scratch()  # the staging folders of the stages in progress
         err_console.print("interrupted; finished stages are kept, the one in progress left nothing behind")
         raise typer.Exit(128 + TERMINATED[0] if TERMINATED else 130) from None
 
@@ -93,10 +93,10 @@ ERROR_LINE_LIMIT = 1000  # characters of one error line; a word (a path, a value
 def bounded_line(line: str) -> str:
     """``line`` with each over-long word (a path, a value) shortened in the middle, and the whole line kept under
     :data:`ERROR_LINE_LIMIT` characters: a 10 MB path gives a short line that still shows its start and end."""
-    from edgedeploy import api
+    from edgedeploy.api import process
 
-    line = " ".join(api.shorten(word) for word in line.split(" "))  # a word within the limit is kept as it is
-    return api.shorten(line, ERROR_LINE_LIMIT)
+    line = " ".join(process.shorten(word) for word in line.split(" "))  # a word within the limit is kept as it is
+    return process.shorten(line, ERROR_LINE_LIMIT)
 
 
 def table(title: str, columns: tuple[tuple[str, str], ...], rows: list[dict[str, str]]) -> Table:

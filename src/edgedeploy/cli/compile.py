@@ -65,10 +65,10 @@ def prestart(values: dict[str, Any], warm=None):
         return None
     if (out / "manifest.json").exists():
         return None
-    from .. import api
+    from ..api import process
 
     n_tasks = max(1, len(values.get("target") or ())) * len(models)
-    return api.prestart_pool(str(values.get("jobs") or ""), n_tasks, warm)
+    return process.prestart_pool(str(values.get("jobs") or ""), n_tasks, warm)
 
 
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,

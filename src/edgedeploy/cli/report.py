@@ -122,11 +122,11 @@ def _format(fmt: str, json_out: bool) -> str:
 
 def _write(text: str, out: Optional[Path]) -> None:
     """The report into ``out`` (written whole, then renamed), or on stdout."""
-    from .. import api
+    from ..api import process
     from .common import err_console
 
     if out is not None:
-        api.write_text(out, text)
+        process.write_text(out, text)
         err_console.print(f"report: {out}", highlight=False, markup=False)
     else:
         typer.echo(text, nl=False)

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from edgedeploy.config.keys import Key
     from edgedeploy.config.recipe import Recipe
     from edgedeploy.config.targets import Target
-    from edgedeploy.errors import DiskFullError
     from edgedeploy.core.manifest import Manifest, Metric, StageRecord
     from edgedeploy.export.locate import ExportOptions
     from edgedeploy.export.stage import ExportResult
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
     from edgedeploy.report.limits import Requirements, Tolerance
     from edgedeploy.tflite.reader import TfliteModel
     from edgedeploy.report.render.tables import compile_columns, compile_json, compile_rows, sweep_columns
-    from edgedeploy.vela.pool import VelaPool, prestart_pool
+    from edgedeploy.vela.pool import VelaPool
     from edgedeploy.vela.worker import WarmWorker
 
 __all__ = [
@@ -53,13 +52,13 @@ __all__ = [
     "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
     "Requirements", "ServeResult", "StageRecord", "Target", "TfliteModel", "Tolerance", "VerifyOptions",
     "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_columns", "compile_json",
-    "compile_rows", "compile_run", "compile_tflite", "compile_variants", "discard_scratch", "doctor", "dumps",
-    "emulate_bundle", "export_bundle", "fork_warm_worker", "fvp_run", "get_target", "is_sweep_folder",
+    "compile_rows", "compile_run", "compile_tflite", "compile_variants", "doctor", "dumps",
+    "emulate_bundle", "export_bundle", "fvp_run", "get_target", "is_sweep_folder",
     "leaves_json", "leaves_table", "list_targets", "load_recipe", "load_report_json", "optimize", "optimize_tree",
-    "parse_tolerances", "plain_settings", "prestart_pool", "raise_on_regression", "read_tflite", "recipe_key",
-    "render_report", "report_formats", "requirements", "resolve_targets", "serve_bundle", "shorten",
-    "sweep_columns", "target_rows", "unmet_requirements", "use_private_tmp", "verify_options", "verify_run", "walk",
-    "walk_lines", "write_text"
+    "parse_tolerances", "plain_settings", "raise_on_regression", "read_tflite", "recipe_key",
+    "render_report", "report_formats", "requirements", "resolve_targets", "serve_bundle",
+    "sweep_columns", "target_rows", "unmet_requirements", "verify_options", "verify_run", "walk",
+    "walk_lines"
 ]
 
 # The classes and table functions by the module that defines them, imported when first used.
@@ -67,7 +66,6 @@ _LAZY = {
     "edgedeploy.pipeline.compile": ("CompileOptions", "CompileOutcome", "compile_variants"),
     "edgedeploy.pipeline.driver": ("DriverOutcome",),
     "edgedeploy.report.render.tables": ("compile_columns", "compile_json", "compile_rows", "sweep_columns"),
-    "edgedeploy.vela.pool": ("prestart_pool",),
     "edgedeploy.pipeline.doctor": ("DoctorReport",),
     "edgedeploy.hil.emulate.run": ("EmulationResult",),
     "edgedeploy.export.locate": ("ExportOptions",),
@@ -456,48 +454,3 @@ def fvp_run(run_dir: Path | str, leaf: str, target: str, *, fvp: Path | str | No
 
     given = {} if timeout is None else {"timeout": timeout}
     return run(run_dir, leaf, target, fvp=fvp, runner=runner, golden=golden, **given)
-
-
-def fork_warm_worker() -> WarmWorker | None:
-    """One worker process that starts importing Vela now, for a command that may compile (None where it cannot
-    help: a single core, no ``fork``)."""
-    from edgedeploy.vela.worker import fork_warm_worker as fork
-
-    return fork()
-
-
-def use_private_tmp() -> str:
-    """Send this process's temporary files to a private folder removed when it ends; returns the folder."""
-    from edgedeploy.core.files import use_private_tmp as private
-
-    return private()
-
-
-def write_text(path: Path, text: str) -> None:
-    """``text`` into the file ``path``, written under a temporary name and renamed when complete."""
-    from edgedeploy.core.files import atomic_write_text
-
-    atomic_write_text(path, text)
-
-
-def discard_scratch() -> None:
-    """Empty the staging folders of the stages in progress (an interrupted command leaves nothing half-written)."""
-    from edgedeploy.core.files import discard_scratch as discard
-
-    discard()
-
-
-def shorten(text: str, limit: int | None = None) -> str:
-    """``text`` shortened in the middle to at most ``limit`` characters (default: what an error line shows of
-    one path or value)."""
-    from edgedeploy.core.files import short
-
-    return short(text) if limit is None else short(text, limit)
-
-
-def no_space_error(exc: BaseException) -> DiskFullError | None:
-    """``exc`` as the one-line :class:`~edgedeploy.errors.DiskFullError` when it says a disk or quota is full (naming
-    the file the system named, else standard output when that is what is full), else None."""
-    from edgedeploy.core.nospace import full_stream, no_space_error as full
-
-    return full(exc, "standard output" if full_stream(1) else None)
