@@ -16,7 +16,7 @@ SEED = int(os.environ.get("EDGEDEPLOY_TEST_SEED", "1234"))
 # pytest-xdist's workers start with COLUMNS=80.
 os.environ["COLUMNS"] = "200"
 # pytest-xdist runs a worker per core: each worker's TensorFlow (and the commands it starts) gets its share of the
-# cores rather than a thread pool per core (on 2 cores, the default run took 8:56 this way against 9:50).
+# cores rather than a thread pool per core, which would have the workers' pools contend for the same cores.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _share = str(max(1, (os.cpu_count() or 1) // _WORKERS))

@@ -17,7 +17,7 @@ FIRMWARE_TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-g++", "cmake", "qemu-syste
 
 @pytest.fixture(scope="session")
 def tflm_cache(tmp_path_factory) -> Path:
-    """One cache of built TFLM libraries for every firmware test of the run (a cold build takes about 25 s)."""
+    """One cache of built TFLM libraries for every firmware test of the run (a cold build compiles the library's sources)."""
     missing = [t for t in FIRMWARE_TOOLS if shutil.which(t) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (.ci/run installs them)")

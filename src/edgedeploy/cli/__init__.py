@@ -126,8 +126,8 @@ def _closed_streams() -> int | None:
 def _exit(code: int) -> None:
     """End the process once the command is done, without tearing the interpreter down.
 
-    Freeing every module a command loaded takes longer than many commands' own work (about 20 ms after a
-    compile). Everything the command wrote is complete by now (outputs are renamed into place); the exit
+    Freeing every module a command loaded takes longer than many commands' own work (docs/commands/compile.md).
+    Everything the command wrote is complete by now (outputs are renamed into place); the exit
     handlers registered with ``atexit`` still run and the console streams are flushed. With a thread of the
     command still running, the normal exit waits for it instead."""
     import atexit

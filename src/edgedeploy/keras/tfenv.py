@@ -35,7 +35,7 @@ def load() -> SimpleNamespace:
                 "set TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import edgedeploy first",
             )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    collect_less_often()  # before the import: set after it, the tree took as long in the one pair measured
+    collect_less_often()  # before the import: importing TensorFlow allocates many of the long-lived objects
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
@@ -58,8 +58,7 @@ def load() -> SimpleNamespace:
 
 # Importing TensorFlow and building, tracing and converting Keras models allocate millions of objects that live
 # on, which Python's default collector (a young-generation pass every 700 allocations) rescans again and again.
-# With these thresholds the example's tree took 0.93-0.97 of the processor time, with the same results and about
-# 15% more peak memory (python bench/bench_gc.py --pairs 3: 1.28 GB against 1.12 GB).
+# Higher thresholds save processor time for some more peak memory, with the same results (docs/python-api.md).
 GC_THRESHOLD = (50_000, 20, 20)
 
 
@@ -88,9 +87,8 @@ def keras3_probe_fails_fast():
     TFMOT 0.8.1 (``sparsity/keras/prune_registry.py``) tries ``from keras.src.engine import base_layer``. With
     Keras 3 installed beside tf_keras (TensorFlow 2.21 requires it), that imports all of Keras 3, matplotlib
     included, only to fail, and TFMOT falls back to no base layer. Reported missing, ``keras`` fails the same
-    way without being imported: the same fallback, and :func:`load` took 2.59 s of processor time instead of
-    3.29 s (``python bench/bench_startup.py --tensorflow``). A process that imported Keras 3 already keeps it;
-    TFMOT's probe then fails as it always did."""
+    way without being imported: the same fallback, and :func:`load` takes less time (docs/results/startup.md).
+    A process that imported Keras 3 already keeps it; TFMOT's probe then fails as it always did."""
     if "keras" in sys.modules:
         yield
         return

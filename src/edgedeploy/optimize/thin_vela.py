@@ -5,8 +5,8 @@ on a few calibration samples (cycles do not depend on the ranges) and compiled i
 each target; the per-operator cycles of Vela's per-layer CSV are keyed by the operator's name, kind and
 occurrence, which do not change with the widths. The cycles taken from each row are its ``NPU`` column, the
 share of the summary's NPU cycles (the column sums to them), which is what the budget holds: ``Op Cycles`` is
-the larger of the NPU's and the memory's cycles of the operator and sums to the total cycles instead (on
-Ethos-U85-256 the two sums differed by 3,400 to 18,000 cycles among ResNet-8's candidates, by the widths).
+the larger of the NPU's and the memory's cycles of the operator and sums to the total cycles instead (the two
+sums differ by the widths; docs/methods/thin.md).
 """
 
 from __future__ import annotations

@@ -28,8 +28,10 @@ def cli(*args) -> str:
 
 
 def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, seed: int):
-    """A seeded slice of the CIFAR-10 subset and the ResNet-8 float model; without the real data, random images
-    and a small seeded model of the same input (the comparison is of two readers of the same pixels)."""
+    """A seeded slice of the CIFAR-10 subset and the ResNet-8 float model; without the real data, seeded images
+    and a small seeded model of the same input (the comparison is of two readers of the same pixels). The images
+    are flat 16 x 16 blocks of random colour: JPEG keeps such blocks (its 4:2:0 units) within a few levels, as it
+    keeps photographs, where pixel-wise noise would lose tens of levels."""
     if (shared_data / CIFAR).is_file() and (shared_data / RESNET).is_file():
         with np.load(shared_data / CIFAR) as d:
             arrays = {k: d[k] for k in ("x_train", "y_train", "x_test", "y_test", "classes")}
@@ -39,8 +41,13 @@ def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, see
 
         keras = tfenv.load().keras
         rng = np.random.default_rng(seed)
-        arrays = {"x_train": rng.integers(0, 256, (500, 32, 32, 3), dtype=np.uint8), "y_train": np.arange(500) % 10,
-                  "x_test": rng.integers(0, 256, (200, 32, 32, 3), dtype=np.uint8), "y_test": np.arange(200) % 10,
+
+        def blocks(n: int) -> np.ndarray:
+            coarse = rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8)
+            return np.repeat(np.repeat(coarse, 16, axis=1), 16, axis=2)
+
+        arrays = {"x_train": blocks(500), "y_train": np.arange(500) % 10,
+                  "x_test": blocks(200), "y_test": np.arange(200) % 10,
                   "classes": np.array([f"class{i}" for i in range(10)])}
         keras.utils.set_random_seed(seed)
         net = keras.Sequential([keras.layers.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255.0),

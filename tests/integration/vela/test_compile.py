@@ -106,7 +106,7 @@ TREE_MODULES = ("edgedeploy.optimize", "edgedeploy.pipeline.tree_run", "edgedepl
 def test_compiling_tflite_files_loads_none_of_the_trees_modules(dscnn_int8, tmp_path):
     """`edgedeploy compile MODEL.tflite` loads what compiling needs: the deployment tree's modules (the optimize
     package, the walk, the sweep, the judge), numpy and TensorFlow stay out of the command's process (Vela runs
-    in its workers), which starts in about 0.2 s less processor time for it."""
+    in its workers), so the command starts sooner."""
     proc, loaded = run_cli_loading("compile", dscnn_int8, "-t", "ethos-u55-128", "-o", tmp_path / "run", "--json",
                                    watch=TREE_MODULES)
     assert proc.returncode == 0 and loaded == [], proc.stdout + proc.stderr

@@ -55,7 +55,7 @@ def greedy_plan(options: Mapping[str, Sequence[Mapping[str, Any]]], joint_drop, 
 
     ``options[layer]`` lists {"setting": LayerSetting-dict, "bytes": int, "drop": float (points, this layer
     alone)}; the option with the most bytes is where the layer starts (the sweep's largest palette). Drops of
-    single layers do not add up (in one measured case ten harmless layers together lost 9 points), so every
+    single layers do not add up (layers harmless one by one can lose points together), so every
     step is checked on the whole model: moves are tried in order (no measured loss first, then most bytes
     saved per point lost) and kept when ``joint_drop(plan)`` is within ``budget``. ``joint_drop`` returns the
     drop, or a mapping with the drop under ``"drop"`` and more facts to record with the step. Returns (plan,

@@ -47,9 +47,9 @@ def _init_worker(threads: int) -> None:
     join_private_tmp()  # TensorFlow's generated files go where the command removes them, even if we are killed
     env = tfenv.load()
     # Only the inter-op pool (independent ops side by side) is cut to the worker's share. The intra-op pool
-    # splits one op's arithmetic, so its size changes the order of float sums in training: with 1 thread instead
-    # of 2 the example's qat leaf ended 0.25 points apart. It keeps TensorFlow's default, as in the driver, so
-    # every jobs count gives the same leaves.
+    # splits one op's arithmetic, so its size changes the order of float sums in training and so the trained
+    # leaves (docs/commands/optimize.md). It keeps TensorFlow's default, as in the driver, so every jobs count
+    # gives the same leaves.
     env.tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
