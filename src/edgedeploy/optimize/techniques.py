@@ -107,15 +107,33 @@ def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
     an elementwise operator over the whole input, which ``ptq``'s converter folds away. Those kernels keep their
     folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
     and what was left, with its reason."""
-    keeps_clusters = NODE_TABLE[node].keeps_clusters
-    parent, folded, left = fold_input_affine(parent, uniform_only=keeps_clusters)  # (a new model, when it folds)
+    parent, folded = fold_qat_input(parent, NODE_TABLE[node].keeps_clusters, details)
+    model = _quantized(parent, node)
+    freeze_quantized(model, {name for into in folded.values() for name in into})
+    return model
+
+
+def fold_qat_input(parent, uniform_only: bool, details: dict[str, Any] | None = None
+                   ) -> tuple[Any, dict[str, list[str]]]:
+    """``parent`` with its input preprocessing folded into the kernels it feeds, before QAT
+    (:func:`edgedeploy.keras.input_affine.fold_input_affine`; ``uniform_only`` for kernels that keep clusters or a
+    palette), and ``{folded layer: [layers folded into]}``. ``details`` (when given) records what was folded and
+    what was left, with its reason."""
+    parent, folded, left = fold_input_affine(parent, uniform_only=uniform_only)  # (a new model, when it folds)
     if details is not None and (folded or left):
         details["input_preprocessing"] = {
             "folded": folded, "left": left,
             "note": "folded into the kernels they feed before QAT, which keep their folded weights in training"}
-    model = _quantized(parent, node)
-    freeze_quantized(model, {name for into in folded.values() for name in into})
-    return model
+    return parent, folded
+
+
+def input_fold_warnings(details: dict[str, Any]) -> list[str]:
+    """The warning for the input preprocessing :func:`fold_qat_input` left as it is (none when it left none)."""
+    left = details.get("input_preprocessing", {}).get("left")
+    if not left:
+        return []
+    return ["input preprocessing stays an int8 operator of its own: " + "; ".join(
+        f"{name}: {reason}" for name, reason in left.items())]
 
 
 def _quantized(parent, node: str):
@@ -245,10 +263,7 @@ def qat_node(run) -> Any:
     """QAT with the node's scheme, its activation ranges started from the float parent."""
     parent, node = run.parent(), run.node.name
     model = qat_model(run.env, parent, node, run.details)
-    if run.details.get("input_preprocessing", {}).get("left"):
-        left = run.details["input_preprocessing"]["left"]
-        run.warnings.append("input preprocessing stays an int8 operator of its own: " + "; ".join(
-            f"{name}: {reason}" for name, reason in left.items()))
+    run.warnings.extend(input_fold_warnings(run.details))
     start_qat_ranges(model, parent, run.data, run.recipe, run.details)
     folded = run.details.get("input_preprocessing", {}).get("folded", {})
     unquantized = [name for name in unsupported_for_qat(parent) if name not in folded]

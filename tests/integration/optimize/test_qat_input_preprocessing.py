@@ -1,6 +1,6 @@
 """A MobileNet-v1-like model with a ``Rescaling(1/255)`` input layer through the tree on the command line: the
-QAT-derived leaves take the raw input as ptq does (the scaling folded into the first convolution before QAT), so
-none spends more U55 NPU cycles than ptq, and the report flags no leaf."""
+QAT-derived leaves, the palette QAT leaf among them, take the raw input as ptq does (the scaling folded into the
+first convolution before QAT), so none spends more U55 NPU cycles than ptq, and the report flags no leaf."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from helpers import run_in_process
 
 SEED = 3
 U55 = "ethos-u55-128"
-LEAVES = ("ptq", "qat", "pcqat")
+LEAVES = ("ptq", "qat", "pcqat", "pcqat_palette")
 
 
 @pytest.fixture(scope="module")

@@ -145,8 +145,15 @@ def qat_palettes(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -
 
 
 def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
-                      folded: Mapping[str, Any] | None = None):
+                      folded: Mapping[str, Any] | None = None, details: dict[str, Any] | None = None):
     """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers.
+
+    Preprocessing at the input (a ``Rescaling``, ``Normalization``) is folded into the kernels it feeds first, as
+    for the other QAT nodes (:func:`edgedeploy.optimize.techniques.fold_qat_input`; ``details``, when given,
+    records it), so that the int8 model takes the raw input as ``ptq`` does. Only a scaling by one value is
+    folded (a palette kernel times one value keeps its palette), and the kernels folded into keep their folded
+    weights in training. The fold is the same on every call, so the trained weights load into the model that
+    the convert stage builds again.
 
     ``folded`` maps a layer to the batch-norm factors folded into its kernel (:func:`fold_batch_norm`). Those
     layers train in the units of their kernel before folding, as TFMOT's QAT of the unfolded model does: the
@@ -160,8 +167,10 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     env = tfenv.load()
     quant = env.tfmot.quantization.keras
     from edgedeploy.keras.model import clone
-    from edgedeploy.keras.qat import quantize_for_qat
+    from edgedeploy.keras.qat import freeze_quantized, quantize_for_qat
+    from ..techniques import fold_qat_input
 
+    parent, inputs_folded = fold_qat_input(parent, uniform_only=True, details=details)
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)
 
@@ -182,6 +191,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     annotated.set_weights(base.get_weights())
     model = quantize_for_qat(annotated, custom_objects={"PaletteQuantizeConfig": config_cls,
                                                         "PaletteWeightsQuantizer": quantizer_cls}, what="palette QAT")
+    freeze_quantized(model, {name for into in inputs_folded.values() for name in into})
     from edgedeploy.keras.model import base_name
 
     for layer, quantizer in palette_layers(model):

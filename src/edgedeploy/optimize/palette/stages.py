@@ -18,7 +18,7 @@ from edgedeploy.config.tree import LEAVES, NODE_TABLE, QAT_NODES
 from edgedeploy.optimize.finetune.fit import fine_tune
 from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, start_keras_stage
 from ..scoring import float_scores, metrics, task_of
-from ..techniques import start_qat_ranges
+from ..techniques import input_fold_warnings, start_qat_ranges
 from .projection import DAMP, PALETTE_LIMIT
 from edgedeploy.vela.debugdb import WEIGHT_OPS, layer_of_tensor
 from .models import HESSIAN_SAMPLES, _palette_opt, apply_plan, default_plan, fold_batch_norm, kernel_layers, layer_hessians, projection_method, scale_method
@@ -147,7 +147,8 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
     else:
         doc = read_plan(Path(inputs["model"]).parent)
         plan, folded = doc["plan"], doc["batch_norm_factors"]
-        result_model = palette_qat_model(parent, plan, recipe.seed, folded)
+        result_model = palette_qat_model(parent, plan, recipe.seed, folded, details)
+        warnings.extend(input_fold_warnings(details))
         start_qat_ranges(result_model, parent, data, recipe, details)
         # The same training budget as TFMOT's cluster + QAT path (the cluster stage's epochs plus the QAT
         # stage's), as one run: one warm-up and one decay at the QAT stage's rate. Two runs back to back
