@@ -1,7 +1,7 @@
 """Vela backend: argument lists and parsers of Vela's output.
 
 Vela itself runs in the worker processes of :mod:`edgedeploy.vela.pool`,
-never in the main process. The argument builders and parsers here are pure
+never in the main process, through :mod:`edgedeploy.vela.runner`. The argument builders and parsers here are pure
 functions, tested on recorded Vela output.
 """
 
