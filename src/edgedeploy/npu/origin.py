@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from edgedeploy.keras.model import base_name
 from edgedeploy.tflite.reader import OperatorInfo
-from edgedeploy.vela.debugdb import parse_debug_db, read_debug_db
+from edgedeploy.vela.debugdb import read_debug_db
 
 DEBUG_DB = "debug_db"  # the compile record's output role of Vela's debug database
 
@@ -87,9 +87,10 @@ def recompiled_tables(int8_model: Path, target_name: str, record, commands: Sequ
     """Vela run again on ``int8_model`` with its debug database, for the target and ``--optimise`` the compile
     ``record`` used: (tables, "") when its command stream equals ``commands``, else (None, why not)."""
     from edgedeploy.config.targets import get_target
+    from edgedeploy.errors import EdgeDeployError
     from edgedeploy.npu.leaf import read_leaf
-    from edgedeploy.vela.outputs import OPTIMISE_CHOICES, build_vela_args
-    from edgedeploy.vela.pool import VelaPool
+    from edgedeploy.vela.outputs import OPTIMISE_CHOICES
+    from edgedeploy.vela.runner import DEBUG_DB_FLAG, NEEDED, VelaRequest, run_all
 
     params = record.params or {}
     optimise = params.get("optimise", "Performance")
@@ -102,14 +103,11 @@ def recompiled_tables(int8_model: Path, target_name: str, record, commands: Sequ
     if params.get("target_fingerprint") not in (None, target.fingerprint()):
         return None, f"target {target_name} changed since the compile; compile with --debug-db"
     with tempfile.TemporaryDirectory(prefix="edgedeploy-debugdb-") as tmp:
-        folder = Path(tmp)
-        args = build_vela_args(Path(int8_model), target, folder, optimise, ("--enable-debug-db",))
-        with VelaPool(1) as pool:
-            result = pool.submit(args, folder / "vela.log").result()
-        xml = next(folder.glob("*_debug.xml"), None)
-        vela = next(folder.glob("*_vela.tflite"), None)
-        if result.returncode != 0 or xml is None or vela is None:
+        request = VelaRequest(Path(int8_model), target, Path(tmp), optimise, (DEBUG_DB_FLAG,))
+        try:
+            (result,) = run_all([request], 1, need=NEEDED | {"debug_db"})
+        except EdgeDeployError:
             return None, "Vela did not write its debug database again"
-        if list(read_leaf(vela).commands) != list(commands):
+        if list(read_leaf(result.files["vela_model"]).commands) != list(commands):
             return None, "Vela's command stream differs when compiled again; compile with --debug-db"
-        return parse_debug_db(xml.read_text(encoding="utf-8")), ""
+        return result.debug_tables, ""

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from edgedeploy.core.steptime import timed
-from ..errors import ToolFailedError
 
 TRACE = "_thin_vela"  # the work folder inside the node's stage folder (removed when done)
 
@@ -48,9 +47,8 @@ def layer_of(name: str, layer_kinds: Mapping[str, str]) -> str | None:
 def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, jobs: int = 1
                    ) -> dict[str, list[dict[str, Any]]]:
     """Per target, per model: ``npu_cycles``, ``total_cycles``, ``encoded_weights_bytes`` and the keyed rows."""
-    from edgedeploy.vela import outputs as vela_backend
     from edgedeploy.config.targets import get_target
-    from edgedeploy.vela.pool import VelaPool
+    from edgedeploy.vela.runner import VelaRequest, run_all
 
     work.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -60,28 +58,22 @@ def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, 
         paths.append(path)
     out: dict[str, list[dict[str, Any]]] = {}
     try:
-        with VelaPool(jobs) as pool:
-            futures = {}
-            for t in targets:
-                target = get_target(t)
-                for i, path in enumerate(paths):
-                    folder = work / f"{t}_{i}"
-                    folder.mkdir(parents=True, exist_ok=True)
-                    args = vela_backend.build_vela_args(path, target, folder, "Performance")
-                    futures[(t, i)] = (target, folder, path, pool.submit(args, folder / "vela.log"))
-            for (t, i), (target, folder, path, future) in futures.items():
-                res = future.result()
-                found = vela_backend.find_vela_outputs(folder, path.stem)
-                if res.returncode != 0 or "summary_csv" not in found or "per_layer_csv" not in found:
-                    tail = (folder / "vela.log").read_text(errors="replace").strip().splitlines()[-2:]
-                    raise ToolFailedError(f"Vela failed on a thinned candidate for {t}: {' | '.join(tail)}",
-                                          "read the Vela log in the thinned node's stage folder")
-                summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
-                layers = vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
-                m = vela_backend.summary_metrics(summary, target, layers)
-                out.setdefault(t, [None] * len(paths))[i] = {
-                    "npu_cycles": m["npu_cycles"].value, "total_cycles": m["total_cycles"].value,
-                    "encoded_weights_bytes": m["encoded_weights_bytes"].value, "keyed": op_key_rows(layers)}
+        requests, keys = [], []
+        for t in targets:
+            target = get_target(t)
+            for i, path in enumerate(paths):
+                folder = work / f"{t}_{i}"
+                folder.mkdir(parents=True, exist_ok=True)
+                requests.append(VelaRequest(path, target, folder, "Performance"))
+                keys.append((t, i))
+        results = run_all(requests, jobs, shown=["a thinned candidate"] * len(requests),
+                          need={"vela_model", "summary_csv", "per_layer_csv"},
+                          fix="read the Vela log in the thinned node's stage folder")
+        for (t, i), res in zip(keys, results):
+            m = res.metrics
+            out.setdefault(t, [None] * len(paths))[i] = {
+                "npu_cycles": m["npu_cycles"].value, "total_cycles": m["total_cycles"].value,
+                "encoded_weights_bytes": m["encoded_weights_bytes"].value, "keyed": op_key_rows(res.layers)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out

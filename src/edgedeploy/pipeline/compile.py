@@ -7,7 +7,6 @@ results (fits, Pareto front, recommendation) is the reporter's job.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -17,7 +16,6 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from edgedeploy.core.files import clear_staging_dir, prepare_lock, sha256_file
-from edgedeploy.core.nospace import disk_full, is_no_space, said_no_space
 from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, checked_artifact
 from edgedeploy.core.stage import PendingStage, RunContext, StageResult, StageSpec, begin_stage, end_stage, run_stage
 from edgedeploy.config.targets import Target, get_target
@@ -25,6 +23,8 @@ from edgedeploy.vela.compute import compute_facts
 from edgedeploy.tflite.reader import BOUNDARY_OPS, check_int8_model, misbiased_descriptions
 from edgedeploy.vela import VelaExecutor
 from edgedeploy.vela import outputs as vela_backend
+from edgedeploy.vela import runner as vela_runner
+from edgedeploy.vela.runner import VelaResult, VelaRun
 from edgedeploy.vela.pool import MAX_JOBS, VelaPool, default_jobs
 from edgedeploy.pipeline.variants import keep_apart, variant_names
 
@@ -133,25 +133,10 @@ def compile_spec(variant: str, target: Target, options: CompileOptions, parent: 
     )
 
 
-def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], log_path: Path,
-                   misbiased: Sequence[str] = ()) -> StageResult:
-    stdout = log_path.read_text(encoding="utf-8", errors="replace")
-    found = vela_backend.find_vela_outputs(staged, model.stem)
-    missing = {"vela_model", "summary_csv"} - set(found)
-    if missing:
-        raise ToolFailedError(
-            f"Vela wrote no {' or '.join(sorted(missing))} for {model} on {target.name}",
-            f"read {log_path.name} in the compile output folder",
-        )
-    summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
-    layers = (
-        vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
-        if "per_layer_csv" in found
-        else []
-    )
-    cpu_ops = vela_backend.parse_cpu_operators(stdout)
-    counts = vela_backend.parse_operator_counts(stdout)
-    metrics = vela_backend.summary_metrics(summary, target, layers)
+def compile_result(vela: VelaResult, misbiased: Sequence[str] = ()) -> StageResult:
+    """The compile stage's record of one parsed Vela run: its files, metrics, details and warnings."""
+    layers, cpu_ops, counts = vela.layers, vela.cpu_operators, vela.operator_counts
+    metrics = dict(vela.metrics)
     metrics["cpu_operators"] = Metric(len(cpu_ops), "count", "estimated")
     metrics["npu_operators"] = (
         Metric(counts["npu"], "count", "estimated")
@@ -162,20 +147,19 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
     warnings += [f"{op} has a bias quantized for another input scale, so the int8 model computes something other "
                  "than its float model there; re-convert it (a QAT range below zero after a ReLU is a known cause)"
                  for op in misbiased]
-    outputs = dict(found)
-    outputs["log"] = log_path
-    details = {"summary": summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    outputs = {role: path for role, path in vela.files.items() if role != "debug_db"}
+    outputs["log"] = vela.log_path
+    details = {"summary": vela.summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
     # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.vela.compute)
     details["npu_compute"] = compute_facts(layers)
     for bound in ("compute", "memory"):
         metrics[f"{bound}_bound_cycles"] = Metric(details["npu_compute"][f"{bound}_bound_cycles"], "cycles",
                                                   "estimated")
-    debug_db = staged / f"{model.stem}_debug.xml"
-    if debug_db.is_file():  # --enable-debug-db: per-layer NPU weight facts
-        from edgedeploy.vela.debugdb import npu_weight_report
+    if vela.debug_tables is not None:  # --enable-debug-db: per-layer NPU weight facts
+        from edgedeploy.vela.debugdb import weight_report
 
-        outputs["debug_db"] = debug_db
-        details["npu_weights"] = npu_weight_report(debug_db, model)
+        outputs["debug_db"] = vela.files["debug_db"]
+        details["npu_weights"] = weight_report(vela.debug_tables, vela.request.model)
         totals = details["npu_weights"]["summary"]
         for key in ("weight_read_cycles", "weight_transfer_cycles"):
             metrics[key] = (Metric(totals[key], "cycles", "estimated") if totals[key] is not None
@@ -185,7 +169,7 @@ def _parse_compile(staged: Path, model: Path, target: Target, args: list[str], l
         metrics=metrics,
         details=details,
         warnings=warnings,
-        tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *args]),
+        tool=ToolInfo("vela", vela_backend.vela_version(), ["vela", *vela.args]),
     )
 
 
@@ -197,9 +181,7 @@ class PendingCompile:
     stage: PendingStage
     model: Path
     target: Target
-    args: list[str]
-    log_path: Path
-    job: Future
+    run: VelaRun
     misbiased: Future
 
     @property
@@ -217,15 +199,13 @@ def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None
     got = begin_stage(ctx, compile_spec(variant, target, options, parent), {"model": model})
     if isinstance(got, StageRecord):
         return got
-    args = vela_backend.build_vela_args(model, target, got.staged, options.optimise, options.vela_extra())
-    log_path = got.staged / "vela.log"
+    request = vela_runner.VelaRequest(model, target, got.staged, options.optimise, options.vela_extra())
     pool = get_pool()
     # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by the
     # time Vela is, whichever worker takes it.
     if misbiased is None:
         misbiased = pool.call(misbiased_descriptions, str(model))
-    job = pool.submit(args, log_path)
-    return PendingCompile(got, model, target, args, log_path, job, misbiased)
+    return PendingCompile(got, model, target, vela_runner.start(pool, request), misbiased)
 
 
 def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
@@ -233,49 +213,24 @@ def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:
     return end_stage(ctx, item.stage, lambda: _compiled(ctx, item))
 
 
+DIED_FIX = f"{vela_runner.DIED_FIX}; the other compiles went on"
+
+
 def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str | None, float]:
     """What Vela's finished run in ``item`` gives: the stage's result, and how long Vela ran."""
-    spec, target, model, log_path = item.stage.spec, item.target, item.model, item.log_path
-    shown = _source_of(ctx, spec.parent) or model  # the model the user gave, not its copy in the run folder
+    spec, request = item.stage.spec, item.run.request
+    shown = _source_of(ctx, spec.parent) or item.model  # the model the user gave, not its copy in the run folder
     final = ctx.stage_dir(spec.id)
-    doing = f"Vela's output for {shown} on {target.name}"
+    job = vela_runner.wait(item.run, shown=shown, written=final, died_fix=DIED_FIX)
     try:
-        job = item.job.result()
         misbiased = item.misbiased.result()
     except BrokenProcessPool:
-        raise ToolFailedError(
-            f"Vela's worker process died compiling {shown} for target {target.name} (killed by a signal, a "
-            "crash or lack of memory)", "check that the model is an intact full-int8 TFLite file; the other "
-            "compiles went on") from None
-    except OSError as exc:  # the worker could not even open its log, or Ray's results could not be stored
-        if is_no_space(exc):
-            raise disk_full(final, doing=doing) from None
-        raise
-    if job.returncode != 0 and _vela_met_full_disk(job.error, log_path):
-        raise disk_full(final, doing=doing, hint="free space on that disk (or compile into a folder on another "
-                        "one with -o), then run the command again; the model is not at fault")
-    if job.returncode != 0:
-        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
-        raise ToolFailedError(
-            f"Vela failed on {shown} for target {target.name} (exit {job.returncode}): {tail}",
-            f"check the target's Vela settings ({target.vela_ini_path()}: {target.vela.system_config}/"
-            f"{target.vela.memory_mode}) and that the model is a full-int8 TFLite model")
-    result = _parse_compile(item.staged, model, target, item.args, log_path, misbiased)
+        raise vela_runner.died(request, shown, DIED_FIX) from None
+    vela_runner.check(request, job, shown=shown, written=final)
+    result = compile_result(vela_runner.read_outputs(request, item.run.args, job.seconds, shown=item.model),
+                            misbiased)
     result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
     return result, None, job.seconds
-
-
-def _vela_met_full_disk(error: str | None, log_path: Path) -> bool:
-    """Whether a failed Vela run stopped on a full disk: the exception it raised, or its own output, says so."""
-    if error and said_no_space(error):
-        return True
-    try:
-        with open(log_path, "rb") as fh:  # the end of the log: where Vela's last words are
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 8192))
-            tail = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return False
-    return said_no_space(tail) is not None
 
 
 def end_compiles(ctx: RunContext, records: Iterable[StageRecord], options: CompileOptions) -> None:
@@ -326,7 +281,7 @@ def compile_variants(
         first_error: EdgeDeployError | None = None
         lost = []  # compiles whose worker process died (every job of a broken pool fails with it)
         for item in items:
-            if any(isinstance(f.exception(), BrokenProcessPool) for f in (item.job, item.misbiased)):
+            if item.run.broken() or isinstance(item.misbiased.exception(), BrokenProcessPool):
                 lost.append(item)
                 continue
             try:
@@ -339,9 +294,9 @@ def compile_variants(
             clear_staging_dir(item.staged)
             workers = get_pool()
             workers.restart()
-            item.job = workers.submit(item.args, item.log_path)
-            if isinstance(item.job.exception(), BrokenProcessPool):  # run alone: this model kills the worker
-                item.misbiased = item.job
+            item.run = vela_runner.start(workers, item.run.request)
+            if item.run.broken():  # run alone: this model kills the worker
+                item.misbiased = item.run.job
             else:
                 item.misbiased = workers.call(misbiased_descriptions, str(item.model))
             try:

@@ -1,4 +1,5 @@
-"""Vela: argument lists and output parsers, the worker process, its pools and the compute analysis.
+"""Vela: argument lists and output parsers, the runner every caller goes through (:mod:`edgedeploy.vela.runner`),
+the worker process, its pools and the compute analysis.
 
 Vela runs on an executor: the local process pool (:class:`edgedeploy.vela.pool.VelaPool`) or Ray tasks
 (:class:`edgedeploy.vela.ray.RayExecutor`), both :class:`VelaExecutor`.

@@ -161,9 +161,14 @@ def attach_int8(layers: list[dict[str, Any]], operators: Sequence[Any], tensors:
 
 def npu_weight_report(debug_xml: Path, model: Path) -> dict[str, Any]:
     """Per-layer NPU weight facts of one compile: Vela's debug database joined with the int8 model's tensors."""
+    return weight_report(parse_debug_db(Path(debug_xml).read_text(encoding="utf-8")), model)
+
+
+def weight_report(tables: Mapping[str, list[dict[str, str]]], model: Path) -> dict[str, Any]:
+    """:func:`npu_weight_report` of a debug database already parsed (:func:`parse_debug_db`)."""
     from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
 
-    layers = weight_layers(parse_debug_db(Path(debug_xml).read_text(encoding="utf-8")))
+    layers = weight_layers(tables)
     try:
         attach_int8(layers, read_tflite(model).operators, read_weight_tensors(model))
     except InvalidInputError as exc:

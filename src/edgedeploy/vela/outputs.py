@@ -1,7 +1,7 @@
 """Vela backend: argument lists and parsers of Vela's output.
 
 Vela itself runs in the worker processes of :mod:`edgedeploy.vela.pool`,
-never in the main process. The argument builders and parsers here are pure
+never in the main process, through :mod:`edgedeploy.vela.runner`. The argument builders and parsers here are pure
 functions, tested on recorded Vela output.
 """
 
@@ -243,6 +243,8 @@ def summary_metrics(summary: dict[str, Any], target: Target, layers: list[dict[s
 
 
 def find_vela_outputs(out_dir: Path, model_stem: str) -> dict[str, Path]:
+    """The files Vela wrote for ``model_stem`` into ``out_dir``, by role: ``vela_model``, ``per_layer_csv``,
+    ``summary_csv`` and ``debug_db``, those that exist."""
     found = {
         "vela_model": out_dir / f"{model_stem}_vela.tflite",
         "per_layer_csv": out_dir / f"{model_stem}_per-layer.csv",
@@ -250,4 +252,5 @@ def find_vela_outputs(out_dir: Path, model_stem: str) -> dict[str, Path]:
     summaries = sorted(out_dir.glob(f"{model_stem}_summary_*.csv"))
     if summaries:
         found["summary_csv"] = summaries[0]
+    found["debug_db"] = out_dir / f"{model_stem}_debug.xml"  # --enable-debug-db
     return {k: v for k, v in found.items() if v.is_file()}

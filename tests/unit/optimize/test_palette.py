@@ -571,8 +571,9 @@ def test_compile_stage_records_npu_weights_from_the_debug_db(tmp_path):
     """The compile stage's parser, on a folder holding Vela's recorded files (no Vela run)."""
     import shutil
 
-    from edgedeploy.pipeline.compile import CompileOptions, _parse_compile
+    from edgedeploy.pipeline.compile import CompileOptions, compile_result
     from edgedeploy.config.targets import get_target
+    from edgedeploy.vela.runner import VelaRequest, read_outputs
 
     model = tmp_path / "dscnn_mlperf_int8.tflite"
     shutil.copyfile(DSCNN, model)
@@ -586,7 +587,8 @@ def test_compile_stage_records_npu_weights_from_the_debug_db(tmp_path):
     opts = CompileOptions(debug_db=True)
     assert opts.vela_extra() == ("--enable-debug-db",)
     assert CompileOptions(debug_db=True, extra_vela_args=("--enable-debug-db",)).vela_extra() == ("--enable-debug-db",)
-    result = _parse_compile(staged, model, get_target("ethos-u55-128"), ["x"], staged / "vela.log")
+    result = compile_result(read_outputs(VelaRequest(model, get_target("ethos-u55-128"), staged), ["x"]))
+    assert result.tool.argv == ["vela", "x"]
     facts = result.details["npu_weights"]
     assert facts["summary"]["encoded_weight_bytes"] == result.metrics["encoded_weights_bytes"].value
     assert result.metrics["weight_read_cycles"].value == sum(r["weight_read_cycles"] for r in facts["layers"])

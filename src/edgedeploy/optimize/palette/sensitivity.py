@@ -26,7 +26,7 @@ from edgedeploy.optimize.palette.plan import (
     sized_plan,
     start_options,
 )
-from edgedeploy.vela.debugdb import attach_int8, layer_of_tensor, parse_debug_db, weight_layers
+from edgedeploy.vela.debugdb import attach_int8, layer_of_tensor, weight_layers
 from edgedeploy.optimize.palette.models import _palette_opt, apply_plan, kernel_layers, scale_method
 from edgedeploy.optimize.palette.plan import holdout_split
 
@@ -161,37 +161,28 @@ def layer_bytes(models: Mapping[str, Path], target_name: str, work: Path, layer_
 
     Each model's entry also holds, under :data:`ALL_WEIGHTS`, its encoded weights over every NPU operator.
     """
-    from edgedeploy.vela import outputs as vela_backend
     from edgedeploy.config.targets import get_target
     from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
-    from edgedeploy.vela.pool import VelaPool, default_jobs
+    from edgedeploy.vela.runner import DEBUG_DB_FLAG, NEEDED, VelaRequest, run_all
 
     target = get_target(target_name)
+    requests = []
+    for key, model in models.items():
+        folder = work / f"vela_{key}"
+        folder.mkdir(parents=True, exist_ok=True)
+        requests.append(VelaRequest(model, target, folder, "Performance", (DEBUG_DB_FLAG,)))
+    results = run_all(requests, need=NEEDED | {"debug_db"},
+                      fix="check that the palette sweep's int8 models convert cleanly")
     out: dict[str, dict[str, int]] = {}
-    with VelaPool(default_jobs(len(models))) as pool:
-        jobs = {}
-        for key, model in models.items():
-            folder = work / f"vela_{key}"
-            folder.mkdir(parents=True, exist_ok=True)
-            args = vela_backend.build_vela_args(model, target, folder, "Performance", ("--enable-debug-db",))
-            jobs[key] = (folder, pool.submit(args, folder / "vela.log"))
-        for key, (folder, future) in jobs.items():
-            res = future.result()
-            xml = next(folder.glob("*_debug.xml"), None)
-            if res.returncode != 0 or xml is None:
-                tail = (folder / "vela.log").read_text(errors="replace").strip().splitlines()[-2:]
-                from edgedeploy.errors import ToolFailedError
-
-                raise ToolFailedError(f"Vela failed on {models[key]} for {target.name}: {' | '.join(tail)}",
-                                      "check that the palette sweep's int8 models convert cleanly")
-            rows = weight_layers(parse_debug_db(xml.read_text(encoding="utf-8")))
-            attach_int8(rows, read_tflite(models[key]).operators, read_weight_tensors(models[key]))
-            sizes: dict[str, int] = {ALL_WEIGHTS: int(sum(int(r["encoded_weight_bytes"]) for r in rows))}
-            for r in rows:
-                layer = layer_of_tensor(r.get("tensor") or "", layer_names)
-                if layer is not None:
-                    sizes[layer] = sizes.get(layer, 0) + int(r["encoded_weight_bytes"])
-            out[key] = sizes
+    for key, res in zip(models, results):
+        rows = weight_layers(res.debug_tables or {})
+        attach_int8(rows, read_tflite(models[key]).operators, read_weight_tensors(models[key]))
+        sizes: dict[str, int] = {ALL_WEIGHTS: int(sum(int(r["encoded_weight_bytes"]) for r in rows))}
+        for r in rows:
+            layer = layer_of_tensor(r.get("tensor") or "", layer_names)
+            if layer is not None:
+                sizes[layer] = sizes.get(layer, 0) + int(r["encoded_weight_bytes"])
+        out[key] = sizes
     return out
 
 
