@@ -50,8 +50,7 @@ class _Inliner:
     def model(self, live, kind: str, config: dict, call: list[list], where: str) -> list[list]:
         """The layers of the nested model ``live`` (its ``config``), reading ``call``; returns its outputs."""
         if type(live).__name__ not in MODEL_KINDS:
-            raise self.refuse(where, f"is a subclassed model ({type(live).__name__}), whose call is code, not a "
-                                     "graph of layers")
+            raise subclassed(self.path, where, type(live).__name__)
         self.flattened.append(where)
         if kind == "Sequential":
             return self.sequential(live, config, call, where)
@@ -133,6 +132,12 @@ class _Inliner:
 
         walk(node)
         return found
+
+
+def subclassed(path: Path, where: str, kind: str) -> InvalidInputError:
+    """The refusal of a subclassed model used as a layer (``where``, of class ``kind``)."""
+    return InvalidInputError(f"{path}: layer {where} is a subclassed model ({kind}), whose call is code, not a graph "
+                             "of layers, so the model cannot be flattened", _fix_hint())
 
 
 def _is_ref(obj: Any) -> bool:

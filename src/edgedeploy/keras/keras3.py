@@ -238,6 +238,18 @@ def _copy_weights(path: Path, source, model) -> None:
         target.set_weights([np.asarray(w) for w in weights])
 
 
+def _refuse_subclassed(path: Path, model, model_class: type, where: str = "") -> None:
+    """A subclassed model used as a layer (at any depth) cannot be flattened: refused with its name."""
+    from edgedeploy.keras.flatten import subclassed
+
+    for layer in model.layers:
+        inside = f"{where}/{layer.name}" if where else layer.name
+        if isinstance(layer, model_class):
+            if layer.__class__.__name__ not in ("Functional", "Sequential"):
+                raise subclassed(path, inside, layer.__class__.__name__)
+            _refuse_subclassed(path, layer, model_class, inside)
+
+
 def load_keras3(path: Path, trust_lambda: bool = False):
     """The Keras 3 model in ``path`` rebuilt as a tf_keras model with the same layers and weights."""
     import keras as keras3  # Keras 3 (a TensorFlow dependency), whatever TF_USE_LEGACY_KERAS says
@@ -256,6 +268,7 @@ def load_keras3(path: Path, trust_lambda: bool = False):
     if kind not in ("Functional", "Sequential"):
         raise _fail(path, f"the model is a subclassed Keras 3 model ({kind}); only Sequential and functional "
                           "models can be rebuilt in tf_keras")
+    _refuse_subclassed(path, source, keras3.Model)
     config = source.get_config()
     if kind == "Sequential":
         sequential = _sequential_config(path, config)

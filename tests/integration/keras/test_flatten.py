@@ -166,6 +166,21 @@ def test_a_subclassed_model_inside_is_refused_with_its_name(tf_keras, tmp_path):
         flatten_nested(model, tmp_path / "m.h5")
 
 
+def test_a_subclassed_keras3_model_inside_is_refused_with_its_name(keras3, tmp_path):
+    @keras3.saving.register_keras_serializable(package="edgedeploy_tests")
+    class Halver(keras3.Model):
+        def call(self, x):
+            return x * 0.5
+
+    inp = keras3.Input((4,))
+    path = tmp_path / "m.keras"
+    keras3.Model(inp, keras3.layers.Dense(2, name="head")(Halver(name="halver")(inp))).save(path)
+    with pytest.raises(InvalidInputError) as err:
+        load_model(path)
+    assert f"{path}: layer halver is a subclassed model (Halver)" in str(err.value)
+    assert "cannot be flattened" in str(err.value)
+
+
 def test_a_flat_model_is_left_as_it_is(tf_keras, tmp_path):
     from edgedeploy.keras.flatten import flatten_nested
 
