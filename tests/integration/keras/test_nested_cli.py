@@ -45,13 +45,15 @@ def _twins(keras, x):
 
 
 def _images(shared_data) -> tuple[np.ndarray, np.ndarray]:
-    """64 fine-tune and 32 evaluation images: real CIFAR-10 when the shared data has it, else seeded noise."""
+    """64 fine-tune and 32 evaluation images: real CIFAR-10 (a seeded choice: the file is sorted by class) when
+    the shared data has it, else seeded noise."""
     cifar = shared_data / "ic" / "cifar10_jpeg_subset.npz"
+    rng = np.random.default_rng(4)
     if cifar.is_file():
         d = np.load(cifar)
-        return (np.concatenate([d["x_train"][:64], d["x_test"][:32]]).astype("float32"),
-                np.concatenate([d["y_train"][:64], d["y_test"][:32]]))
-    rng = np.random.default_rng(4)
+        fit, ev = rng.choice(len(d["y_train"]), 64, replace=False), rng.choice(len(d["y_test"]), 32, replace=False)
+        return (np.concatenate([d["x_train"][fit], d["x_test"][ev]]).astype("float32"),
+                np.concatenate([d["y_train"][fit], d["y_test"][ev]]))
     return rng.integers(0, 256, (96, SIZE, SIZE, 3)).astype("float32"), rng.integers(0, 10, 96)
 
 
