@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.errors import InvalidInputError
-from edgedeploy.keras.keras3 import unique_name
+from edgedeploy.keras.keras3 import FLATTEN_HINT, subclassed, unique_name
 
 MODEL_KINDS = ("Functional", "Model", "Sequential")
 # the largest difference between the nested and the flat model's outputs, relative to the outputs' largest
@@ -30,8 +30,7 @@ CHECK_SAMPLES = 8  # seeded samples the flat model is checked on when no data is
 
 
 def _fix_hint() -> str:
-    return ("build the model without a model inside it (keras.applications models take input_tensor=), or "
-            "call the inner model once")
+    return FLATTEN_HINT
 
 
 class _Inliner:
@@ -132,12 +131,6 @@ class _Inliner:
 
         walk(node)
         return found
-
-
-def subclassed(path: Path, where: str, kind: str) -> InvalidInputError:
-    """The refusal of a subclassed model used as a layer (``where``, of class ``kind``)."""
-    return InvalidInputError(f"{path}: layer {where} is a subclassed model ({kind}), whose call is code, not a graph "
-                             "of layers, so the model cannot be flattened", _fix_hint())
 
 
 def _is_ref(obj: Any) -> bool:

@@ -238,10 +238,19 @@ def _copy_weights(path: Path, source, model) -> None:
         target.set_weights([np.asarray(w) for w in weights])
 
 
+# how to bring a model whose nested models cannot be flattened (edgedeploy.keras.flatten)
+FLATTEN_HINT = ("build the model without a model inside it (keras.applications models take input_tensor=), or "
+                "call the inner model once")
+
+
+def subclassed(path: Path, where: str, kind: str) -> InvalidInputError:
+    """The refusal of a subclassed model used as a layer (``where``, of class ``kind``)."""
+    return InvalidInputError(f"{path}: layer {where} is a subclassed model ({kind}), whose call is code, not a graph "
+                             "of layers, so the model cannot be flattened", FLATTEN_HINT)
+
+
 def _refuse_subclassed(path: Path, model, model_class: type, where: str = "") -> None:
     """A subclassed model used as a layer (at any depth) cannot be flattened: refused with its name."""
-    from edgedeploy.keras.flatten import subclassed
-
     for layer in model.layers:
         inside = f"{where}/{layer.name}" if where else layer.name
         if isinstance(layer, model_class):
