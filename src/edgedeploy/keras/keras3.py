@@ -143,16 +143,17 @@ def _activation_layer(layer: dict, taken: set[str]) -> dict | None:
     return {"class_name": kind, "name": name, "config": {"name": name, "dtype": layer["config"].get("dtype"), **settings}}
 
 
-def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str]) -> list[list[Any]]:
+def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str], models: set[str]) -> list[list[Any]]:
     """The [layer, node, tensor, {}] references of the Keras tensors in a node's arguments, in order (a layer in
-    ``after`` read through the activation layer that follows it)."""
+    ``after`` read through the activation layer that follows it; a call of a nested model in ``models`` one node
+    later, as tf_keras counts the model's own node first)."""
     refs = []
     for a in args if isinstance(args, (list, tuple)) else [args]:
         if isinstance(a, (list, tuple)):
-            refs += _tensor_refs(path, name, a, after)
+            refs += _tensor_refs(path, name, a, after, models)
         elif isinstance(a, dict) and a.get("class_name") == "__keras_tensor__":
             layer, node, index = a["config"]["keras_history"]
-            refs.append([after.get(layer, layer), node, index, {}])
+            refs.append([after.get(layer, layer), node + (layer in models), index, {}])
         else:
             raise _fail(path, f"layer {name} is called with a constant argument ({a!r}), which tf_keras cannot "
                               "rebuild")
@@ -162,8 +163,12 @@ def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str]) -> lis
 def _functional_config(path: Path, config: dict) -> dict:
     layers, after = [], {}
     taken = {entry.get("name") or entry["config"].get("name") for entry in config["layers"]}
+    models: set[str] = set()
     for entry in config["layers"]:
-        out = _layer_config(path, entry)
+        out = _nested_config(path, entry)
+        if out:
+            models.add(out["name"])
+        out = out or _layer_config(path, entry)
         nodes = []
         for node in entry.get("inbound_nodes", []):
             # `training` is given at call time in tf_keras (Keras 3 records it for a Dropout, for example)
@@ -171,7 +176,7 @@ def _functional_config(path: Path, config: dict) -> dict:
             if kwargs:
                 raise _fail(path, f"layer {out['name']} is called with arguments {sorted(kwargs)}, which "
                                   "edgedeploy cannot rebuild in tf_keras")
-            nodes.append(_tensor_refs(path, out["name"], node.get("args", []), after))
+            nodes.append(_tensor_refs(path, out["name"], node.get("args", []), after, models))
         out["inbound_nodes"] = nodes
         layers.append(out)
         activation = _activation_layer(out, taken)
@@ -183,15 +188,80 @@ def _functional_config(path: Path, config: dict) -> dict:
     def ends(value):  # Keras 3 writes one input or output as [name, 0, 0], several as a list of those
         return [value] if value and isinstance(value[0], str) else value
 
-    outputs = [[after.get(layer, layer), *rest] for layer, *rest in ends(config["output_layers"])]
+    outputs = [[after.get(layer, layer), node + (layer in models), *rest]
+               for layer, node, *rest in ends(config["output_layers"])]
     return {"name": config.get("name", "model"), "layers": layers, "input_layers": ends(config["input_layers"]),
             "output_layers": outputs}
+
+
+def _nested_config(path: Path, entry: dict) -> dict | None:
+    """A Functional or Sequential model used as a layer, as the same tf_keras model's config (flattened after
+    loading, see :mod:`edgedeploy.keras.flatten`); None for any other layer."""
+    kind, module = entry["class_name"], entry.get("module") or ""
+    if kind not in ("Functional", "Sequential") or not module.startswith("keras"):
+        return None
+    name = entry.get("name") or entry["config"].get("name")
+    config = _sequential_config(path, entry["config"]) if kind == "Sequential" else \
+        _functional_config(path, entry["config"])
+    return {"class_name": kind, "config": {**config, "name": name}, "name": name}
+
+
+def _sequential_config(path: Path, config: dict) -> dict:
+    layers, taken = [], {entry["config"].get("name") for entry in config["layers"]}
+    entries = config["layers"]
+    if config.get("build_input_shape") and (not entries or entries[0]["class_name"] != "InputLayer"):
+        # an input layer first, as when it is built, so that tf_keras numbers its calls as Keras 3's config does
+        entries = [{"module": "keras.layers", "class_name": "InputLayer",
+                    "config": {"batch_shape": list(config["build_input_shape"]),
+                               "name": unique_name(f"{config.get('name', 'sequential')}_input", taken)}}, *entries]
+    for entry in entries:
+        layers.append(_nested_config(path, entry) or _layer_config(path, entry))
+        layers += filter(None, [_activation_layer(layers[-1], taken)])
+    return {"name": config.get("name", "sequential"), "layers": layers}
+
+
+def _copy_weights(path: Path, source, model) -> None:
+    """Every layer's weights from the Keras 3 model ``source`` into the tf_keras ``model``, by name (a nested
+    model's layer by layer: tf_keras orders a model's weights differently)."""
+    import numpy as np
+
+    for layer in source.layers:
+        target = model.get_layer(layer.name)
+        if layer.__class__.__name__ in ("Functional", "Sequential") and hasattr(target, "layers"):
+            _copy_weights(path, layer, target)
+            continue
+        weights = layer.get_weights()
+        if [w.shape for w in target.get_weights()] != [w.shape for w in weights]:
+            raise _fail(path, f"layer {layer.name} ({layer.__class__.__name__}) has weights of shapes "
+                              f"{[list(w.shape) for w in weights]} in Keras 3 but "
+                              f"{[list(w.shape) for w in target.get_weights()]} in tf_keras")
+        target.set_weights([np.asarray(w) for w in weights])
+
+
+# how to bring a model whose nested models cannot be flattened (edgedeploy.keras.flatten)
+FLATTEN_HINT = ("build the model without a model inside it (keras.applications models take input_tensor=), or "
+                "call the inner model once")
+
+
+def subclassed(path: Path, where: str, kind: str) -> InvalidInputError:
+    """The refusal of a subclassed model used as a layer (``where``, of class ``kind``)."""
+    return InvalidInputError(f"{path}: layer {where} is a subclassed model ({kind}), whose call is code, not a graph "
+                             "of layers, so the model cannot be flattened", FLATTEN_HINT)
+
+
+def _refuse_subclassed(path: Path, model, model_class: type, where: str = "") -> None:
+    """A subclassed model used as a layer (at any depth) cannot be flattened: refused with its name."""
+    for layer in model.layers:
+        inside = f"{where}/{layer.name}" if where else layer.name
+        if isinstance(layer, model_class):
+            if layer.__class__.__name__ not in ("Functional", "Sequential"):
+                raise subclassed(path, inside, layer.__class__.__name__)
+            _refuse_subclassed(path, layer, model_class, inside)
 
 
 def load_keras3(path: Path, trust_lambda: bool = False):
     """The Keras 3 model in ``path`` rebuilt as a tf_keras model with the same layers and weights."""
     import keras as keras3  # Keras 3 (a TensorFlow dependency), whatever TF_USE_LEGACY_KERAS says
-    import numpy as np
     import tf_keras
 
     try:
@@ -207,13 +277,11 @@ def load_keras3(path: Path, trust_lambda: bool = False):
     if kind not in ("Functional", "Sequential"):
         raise _fail(path, f"the model is a subclassed Keras 3 model ({kind}); only Sequential and functional "
                           "models can be rebuilt in tf_keras")
+    _refuse_subclassed(path, source, keras3.Model)
     config = source.get_config()
     if kind == "Sequential":
-        layers, taken = [], {entry["config"].get("name") for entry in config["layers"]}
-        for entry in config["layers"]:
-            layers.append(_layer_config(path, entry))
-            layers += filter(None, [_activation_layer(layers[-1], taken)])
-        build = lambda: tf_keras.Sequential.from_config({"name": config.get("name", "sequential"), "layers": layers})  # noqa: E731
+        sequential = _sequential_config(path, config)
+        build = lambda: tf_keras.Sequential.from_config(sequential)  # noqa: E731
     else:
         functional = _functional_config(path, config)
         build = lambda: tf_keras.Model.from_config(functional)  # noqa: E731
@@ -222,12 +290,5 @@ def load_keras3(path: Path, trust_lambda: bool = False):
     except Exception as exc:  # tf_keras raises many kinds of errors on configs it cannot take
         raise _fail(path, f"tf_keras cannot rebuild this Keras 3 model ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
-    for layer in source.layers:
-        weights = layer.get_weights()
-        target = model.get_layer(layer.name)
-        if [w.shape for w in target.get_weights()] != [w.shape for w in weights]:
-            raise _fail(path, f"layer {layer.name} ({layer.__class__.__name__}) has weights of shapes "
-                              f"{[list(w.shape) for w in weights]} in Keras 3 but "
-                              f"{[list(w.shape) for w in target.get_weights()]} in tf_keras")
-        target.set_weights([np.asarray(w) for w in weights])
+    _copy_weights(path, source, model)
     return model

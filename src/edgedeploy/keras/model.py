@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -23,6 +23,10 @@ class ModelFileInfo:
     keras_version: str | None
     lambda_layers: tuple[str, ...]
     training_config: dict[str, Any] | None
+    # the nested models flattened on loading (``outer/inner`` for deeper ones), and the nested model they were
+    # in (tf_keras), to check the flat model against on the user's samples when they are at hand
+    flattened: tuple[str, ...] = ()
+    nested: Any = field(default=None, compare=False, repr=False)
 
 
 def _walk(config: Any) -> Iterator[dict]:
@@ -120,7 +124,19 @@ def load_model(path: Path, trust_lambda: bool = False):
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise InvalidInputError(f"{path} has {len(model.inputs)} inputs and {len(model.outputs)} outputs",
                                 "the deployment tree needs a single-input, single-output classifier")
-    return as_functional(model), info
+    return flatten_checked(as_functional(model), info)
+
+
+def flatten_checked(model, info: ModelFileInfo):
+    """``model`` with its nested models flattened (:mod:`edgedeploy.keras.flatten`), checked against the nested
+    model on seeded samples (the caller checks again on the user's samples, with ``info.nested``)."""
+    from edgedeploy.keras.flatten import CHECK_SAMPLES, flatten_nested, same_outputs, seeded_samples
+
+    flat, flattened = flatten_nested(model, info.path)
+    if not flattened:
+        return model, info
+    same_outputs(model, flat, seeded_samples(model), info.path, f"{CHECK_SAMPLES} seeded samples")
+    return flat, replace(info, flattened=tuple(flattened), nested=model)
 
 
 def check_recurrent_layers(model, path: Path, leaves: Iterable[str], qat_leaves: Iterable[str]) -> None:

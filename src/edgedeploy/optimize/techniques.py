@@ -220,7 +220,9 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 
 def baseline_node(run) -> Any:
     """The user's model, rewritten into layers every technique of the tree knows."""
-    model, _ = load_model(run.inputs["model"], run.trust_lambda)
+    model, info = load_model(run.inputs["model"], run.trust_lambda)
+    if info.flattened:  # nested models, their layers now in the model's own graph (edgedeploy.keras.flatten)
+        run.details["flattened"] = list(info.flattened)
     # TFMOT prunes a SeparableConv2D's pointwise kernel but has no QAT config for it (PQAT/PCQAT would then
     # train it freely and lose its zeros and clusters): the tree works on the two layers it computes
     model, split = split_separable(model)

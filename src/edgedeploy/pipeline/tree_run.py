@@ -32,6 +32,9 @@ from edgedeploy.optimize.finetune.length import stretch
 from edgedeploy.optimize import handoff
 from edgedeploy.optimize.registry import CONVERSIONS, TECHNIQUES
 
+# samples of the user's data a flattened model is checked on against the nested model it was loaded from
+FLATTEN_CHECK_SAMPLES = 64
+
 if TYPE_CHECKING:
     from edgedeploy.pipeline.runners import StageRunner
     from edgedeploy.pipeline.compile import CompileOptions
@@ -117,6 +120,7 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
                     list(model.input_shape[1:]))
     info_doc = {
         "model": str(model_path.resolve()),
+        **({"flattened": _check_flattened(model, info, data)} if info.flattened else {}),
         "data": data.describe(),
         **({"data_source": data_source} if data_source else {}),
     }
@@ -124,6 +128,19 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
                 **({} if loss.classifier else {"task": loss.describe()})}
     return TreeInputs(model_path, data_path, data, loss, dict(env.versions), {"head": info_doc, "tail": task_doc},
                       trust_lambda, model)
+
+
+def _check_flattened(model, info, data: Dataset) -> dict[str, Any]:
+    """The flattened model checked against the nested one on the user's evaluation samples (up to
+    :data:`FLATTEN_CHECK_SAMPLES`), before anything trains; what the manifest records about it."""
+    from edgedeploy.keras.flatten import same_outputs
+
+    x, split = (data.x_eval, "evaluation") if len(data.x_eval) else (data.x_fit, "fine-tune")
+    x = x[:FLATTEN_CHECK_SAMPLES]
+    where = f"{len(x)} {split} samples of {data.path.name}"
+    diff = same_outputs(info.nested, model, x, info.path, where)
+    return {"models": list(info.flattened), "layers": len(model.layers), "checked_on": where,
+            "max_abs_difference": diff}
 
 
 def _check_recurrent(model, model_path: Path, leaves: Sequence[str]) -> None:
