@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from ..errors import InvalidInputError, RegressionError
 from edgedeploy.core.files import read_input_text, short
+from edgedeploy.core.units import fmt_in_unit
 from .columns import SCHEMA, SCHEMA_VERSION, value_of
 from .judge import leaf_rank
 from .limits import GATED, Tolerance
@@ -75,14 +76,6 @@ def check_report_rows(rows: Any, where: str) -> None:
                     raise bad(i, f"value {vkey} has `{k}` {short(repr(cell[k]), 40)}")
 
 
-def _fmt_gated(v: float, unit: str) -> str:
-    if unit == "%":
-        return f"{v:.2f}%"
-    if unit == "":  # a task's metric (MSE ...)
-        return f"{v:.4g}"
-    return f"{int(round(v)):,}" + (" B" if unit == "B" else "")
-
-
 def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
                     against: str = "") -> dict[str, Any]:
     """What got worse (beyond the tolerance), better or changed between two reports, row by row."""
@@ -113,11 +106,11 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
                 continue
             base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
             if n is None:
-                regressions.append({**base, "text": f"{where}: {label} was {_fmt_gated(o, unit)}, now "
+                regressions.append({**base, "text": f"{where}: {label} was {fmt_in_unit(o, unit)}, now "
                                                     f"unavailable ({n_vals.get(vkey, {}).get('unavailable', '')})"})
                 continue
             if o is None:
-                changes.append({**base, "text": f"{where}: {label} now {_fmt_gated(n, unit)} "
+                changes.append({**base, "text": f"{where}: {label} now {fmt_in_unit(n, unit)} "
                                                 "(unavailable in the reference)"})
                 continue
             if n == o:
@@ -127,7 +120,7 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
             rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
             diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
                     f"{n - o:+,.0f}")
-            text = (f"{where}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
+            text = (f"{where}: {label} {fmt_in_unit(o, unit)} → {fmt_in_unit(n, unit)}, {diff}{rel}")
             if worse_by > tol.allowed(o) + 1e-9:
                 regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from edgedeploy.core.manifest import Manifest
+from edgedeploy.core.units import fmt_bytes, fmt_in_unit
 from edgedeploy.errors import UsageError
 from edgedeploy.report.levels import REFERENCE_LEAF
 from ..columns import metric_label, value_of
@@ -40,21 +41,6 @@ def requirements_from_options(max_accuracy_drop: float | None = None, max_flash:
     return Requirements(**given, sources=("command line",) if given else ())
 
 
-def fmt_limit(v: Any, unit: str) -> str:
-    """A limit or value in its unit, as the report's messages show it."""
-    if v is None:
-        return "n/a"
-    if unit == "B":
-        return f"{int(round(v)):,} B"
-    if unit == "ms":
-        return f"{v:.4g} ms"
-    if unit == "pts":
-        return f"{v:.2f} pts"
-    if unit == "cycles":
-        return f"{int(round(v)):,} cycles"
-    return f"{v:g} {unit}".strip()
-
-
 def check_row(row: dict[str, Any], req: Requirements) -> None:
     """Each requirement given, and the board's memory, checked on one compiled row: ``row["requirements"]``
     (name -> label, limit, value, unit, met, and how far it misses) and ``row["meets_requirements"]`` (None
@@ -66,7 +52,7 @@ def check_row(row: dict[str, Any], req: Requirements) -> None:
         if name == "max_metric_drop" and cell.get("metric"):  # named after the leaf's metric, in its unit
             unit, label = cell.get("unit") or "", f"int8 {metric_label(cell['metric'])} drop vs {REFERENCE_LEAF}"
         value = None if value_of(cell) is None else sign * value_of(cell)
-        check: dict[str, Any] = {"label": f"{label} ≤ {fmt_limit(limit, unit)}", "limit": limit, "value": value,
+        check: dict[str, Any] = {"label": f"{label} ≤ {fmt_in_unit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
         if value is None:
             check.update(met=None, why=f"cannot be judged: {cell.get('unavailable', 'unavailable')}")
@@ -131,9 +117,9 @@ def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[s
         why = ("palette QAT then moved them; lower [palette] size_budget a little, or take the plan's PTQ leaf "
                f"{node}, which keeps them" if leaf_node != node else "this compile's Vela settings encode them "
                "differently from the sweep's")
-        note = (f"{r['leaf']} on {r['target']}: {mine:,} B of NPU-encoded weights, {mine - limit:,} B over its size "
-                f"budget ({size['size_budget']:g} x ptq's {int(size['reference_encoded_bytes']):,} B); its plan "
-                f"had {int(size['encoded_bytes']):,} B as the sweep encoded them, and {why}")
+        note = (f"{r['leaf']} on {r['target']}: {fmt_bytes(mine)} of NPU-encoded weights, {fmt_bytes(mine - limit)} "
+                f"over its size budget ({size['size_budget']:g} x ptq's {fmt_bytes(size['reference_encoded_bytes'])}); "
+                f"its plan had {fmt_bytes(size['encoded_bytes'])} as the sweep encoded them, and {why}")
         r["warnings"].append(note)
         notes.append(note)
     return notes
