@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from edgedeploy.config.requirements import SIZE_UNITS, check_requirements, parse_size  # noqa: F401  (the one size reader)
+from edgedeploy.config.requirements import (  # noqa: F401  (the one size reader)
+    REQUIREMENT_NAMES, SIZE_UNITS, check_requirements, parse_size,
+)
 from edgedeploy.config.keys import read_toml
 
 
@@ -93,7 +95,7 @@ class Requirements:
     max_npu_cycles: int | None = None  # Vela's NPU cycle estimate
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
+    KEYS = REQUIREMENT_NAMES  # the fields above, in the order of edgedeploy.config.requirements.REQUIREMENTS
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from edgedeploy.config.requirements import REQUIREMENTS, check_requirements
 from edgedeploy.core.manifest import Manifest
 from edgedeploy.core.units import fmt_bytes, fmt_in_unit
 from edgedeploy.errors import UsageError
@@ -13,31 +14,18 @@ from ..columns import metric_label, value_of
 from ..limits import Requirements
 
 # Requirement -> (row value, sign applied to it, unit, label): a requirement holds when sign * value <= limit.
-REQUIREMENT_VALUES = {
-    "max_accuracy_drop": ("int8_accuracy_delta_pts", -1, "pts", f"int8 accuracy drop vs {REFERENCE_LEAF}"),
-    "max_metric_drop": ("int8_metric_drop", 1, "", f"int8 metric drop vs {REFERENCE_LEAF}"),
-    "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
-    "max_sram": ("sram_bytes", 1, "B", "SRAM"),
-    "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
-    "max_npu_cycles": ("npu_cycles", 1, "cycles", "NPU cycles"),
-}
+REQUIREMENT_VALUES = {name: (r.column, r.sign, r.symbol, r.label.format(reference=REFERENCE_LEAF))
+                      for name, r in REQUIREMENTS.items()}
 # Requirements a leaf's convert stage answers without a target: its int8 accuracy or task-metric drop.
 TARGET_FREE = ("max_accuracy_drop", "max_metric_drop")
 NOT_COMPILED = "not compiled for a target"
 
 
-def requirements_from_options(max_accuracy_drop: float | None = None, max_flash: str | None = None,
-                              max_sram: str | None = None, max_latency_ms: float | None = None,
-                              max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> Requirements:
-    """Requirements given as command-line options (sizes as text, e.g. 32KiB), checked by
-    :func:`edgedeploy.config.requirements.check_requirements` like those of a project file; a bad value raises
-    :class:`~edgedeploy.errors.UsageError` naming its flag."""
-    from edgedeploy.config.requirements import check_requirements
-
-    given = check_requirements({
-        "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_latency_ms": max_latency_ms,
-        "max_npu_cycles": max_npu_cycles, "max_flash": max_flash, "max_sram": max_sram,
-    }, "--{flag}", UsageError)
+def requirements_from_options(**limits: Any) -> Requirements:
+    """Requirements given as command-line options, by name (``max_flash="32KiB"``: sizes as text or bytes; None:
+    not given), checked by :func:`edgedeploy.config.requirements.check_requirements` like those of a project
+    file; a bad value or an unknown name raises :class:`~edgedeploy.errors.UsageError` naming its flag."""
+    given = check_requirements(limits, "--{flag}", UsageError)
     return Requirements(**given, sources=("command line",) if given else ())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from edgedeploy.config.requirements import REQUIREMENTS
 from edgedeploy.core.units import NA, fmt_bytes, fmt_count, fmt_in_unit, fmt_number, fmt_pct
 from edgedeploy.report.levels import PALETTE_LIMIT
 from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column, task_metric
@@ -116,13 +117,12 @@ def _req_text(doc: Mapping[str, Any]) -> list[str]:
         return ["none set (a board target must still fit its memory)"]
     shown = []
     for k, v in given.items():
-        if k in ("max_flash", "max_sram"):
-            shown.append(f"{k} = {fmt_bytes(v)}")
-        elif k == "max_latency_ms":
+        symbol = REQUIREMENTS[k].symbol if k in REQUIREMENTS else "pts"
+        if symbol in ("B", "cycles"):
+            shown.append(f"{k} = {fmt_in_unit(v, symbol)}")
+        elif symbol == "ms":
             shown.append(f"{k} = {v:g} ms")
-        elif k == "max_npu_cycles":
-            shown.append(f"{k} = {fmt_count(v, 'cycles')}")
-        elif k == "max_metric_drop":
+        elif symbol == "":  # the leaf's own metric, in its unit
             named = task_metric(doc.get("rows", []))
             metric, unit = named if named else ("metric", "")
             shown.append(f"{k} = {v:g}{' ' + unit if unit else ''} (int8 {metric} worse than the ptq leaf's"
