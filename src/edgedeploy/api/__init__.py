@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from edgedeploy.vela.worker import WarmWorker
 
 __all__ = [
-    "CompileOptions", "CompileOutcome", "DEFAULT_RUN_DIR", "DoctorReport", "DriverOutcome", "EmulationResult", "ExportOptions",
-    "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
+    "CompileOptions", "CompileOutcome", "DEFAULT_RUN_DIR", "DoctorReport", "DriverOutcome", "EmulationResult",
+    "ExportOptions", "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
     "Requirements", "ServeResult", "StageRecord", "Target", "TfliteModel", "Tolerance", "VerifyOptions",
     "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_columns", "compile_json",
     "compile_rows", "compile_run", "compile_tflite", "compile_variants", "doctor", "dumps",
@@ -361,10 +361,8 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
     """What got worse (beyond ``tolerances``), better or changed from ``old`` to ``new``: row by row, or model by
     model for sweep reports. ``against`` names the old report in the result."""
     from edgedeploy.report.regressions import compare_reports as compare
-    from edgedeploy.report.sweep import compare_sweeps
 
-    sweep = new.get("schema") == "edgedeploy.sweep_report"
-    return (compare_sweeps if sweep else compare)(old, new, tolerances, against=against)
+    return compare(old, new, tolerances, against=against)
 
 
 def raise_on_regression(comparison: Mapping[str, Any]) -> None:

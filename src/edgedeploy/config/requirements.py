@@ -50,7 +50,8 @@ def _num(value: float) -> str:
 # bounds (docs/reference/project.md and docs/files.md list them) and meaning.
 REQUIREMENTS: dict[str, Requirement] = {
     "max_accuracy_drop": Requirement(float, 0.0, 100.0, False, "percentage points", "pts", "int8_accuracy_delta_pts",
-                                     -1, "int8 accuracy drop vs {reference}", "int8 accuracy points below the ptq leaf"),
+                                     -1, "int8 accuracy drop vs {reference}",
+                                     "int8 accuracy points below the ptq leaf"),
     "max_metric_drop": Requirement(float, 0.0, 1e12, False, "the metric's own unit", "", "int8_metric_drop", 1,
                                    "int8 metric drop vs {reference}",
                                    "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, in its unit"),

@@ -129,8 +129,8 @@ def _closing_notes(manifest: Manifest, targets: list[str], has_reference: bool) 
         if tdict.get("kind") == "board" and mem:
             notes.append(
                 f"{t}: fits = Vela SRAM + {fmt_bytes(mem.get('runtime_margin_bytes', 0))} runtime margin ≤ "
-                f"{fmt_bytes(mem['sram_bytes'])} board SRAM, and the compiled model ≤ {fmt_bytes(mem['flash_bytes'])} "
-                "board flash"
+                f"{fmt_bytes(mem['sram_bytes'])} board SRAM, and the compiled model ≤ "
+                f"{fmt_bytes(mem['flash_bytes'])} board flash"
             )
     notes.append("Flash is judged on the compiled model (*_vela.tflite), the file firmware stores in flash: it holds "
                  "Vela's weights and command stream and the flatbuffer around them. Vela's own flash estimate is "

@@ -71,8 +71,8 @@ def leaves_table(doc: dict[str, Any]) -> Table:
     unit = (f" ({judged['unit']})" if judged["unit"] else "") if judged else " (%)"
     t = Table(title=f"Deployment tree leaves ({name} on the evaluation split"
               + (", lower is better)" if judged and not judged["higher_is_better"] else ")"), title_justify="left")
-    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite (B)", "gzip (B)", "gzip vs ptq (%)",
-              "Notes"):
+    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite (B)", "gzip (B)",
+              "gzip vs ptq (%)", "Notes"):
         t.add_column(h, justify="left" if h in ("Leaf", "Notes") else "right")
     for leaf in doc["leaves"]:
         m = leaf["metrics"]
