@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from edgedeploy.config import DEFAULT_RUN_DIR
+from edgedeploy.config import DEFAULT_RUN_DIR  # the default run folder, also the command line's
 from edgedeploy.core.lazy import lazy_exports
 from edgedeploy.interactive.arguments import DATA_FILE, MODEL_FILE, as_path, as_paths, target_names
 
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from edgedeploy.vela.worker import WarmWorker
 
 __all__ = [
-    "CompileOptions", "CompileOutcome", "DEFAULT_RUN_DIR", "DoctorReport", "DriverOutcome", "EmulationResult",
-    "ExportOptions", "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
+    "CompileOptions", "CompileOutcome", "DoctorReport", "DriverOutcome", "EmulationResult", "ExportOptions",
+    "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
     "Requirements", "ServeResult", "StageRecord", "Target", "TfliteModel", "Tolerance", "VerifyOptions",
     "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_columns", "compile_json",
     "compile_rows", "compile_run", "compile_tflite", "compile_variants", "doctor", "dumps",
