@@ -95,7 +95,7 @@ def flag_over_reference(rows: list[dict[str, Any]], layers: Mapping[tuple[str, s
 
 
 def _text(row: Mapping[str, Any], over: Mapping[str, Any], named: Sequence[Mapping[str, Any]], reference: str) -> str:
-    parts = [f"{WHAT[k]} {v['value']:,.0f}, {v['ratio']:.3f}x {reference}'s {v['reference']:,.0f}"
+    parts = [f"{WHAT[k]} {fmt_count(v['value'])}, {v['ratio']:.3f}x {reference}'s {fmt_count(v['reference'])}"
              for k, v in over.items()]
     text = f"{row['leaf']} costs more than {reference} on {row['target']}: " + "; ".join(parts)
     if named:
