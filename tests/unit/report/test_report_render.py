@@ -112,7 +112,7 @@ def test_the_compile_table_writes_bytes_and_cycles_as_the_report_does(doc):
     compiled = [r for r in m.records.values() if r.stage == "compile"]
     rows = compile_rows(m, compiled, set())
     headers = dict(COMPILE_COLUMNS)
-    assert (headers["sram"], headers["flash"]) == ("SRAM (B)", "Flash (B)")
+    assert (headers["sram"], headers["flash"]) == ("SRAM (B)", "Vela flash (B)")
     by_pair = {(r["leaf"], r["target"]): r["values"] for r in doc["rows"]}
     assert rows and all("KiB" not in r["sram"] and "MiB" not in r["flash"] for r in rows)
     for row, rec in zip(rows, compiled):

@@ -52,7 +52,7 @@ COMPILE_COLUMNS = (
     ("target", "Target"),
     ("accuracy", "Int8 acc (%)"),
     ("sram", "SRAM (B)"),
-    ("flash", "Flash (B)"),
+    ("flash", "Vela flash (B)"),  # Vela's estimate; the report's flash is the compiled model
     ("dram", "DRAM (B)"),
     ("weights", "NPU weights (B)"),
     ("npu_cycles", "NPU cycles"),
