@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from edgedeploy.config import DEFAULT_RUN_DIR  # the default run folder, also the command line's
 from edgedeploy.core.lazy import lazy_exports
 from edgedeploy.interactive.arguments import DATA_FILE, MODEL_FILE, as_path, as_paths, target_names
 
@@ -178,7 +179,7 @@ def compile_run(
 def optimize(
     model: str | os.PathLike[str] | tf_keras.Model | keras.Model,
     data: str | os.PathLike[str] | tuple[Any, Any] | Mapping[str, np.ndarray] | tf.data.Dataset,
-    out: str | os.PathLike[str] = "edgedeploy-out",
+    out: str | os.PathLike[str] = DEFAULT_RUN_DIR,
     *,
     leaves: Sequence[str] | None = None,
     recipe: str | os.PathLike[str] | Mapping[str, Any] | None = None,
@@ -314,8 +315,9 @@ def requirements(max_accuracy_drop: float | None = None, max_metric_drop: float 
     from edgedeploy.report.judge import requirements_from_options
     from edgedeploy.report.limits import requirements_from_project
 
-    req = requirements_from_options(max_accuracy_drop, max_flash, max_sram, max_latency_ms, max_npu_cycles,
-                                    max_metric_drop)
+    req = requirements_from_options(max_accuracy_drop=max_accuracy_drop, max_metric_drop=max_metric_drop,
+                                    max_flash=max_flash, max_sram=max_sram, max_latency_ms=max_latency_ms,
+                                    max_npu_cycles=max_npu_cycles)
     return req if project is None else req.over(requirements_from_project(project))
 
 
@@ -359,10 +361,8 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
     """What got worse (beyond ``tolerances``), better or changed from ``old`` to ``new``: row by row, or model by
     model for sweep reports. ``against`` names the old report in the result."""
     from edgedeploy.report.regressions import compare_reports as compare
-    from edgedeploy.report.sweep import compare_sweeps
 
-    sweep = new.get("schema") == "edgedeploy.sweep_report"
-    return (compare_sweeps if sweep else compare)(old, new, tolerances, against=against)
+    return compare(old, new, tolerances, against=against)
 
 
 def raise_on_regression(comparison: Mapping[str, Any]) -> None:

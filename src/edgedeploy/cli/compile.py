@@ -7,6 +7,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from ..api import DEFAULT_RUN_DIR
+
 EXAMPLE = "Example: edgedeploy compile examples/kws/dscnn_mlperf_int8.tflite -t ethos-u55-128 -t ethos-u85-256"
 
 
@@ -26,7 +28,7 @@ def compile_cmd(
                                         "run folder of `edgedeploy optimize` (compiles its leaves into it)."),
     target: List[str] = typer.Option([], "--target", "-t", help="Target name or TOML file; repeat for several.",
                                      autocompletion=_complete_target),
-    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    out: Path = typer.Option(Path(DEFAULT_RUN_DIR), "--out", "-o", help="Run folder (manifest and outputs)."),
     json_out: bool = typer.Option(False, "--json", help="Print only versioned JSON on stdout."),
     optimise: str = typer.Option("Performance", "--optimise", help="Vela strategy: Performance or Size."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel Vela workers (default: one per CPU)."),
@@ -58,7 +60,7 @@ def prestart(values: dict[str, Any], warm=None):
     Only for .tflite files into a new run folder with the local executor: a project file runs TensorFlow
     first, and a re-run most likely reuses its results (workers then start when something needs compiling).
     """
-    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or "edgedeploy-out")
+    models, out = [Path(m) for m in values.get("models") or ()], Path(values.get("out") or DEFAULT_RUN_DIR)
     if values.get("executor") != "local" or not values.get("target") or not models:
         return None
     if any(m.suffix != ".tflite" for m in models):
@@ -79,7 +81,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
     with guard():
         options = api.CompileOptions(optimise=optimise, jobs=jobs, allow_cpu_ops=allow_cpu_ops, executor=executor,
                                      ray_address=ray_address, debug_db=debug_db)
-        done = api.compile(models, target, None if out == Path("edgedeploy-out") else out, options=options,
+        done = api.compile(models, target, None if out == Path(DEFAULT_RUN_DIR) else out, options=options,
                            walk=walk, pool=pool)
         if done.sweep is not None:
             from .sweep import print_sweep

@@ -13,6 +13,8 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
+from ..api import DEFAULT_RUN_DIR
+
 EXAMPLE = "Example: edgedeploy optimize model.h5 --data data.npz -o out --leaves ptq,pcqat"
 
 # Option name -> the recipe key it sets (the option's value, when given, overrides the recipe file's).
@@ -26,7 +28,6 @@ RECIPE_OPTIONS = {
     "min_steps": "training.min_steps", "loss": "loss", "metric": "metric", "jobs": "jobs",
     "preprocess": "data.preprocess",
 }
-LIMITS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 _FROM_KEY = "recipe key: "  # an option help that RecipeHelpCommand writes from the key table
 # Option help that says more than the key's own help (the key's default is still added).
 _LEADS = {"leaves": "Comma-separated leaves of the deployment tree to convert, e.g. ptq,pcqat"}
@@ -91,7 +92,7 @@ def optimize_cmd(
     model: Path = typer.Argument(..., help="Keras model (.h5 or .keras; saved by tf_keras, or by Keras 3 and rebuilt in tf_keras)."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz with x, y, split (0 fine-tune, 1 eval) or x_train/y_train/x_test/y_test; "
                               "or a folder with a subfolder of images or WAV files per class (optionally under train/ and test/)."),
-    out: Path = typer.Option(Path("edgedeploy-out"), "--out", "-o", help="Run folder (manifest and outputs)."),
+    out: Path = typer.Option(Path(DEFAULT_RUN_DIR), "--out", "-o", help="Run folder (manifest and outputs)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="Recipe TOML (flags below override it)."),
     leaves: Optional[str] = typer.Option(None, "--leaves", help=_key("leaves")),
     sparsity: Optional[float] = typer.Option(None, "--sparsity", help=_key("sparsity")),
@@ -152,7 +153,7 @@ def _optimize(values: dict[str, Any]) -> None:
     if values["leaves"] is not None:
         overrides["leaves"] = [s.strip() for s in values["leaves"].split(",") if s.strip()]
     r = api.load_recipe(values["recipe"], overrides)
-    if not values["walk"] and (values["target"] or any(values[k] is not None for k in LIMITS)):
+    if not values["walk"] and (values["target"] or any(values[k] is not None for k in api.Requirements.KEYS)):
         raise UsageError("--target and the --max-* requirements are for --walk",
                          "add --walk, or judge a finished run with `edgedeploy report RUN --max-...`")
     if values["walk"]:
@@ -169,7 +170,7 @@ def _walk(values: dict[str, Any], r: Any) -> None:
     from .. import api
     from .common import out_console
 
-    req = api.requirements(**{k: values[k] for k in LIMITS})
+    req = api.requirements(**{k: values[k] for k in api.Requirements.KEYS})
     options = api.CompileOptions(executor=values["executor"], ray_address=values["ray_address"])
     walked = api.walk(values["model"], values["data"], values["out"], r, values["target"], req, options,
                       trust_lambda=values["trust_lambda"])

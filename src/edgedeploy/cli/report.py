@@ -10,7 +10,6 @@ import typer
 PROJECT_FILE = "edgedeploy.toml"
 
 EXAMPLE = "Example: edgedeploy report out --max-flash 512KiB -f html"
-LIMITS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
 
 
 def register(app: typer.Typer) -> None:
@@ -85,7 +84,7 @@ def _report(v: dict[str, Any]) -> None:
     tolerances = api.parse_tolerances(v["tolerance"])
     project = v["project"] if v["project"] is not None else (Path(PROJECT_FILE) if Path(PROJECT_FILE).is_file() else None)
     # the one check of limits, as for a project file; the project's [requirements] fill in those not given
-    requirements = api.requirements(**{k: v[k] for k in LIMITS}, project=project)
+    requirements = api.requirements(**{k: v[k] for k in api.Requirements.KEYS}, project=project)
     run_dir, compare = v["run_dir"], v["compare"]
     # a sweep's folder: one comparing report of its models, and the gate runs per model
     old = api.load_report_json(compare, sweep=api.is_sweep_folder(run_dir)) if compare is not None else None

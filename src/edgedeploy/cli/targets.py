@@ -30,7 +30,7 @@ def targets_list(json_out: bool = typer.Option(False, "--json", help="Print JSON
             typer.echo(api.dumps([t.to_dict() for t in targets]))
             return
         cols = (("name", "Name"), ("kind", "Kind"), ("npu", "NPU"), ("system", "Vela system config"),
-                ("memory_mode", "Memory mode"), ("clock", "NPU clock"), ("sram", "Board SRAM"), ("fvp", "FVP"))
+                ("memory_mode", "Memory mode"), ("clock", "NPU clock"), ("sram", "Board SRAM (B)"), ("fvp", "FVP"))
         out_console.print(table("Built-in targets", cols, api.target_rows(targets)))
 
 

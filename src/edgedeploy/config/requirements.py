@@ -2,7 +2,7 @@
 
 The same checks apply wherever a limit comes from: a command-line flag (``report``, ``optimize --walk``,
 ``compile --walk``), the ``[requirements]`` table of a project file, or the requirements a walk recorded in a
-run's manifest. A limit is a finite number within :data:`BOUNDS`; NaN, infinities, a number too large to mean
+run's manifest. A limit is a finite number within :data:`REQUIREMENTS`; NaN, infinities, a number too large to mean
 anything and a negative size are one error naming where the value came from.
 """
 
@@ -18,12 +18,19 @@ from edgedeploy.core.files import short
 
 
 @dataclass(frozen=True)
-class Bound:
+class Requirement:
+    """One limit a user may set: its bounds, what it limits in a report row, and how it is described."""
+
     kind: type  # float or int
     low: float
     high: float
     low_open: bool  # True: the value must be above ``low``; False: at least ``low``
-    unit: str
+    unit: str  # in words, for the bounds
+    symbol: str  # as values are written (edgedeploy.core.units.fmt_in_unit): pts, B, ms, cycles; "" own unit
+    column: str  # the report row value it limits
+    sign: int  # -1 where the row value is a gain (the accuracy delta) and the limit a loss
+    label: str  # what it limits, in a check's label ("{reference}": the reference leaf)
+    what: str  # the project file key's description
 
     def allowed(self) -> str:
         what = "an integer" if self.kind is int else "a number"
@@ -39,15 +46,25 @@ def _num(value: float) -> str:
     return f"{value:g}"
 
 
-# The documented bounds of every limit (docs/reference/project.md and docs/files.md list them).
-BOUNDS: dict[str, Bound] = {
-    "max_accuracy_drop": Bound(float, 0.0, 100.0, False, "percentage points"),
-    "max_metric_drop": Bound(float, 0.0, 1e12, False, "the metric's own unit"),
-    "max_flash": Bound(int, 0, 2**40, True, "bytes"),
-    "max_sram": Bound(int, 0, 2**40, True, "bytes"),
-    "max_latency_ms": Bound(float, 0.0, 3_600_000.0, True, "milliseconds"),
-    "max_npu_cycles": Bound(int, 0, 2**53, True, "cycles"),
+# Every requirement, in the order options, project keys and reports list them: the one table of their names,
+# bounds (docs/reference/project.md and docs/files.md list them) and meaning.
+REQUIREMENTS: dict[str, Requirement] = {
+    "max_accuracy_drop": Requirement(float, 0.0, 100.0, False, "percentage points", "pts", "int8_accuracy_delta_pts",
+                                     -1, "int8 accuracy drop vs {reference}",
+                                     "int8 accuracy points below the ptq leaf"),
+    "max_metric_drop": Requirement(float, 0.0, 1e12, False, "the metric's own unit", "", "int8_metric_drop", 1,
+                                   "int8 metric drop vs {reference}",
+                                   "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, in its unit"),
+    "max_flash": Requirement(int, 0, 2**40, True, "bytes", "B", "compiled_model_bytes", 1, "flash (compiled model)",
+                             "bytes of the compiled model, e.g. 512KiB (1 B to 1 TiB)"),
+    "max_sram": Requirement(int, 0, 2**40, True, "bytes", "B", "sram_bytes", 1, "SRAM",
+                            "bytes of Vela's SRAM estimate, e.g. 256KiB (1 B to 1 TiB)"),
+    "max_latency_ms": Requirement(float, 0.0, 3_600_000.0, True, "milliseconds", "ms", "latency_ms", 1, "latency",
+                                  "milliseconds per inference"),
+    "max_npu_cycles": Requirement(int, 0, 2**53, True, "cycles", "cycles", "npu_cycles", 1, "NPU cycles",
+                                  "NPU cycles per inference (Vela's estimate)"),
 }
+REQUIREMENT_NAMES = tuple(REQUIREMENTS)
 SIZE_KEYS = ("max_flash", "max_sram")
 
 _SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
@@ -88,10 +105,10 @@ def parse_size(text: str | int | float, what: str = "size") -> int:
 
 def check_requirement(name: str, value: Any, where: str, error: type[EdgeDeployError] = UsageError,
                       hint: str | None = None) -> int | float:
-    """``value`` of the limit ``name`` (a key of :data:`BOUNDS`) as a number within its bounds, or ``error``
+    """``value`` of the limit ``name`` (a key of :data:`REQUIREMENTS`) as a number within its bounds, or ``error``
     saying ``where`` the value came from (``--max-flash``, ``FILE: key `requirements.max_flash```) and what is
     allowed. Sizes may be text (``512KiB``)."""
-    bound = BOUNDS[name]
+    bound = REQUIREMENTS[name]
     if name in SIZE_KEYS and isinstance(value, str):
         try:
             value = parse_size(value, where)
@@ -125,7 +142,7 @@ def check_requirements(values: Mapping[str, Any], where: str = "--{flag}", error
         if value is None:
             continue
         shown = where.replace("{name}", short(str(name), 60)).replace("{flag}", short(str(name), 60).replace("_", "-"))
-        if name not in BOUNDS:
-            raise error(f"{shown} is not a known requirement", f"allowed: {', '.join(BOUNDS)}")
+        if name not in REQUIREMENTS:
+            raise error(f"{shown} is not a known requirement", f"allowed: {', '.join(REQUIREMENT_NAMES)}")
         out[name] = check_requirement(name, value, shown, error, hint)
     return out

@@ -23,6 +23,7 @@ from ..errors import EdgeDeployError, InvalidInputError, ToolFailedError
 from edgedeploy.core.files import sha256_bytes, sha256_file, system_tmp
 from edgedeploy.core.manifest import Manifest, Metric, StageRecord, ToolInfo, checked_artifact, remake_hint
 from edgedeploy.core.proc import ProcResult, run_command
+from edgedeploy.core.units import fmt_seconds
 from edgedeploy.core.stage import RunContext, StageResult, StageSpec, cached_record, run_stage
 from edgedeploy.config.targets import Target, get_target
 from edgedeploy.tflite.reader import TfliteModel, read_tflite
@@ -253,7 +254,7 @@ class _FvpJob:
         what = f"FVP run of {self.leaf} on {self.target.name}"
         problem = None
         if res.timed_out:
-            problem = f"{what} timed out after {res.seconds:.0f} s"
+            problem = f"{what} timed out after {fmt_seconds(res.seconds)}"
         elif console.failures:
             more = f" (and {len(console.failures) - 1} more problem lines)" if len(console.failures) > 1 else ""
             problem = f"{what} failed: {console.failures[0]}{more}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import EdgeDeployError
+from edgedeploy.core.units import fmt_count
 from .frame import LINE_LIMIT, printable
 from .serial_device import DEFAULT_TIMEOUT, SerialDevice, bundle_device
 
@@ -92,5 +93,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         else:
             mean = sum(t["round_trip_ms"] for t in timings) / len(timings)
             cycles = [t["cpu_cycles"] for t in timings if t["cpu_cycles"] is not None]
-            extra = f", mean {sum(cycles) / len(cycles):,.0f} CPU cycles" if cycles else ""
+            extra = f", mean {fmt_count(sum(cycles) / len(cycles), 'CPU cycles')}" if cycles else ""
             terminalreporter.write_line(f"{name}: {len(timings)} inferences, mean round trip {mean:.1f} ms{extra}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
+from edgedeploy.core.units import fmt_count
 from . import frame as fr
 
 DEFAULT_BAUD = 115200
@@ -61,9 +62,9 @@ class Timing:
     def describe(self) -> str:
         parts = []
         if self.cycles is not None:
-            parts.append(f"{self.cycles:,} CPU cycles")
+            parts.append(fmt_count(self.cycles, "CPU cycles"))
         if self.npu_cycles is not None:
-            parts.append(f"{self.npu_cycles:,} NPU cycles")
+            parts.append(fmt_count(self.npu_cycles, "NPU cycles"))
         if self.device_ms is not None:
             parts.append(f"{self.device_ms} ms device clock")
         parts.append(f"{self.round_trip_s * 1000:.1f} ms round trip")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .arguments import as_path, check_data_arguments
+from edgedeploy.config import DEFAULT_RUN_DIR
 from edgedeploy.core.nospace import ensure_room
 from edgedeploy.keras.saving import saved_bytes_bound
 
@@ -105,9 +106,9 @@ class OptimizeRun:
         from edgedeploy.report.judge import requirements_from_options
         from .report_view import Report
 
-        req = requirements_from_options(max_accuracy_drop, None if max_flash is None else str(max_flash),
-                                        None if max_sram is None else str(max_sram), max_latency_ms, max_npu_cycles,
-                                        max_metric_drop)
+        req = requirements_from_options(max_accuracy_drop=max_accuracy_drop, max_metric_drop=max_metric_drop,
+                                        max_flash=max_flash, max_sram=max_sram, max_latency_ms=max_latency_ms,
+                                        max_npu_cycles=max_npu_cycles)
         return Report(build_report(self.run_dir, req, html=True))
 
     def export(self, leaf: str, target: str, out: str | os.PathLike[str], *, golden: int | None = None,
@@ -134,7 +135,7 @@ class OptimizeRun:
 def optimize(
     model: str | os.PathLike[str] | tf_keras.Model | keras.Model,
     data: str | os.PathLike[str] | tuple[Any, Any] | Mapping[str, np.ndarray] | tf.data.Dataset,
-    out: str | os.PathLike[str] = "edgedeploy-out",
+    out: str | os.PathLike[str] = DEFAULT_RUN_DIR,
     *,
     leaves: Sequence[str] | None = None,
     recipe: str | os.PathLike[str] | Mapping[str, Any] | None = None,

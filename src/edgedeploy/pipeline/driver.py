@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from edgedeploy.config import DEFAULT_RUN_DIR
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.targets import Target
 from edgedeploy.errors import UsageError
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from edgedeploy.pipeline.sweep import SweepOutcome
     from edgedeploy.vela import VelaExecutor
 
-DEFAULT_OUT = Path("edgedeploy-out")
+DEFAULT_OUT = Path(DEFAULT_RUN_DIR)
 
 
 @dataclass(frozen=True)

@@ -43,19 +43,33 @@ from typing import Any, Mapping
 from edgedeploy.pipeline.compile import CompileOptions
 from edgedeploy.errors import UsageError
 from edgedeploy.core.names import check_name
+from edgedeploy.config import DEFAULT_RUN_DIR
 from edgedeploy.config.recipe import RECIPE_KEYS, Recipe, load_recipe
-from edgedeploy.config.requirements import BOUNDS, check_requirements
+from edgedeploy.config.requirements import REQUIREMENTS, SIZE_KEYS, Requirement, check_requirements
 from edgedeploy.config.keys import Key, lookup, read_toml, validate
 from edgedeploy.vela.outputs import OPTIMISE_CHOICES
 from edgedeploy.vela.pool import MAX_JOBS
 
 _P = "fix the project file"
+
+
+def _requirement_key(name: str, r: Requirement) -> Key:
+    """The project key of one requirement: a size as text or a number; an integer from its lowest value; a
+    number within its bounds (the upper bound of an integer is checked with the others by check_requirements)."""
+    if name in SIZE_KEYS:
+        return Key(f"requirements.{name}", str, None, r.what, numbers_ok=True)
+    if r.kind is int:
+        return Key(f"requirements.{name}", int, None, r.what, minimum=int(r.low) + (1 if r.low_open else 0))
+    return Key(f"requirements.{name}", float, None, r.what, minimum=r.low, exclusive_minimum=r.low_open,
+               maximum=r.high)
+
+
 PROJECT_KEYS: tuple[Key, ...] = (
     Key("model", str, None, "the float Keras model (.h5 or .keras), relative to the project file",
         required_when="a project without [[models]]"),
     Key("data", str, None, "the data (.npz, or a folder with a subfolder per class), relative to the project file",
         required_when="a project without [[models]], or a [[models]] table without data"),
-    Key("out", str, "edgedeploy-out", "the run folder, relative to the project file"),
+    Key("out", str, DEFAULT_RUN_DIR, "the run folder, relative to the project file"),
     Key("targets", list, [], "target names or target files (.toml, relative to the project file)", items=str),
     Key("trust_lambda", bool, False, "load Lambda layers (runs code stored in the model file)"),
     *(k.under("recipe") for k in RECIPE_KEYS),
@@ -64,18 +78,8 @@ PROJECT_KEYS: tuple[Key, ...] = (
     Key("compile.jobs", int, CompileOptions.jobs, "Vela worker processes (default: one per core)", minimum=1,
         maximum=MAX_JOBS),
     Key("compile.debug_db", bool, False, "ask Vela for its debug database (on when a palette leaf is asked for)"),
-    # the bounds are edgedeploy.config.requirements.BOUNDS, the same for the report and walk flags
-    Key("requirements.max_accuracy_drop", float, None, "int8 accuracy points below the ptq leaf",
-        minimum=BOUNDS["max_accuracy_drop"].low, maximum=BOUNDS["max_accuracy_drop"].high),
-    Key("requirements.max_metric_drop", float, None, "the leaf's metric (MSE, PSNR ...) worse than the ptq leaf's, "
-        "in its unit", minimum=BOUNDS["max_metric_drop"].low, maximum=BOUNDS["max_metric_drop"].high),
-    Key("requirements.max_flash", str, None, "bytes of the compiled model, e.g. 512KiB (1 B to 1 TiB)",
-        numbers_ok=True),
-    Key("requirements.max_sram", str, None, "bytes of Vela's SRAM estimate, e.g. 256KiB (1 B to 1 TiB)",
-        numbers_ok=True),
-    Key("requirements.max_latency_ms", float, None, "milliseconds per inference",
-        minimum=0, exclusive_minimum=True, maximum=BOUNDS["max_latency_ms"].high),
-    Key("requirements.max_npu_cycles", int, None, "NPU cycles per inference (Vela's estimate)", minimum=1),
+    # the limits of edgedeploy.config.requirements.REQUIREMENTS, bounded as the report and walk flags are
+    *(_requirement_key(name, r) for name, r in REQUIREMENTS.items()),
     # [[models]]: one table per model of a sweep (checked one table at a time by load_project)
     Key("models.name", str, None, "[[models]]: the model's name, its run folder OUT/NAME (letters, digits, "
         "'-', '_')", required_when="each [[models]] table"),

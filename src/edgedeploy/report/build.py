@@ -9,6 +9,7 @@ from .. import __version__
 from ..errors import InvalidInputError
 from edgedeploy.core.files import sha256_file
 from edgedeploy.core.manifest import Manifest, now_iso
+from edgedeploy.core.units import fmt_bytes
 from edgedeploy.vela.compute import bound_layers_note, layer_bounds, npu_compute_values
 from edgedeploy.config.requirements import check_requirements
 from edgedeploy.report.levels import LEAF_LEVELS, REFERENCE_LEAF
@@ -127,8 +128,9 @@ def _closing_notes(manifest: Manifest, targets: list[str], has_reference: bool) 
         mem = tdict.get("memory")
         if tdict.get("kind") == "board" and mem:
             notes.append(
-                f"{t}: fits = Vela SRAM + {mem.get('runtime_margin_bytes', 0):,} B runtime margin ≤ "
-                f"{mem['sram_bytes']:,} B board SRAM, and the compiled model ≤ {mem['flash_bytes']:,} B board flash"
+                f"{t}: fits = Vela SRAM + {fmt_bytes(mem.get('runtime_margin_bytes', 0))} runtime margin ≤ "
+                f"{fmt_bytes(mem['sram_bytes'])} board SRAM, and the compiled model ≤ "
+                f"{fmt_bytes(mem['flash_bytes'])} board flash"
             )
     notes.append("Flash is judged on the compiled model (*_vela.tflite), the file firmware stores in flash: it holds "
                  "Vela's weights and command stream and the flatbuffer around them. Vela's own flash estimate is "

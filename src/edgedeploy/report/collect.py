@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgedeploy.core.manifest import Manifest, StageRecord, checked_artifact
+from edgedeploy.core.units import fmt_bytes as B
 from edgedeploy.report.levels import REFERENCE_LEAF, leaf_level
 from .columns import VELA_METRICS, from_metric, na, val, value_of
 
@@ -183,17 +184,17 @@ def _fit(row_values: Mapping[str, Any], target: Mapping[str, Any] | None, target
         return out
     problems = []
     if sram + margin > sram_cap:
-        problems.append(f"SRAM {sram:,} B + {margin:,} B runtime margin exceeds {sram_cap:,} B "
-                        f"by {sram + margin - sram_cap:,} B")
+        problems.append(f"SRAM {B(sram)} + {B(margin)} runtime margin exceeds {B(sram_cap)} "
+                        f"by {B(sram + margin - sram_cap)}")
     if model > flash_cap:
-        problems.append(f"compiled model {model:,} B exceeds {flash_cap:,} B flash by {model - flash_cap:,} B")
+        problems.append(f"compiled model {B(model)} exceeds {B(flash_cap)} flash by {B(model - flash_cap)}")
     out["fits"] = not problems
     out["text"] = "yes" if not problems else "no"
     out["note"] = "; ".join(problems) if problems else (
-        f"SRAM {sram:,} B + {margin:,} B runtime margin ≤ {sram_cap:,} B; "
-        f"compiled model {model:,} B ≤ {flash_cap:,} B flash"
+        f"SRAM {B(sram)} + {B(margin)} runtime margin ≤ {B(sram_cap)}; "
+        f"compiled model {B(model)} ≤ {B(flash_cap)} flash"
     )
     dram = value_of(row_values["dram_bytes"])
     if dram:
-        out["note"] += f"; DRAM use ({dram:,} B) not checked: the target file gives no DRAM size"
+        out["note"] += f"; DRAM use ({B(dram)}) not checked: the target file gives no DRAM size"
     return out

@@ -10,6 +10,7 @@ from edgedeploy.core.manifest import StageRecord
 
 SCHEMA = "edgedeploy.report"
 SCHEMA_VERSION = 1
+SWEEP_REPORT_SCHEMA = "edgedeploy.sweep_report"  # several models' reports side by side (.sweep)
 
 
 def val(value: Any, unit: str, mode: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from ..errors import InvalidInputError
 from edgedeploy.core.manifest import Manifest
+from edgedeploy.core.units import fmt_bytes, fmt_count
 from edgedeploy.report.levels import PALETTE_LIMIT, is_clustered_leaf
 from .collect import _Variant, int8_model_path
 
@@ -128,8 +129,8 @@ def _npu_weights(entry: dict[str, Any], v: _Variant) -> None:
     for target, facts in found.items():
         s = facts["summary"]
         cycles = s.get("weight_read_cycles")
-        shown.append(f"{target} {s['encoded_weight_bytes']:,} B encoded in {s['layers']} layers"
-                     + (f", {cycles:,} weight-read cycles" if cycles is not None else "")
+        shown.append(f"{target} {fmt_bytes(s['encoded_weight_bytes'])} encoded in {s['layers']} layers"
+                     + (f", {fmt_count(cycles, 'weight-read cycles')}" if cycles is not None else "")
                      + (f", {s['layers_over_palette']} layers over the palette" if s.get("layers_over_palette") else ""))
     entry["note"] = f"{entry['note']}; Vela's debug database: " + "; ".join(shown)
 

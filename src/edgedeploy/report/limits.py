@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from edgedeploy.config.requirements import SIZE_UNITS, check_requirements, parse_size  # noqa: F401  (the one size reader)
+from edgedeploy.config.requirements import (  # noqa: F401  (the one size reader)
+    REQUIREMENT_NAMES, SIZE_UNITS, check_requirements, parse_size,
+)
 from edgedeploy.config.keys import read_toml
 
 
@@ -42,7 +44,8 @@ DEFAULT_TOLERANCES = {
     "cycles": Tolerance(2.0, True),
     "metric": Tolerance(1.0, True),
 }
-DEFAULT_TOLERANCE_TEXT = "accuracy=0.5,flash=1%,sram=1%,cycles=2%"
+# as the options say it: accuracy=0.5,flash=1%,sram=1%,cycles=2% (the metric's applies to a leaf judged by one)
+DEFAULT_TOLERANCE_TEXT = ",".join(f"{k}={t}" for k, t in DEFAULT_TOLERANCES.items() if k != "metric")
 
 
 def parse_tolerances(text: str | None) -> dict[str, Tolerance]:
@@ -93,7 +96,7 @@ class Requirements:
     max_npu_cycles: int | None = None  # Vela's NPU cycle estimate
     sources: tuple[str, ...] = ()
 
-    KEYS = ("max_accuracy_drop", "max_metric_drop", "max_flash", "max_sram", "max_latency_ms", "max_npu_cycles")
+    KEYS = REQUIREMENT_NAMES  # the fields above, in the order of edgedeploy.config.requirements.REQUIREMENTS
 
     def given(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.KEYS if getattr(self, k) is not None}

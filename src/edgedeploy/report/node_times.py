@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from edgedeploy.core.manifest import Manifest
+from edgedeploy.core.units import fmt_number, fmt_pct
 
 TIME_HEADERS = ("Node", "Step", "Wall (s)", "Processor (s)", "Calls", "Share of the node (%)")
 TIME_NOTE = ("each step's own time: a step inside another (search/candidate_vela) is not counted in the outer "
@@ -41,7 +42,6 @@ def time_rows(doc: Mapping[str, Any]) -> list[list[str]]:
         named += [("other", _table(times.get("other"))), ("total", _table(times.get("total")))]
         for step, t in named:
             wall, cpu = _seconds(t.get("wall")), _seconds(t.get("processor"))
-            share = "" if wall is None or not total or total < 0 else f"{100 * wall / total:.1f}"
-            rows.append([node, step, "n/a" if wall is None else f"{wall:,.2f}", "n/a" if cpu is None else f"{cpu:,.2f}",
-                         str(t.get("calls", "")), share])
+            share = "" if wall is None or not total or total < 0 else fmt_pct(100 * wall / total, 1)
+            rows.append([node, step, fmt_number(wall, 2), fmt_number(cpu, 2), str(t.get("calls", "")), share])
     return rows

@@ -6,9 +6,10 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InvalidInputError, RegressionError
+from ..errors import InvalidInputError, RegressionError, UsageError
 from edgedeploy.core.files import read_input_text, short
-from .columns import SCHEMA, SCHEMA_VERSION, value_of
+from edgedeploy.core.units import fmt_in_unit
+from .columns import SCHEMA, SCHEMA_VERSION, SWEEP_REPORT_SCHEMA, value_of
 from .judge import leaf_rank
 from .limits import GATED, Tolerance
 
@@ -75,17 +76,44 @@ def check_report_rows(rows: Any, where: str) -> None:
                     raise bad(i, f"value {vkey} has `{k}` {short(repr(cell[k]), 40)}")
 
 
-def _fmt_gated(v: float, unit: str) -> str:
-    if unit == "%":
-        return f"{v:.2f}%"
-    if unit == "":  # a task's metric (MSE ...)
-        return f"{v:.4g}"
-    return f"{int(round(v)):,}" + (" B" if unit == "B" else "")
-
-
 def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
                     against: str = "") -> dict[str, Any]:
-    """What got worse (beyond the tolerance), better or changed between two reports, row by row."""
+    """The regression gate: what got worse (beyond the tolerance), better or changed from the report ``old`` to
+    ``new``, row by row; for a sweep's report, model by model, each model's rows through the same gate."""
+    if new.get("schema") == SWEEP_REPORT_SCHEMA:
+        return _compare_models(old, new, tolerances, against)
+    return _compare_rows(old, new, tolerances, against)
+
+
+def _compare_models(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
+                    against: str) -> dict[str, Any]:
+    """Each model's report of the sweep ``new`` against the same model's in ``old``."""
+    if old.get("schema") != SWEEP_REPORT_SCHEMA:
+        raise UsageError(f"{against or 'the reference'} is the report of one run, and this is a sweep's",
+                         "compare a sweep with a sweep report (`report OUT --format json`), or one model with "
+                         "`edgedeploy report OUT/NAME --compare OLD.json`")
+    olds = {m["name"]: m.get("report") for m in old.get("models", [])}
+    per_model, regressions = {}, []
+    for m in new["models"]:
+        theirs, mine = olds.get(m["name"]), m.get("report")
+        if theirs is None:
+            continue
+        if mine is None:
+            regressions.append({"model": m["name"], "text": f"model {m['name']}: in {against} but has no report now"})
+            continue
+        comp = _compare_rows(theirs, mine, tolerances, against)
+        per_model[m["name"]] = comp
+        regressions += [{**r, "model": m["name"], "text": f"{m['name']}: {r['text']}"} for r in comp["regressions"]]
+    for name in sorted(set(olds) - {m["name"] for m in new["models"]}):
+        regressions.append({"model": name, "text": f"model {name}: in {against or 'the reference'} but missing now"})
+    return {"against": against, "against_created": old.get("created"), "passed": not regressions,
+            "regressions": regressions, "per_model": per_model,
+            "added": sorted({m["name"] for m in new["models"]} - set(olds))}
+
+
+def _compare_rows(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
+                  against: str) -> dict[str, Any]:
+    """One run's report against an earlier one of the same run, row by row."""
 
     def index(doc: Mapping[str, Any]) -> dict[tuple, Mapping[str, Any]]:
         # A leaf not compiled for any target has one row with target None: its int8 metric is still gated.
@@ -113,11 +141,11 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
                 continue
             base = {"leaf": leaf, "target": target, "metric": name, "old": o, "new": n}
             if n is None:
-                regressions.append({**base, "text": f"{where}: {label} was {_fmt_gated(o, unit)}, now "
+                regressions.append({**base, "text": f"{where}: {label} was {fmt_in_unit(o, unit)}, now "
                                                     f"unavailable ({n_vals.get(vkey, {}).get('unavailable', '')})"})
                 continue
             if o is None:
-                changes.append({**base, "text": f"{where}: {label} now {_fmt_gated(n, unit)} "
+                changes.append({**base, "text": f"{where}: {label} now {fmt_in_unit(n, unit)} "
                                                 "(unavailable in the reference)"})
                 continue
             if n == o:
@@ -127,7 +155,7 @@ def compare_reports(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: 
             rel = f" ({100.0 * (n - o) / o:+.1f}%)" if o else ""
             diff = (f"{n - o:+.2f} pts" if unit == "%" else f"{n - o:+.4g}" if name == "metric" else
                     f"{n - o:+,.0f}")
-            text = (f"{where}: {label} {_fmt_gated(o, unit)} → {_fmt_gated(n, unit)}, {diff}{rel}")
+            text = (f"{where}: {label} {fmt_in_unit(o, unit)} → {fmt_in_unit(n, unit)}, {diff}{rel}")
             if worse_by > tol.allowed(o) + 1e-9:
                 regressions.append({**base, "text": f"{text}; worse than the tolerance {name}={tol}"})
             else:

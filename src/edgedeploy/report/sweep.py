@@ -14,8 +14,8 @@ report document from its own manifest (:func:`.build.build_report`, the same req
   within one model). Models judged by different metrics, or measured on different data, are not ranked against
   each other: the document says why and gives no overall pick.
 
-The regression gate works per model: ``report OUT --compare OLD.json`` with OLD.json a sweep report compares
-each model's report with the same model's in OLD.json.
+The regression gate (:func:`.regressions.compare_reports`) works per model: ``report OUT --compare OLD.json``
+with OLD.json a sweep report compares each model's report with the same model's in OLD.json.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import __version__
-from ..errors import InvalidInputError, UsageError
+from ..errors import InvalidInputError
 from edgedeploy.core.files import read_input_text, sha256_file, short
 from edgedeploy.core.manifest import Manifest, now_iso
 from edgedeploy.core.names import is_valid
-from .limits import Requirements, Tolerance
+from .columns import SWEEP_REPORT_SCHEMA as REPORT_SCHEMA
+from .limits import Requirements
 from .judge import comparable, level_key, overall
 
 SWEEP_FILE = "sweep.json"
 SWEEP_SCHEMA = "edgedeploy.sweep"
 SWEEP_SCHEMA_VERSION = 1
-REPORT_SCHEMA = "edgedeploy.sweep_report"
 REPORT_SCHEMA_VERSION = 1
 # the member report values a comparison row keeps
 ROW_KEYS = ("int8_accuracy_pct", "int8_accuracy_delta_pts", "int8_metric", "int8_metric_drop", "compiled_model_bytes",
@@ -170,34 +170,6 @@ def compare_models(members: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] 
         "overall": overall_picks,
         "notes": notes,
     }
-
-
-def compare_sweeps(old: Mapping[str, Any], new: Mapping[str, Any], tolerances: Mapping[str, Tolerance],
-                   against: str = "") -> dict[str, Any]:
-    """The regression gate per model: each model's report against the same model's in ``old``."""
-    from .regressions import compare_reports
-
-    if old.get("schema") != REPORT_SCHEMA:
-        raise UsageError(f"{against or 'the reference'} is the report of one run, and this is a sweep's",
-                         "compare a sweep with a sweep report (`report OUT --format json`), or one model with "
-                         "`edgedeploy report OUT/NAME --compare OLD.json`")
-    olds = {m["name"]: m.get("report") for m in old.get("models", [])}
-    per_model, regressions = {}, []
-    for m in new["models"]:
-        theirs, mine = olds.get(m["name"]), m.get("report")
-        if theirs is None:
-            continue
-        if mine is None:
-            regressions.append({"model": m["name"], "text": f"model {m['name']}: in {against} but has no report now"})
-            continue
-        comp = compare_reports(theirs, mine, tolerances, against=against)
-        per_model[m["name"]] = comp
-        regressions += [{**r, "model": m["name"], "text": f"{m['name']}: {r['text']}"} for r in comp["regressions"]]
-    for name in sorted(set(olds) - {m["name"] for m in new["models"]}):
-        regressions.append({"model": name, "text": f"model {name}: in {against or 'the reference'} but missing now"})
-    return {"against": against, "against_created": old.get("created"), "passed": not regressions,
-            "regressions": regressions, "per_model": per_model,
-            "added": sorted({m["name"] for m in new["models"]} - set(olds))}
 
 
 def load_sweep_report_json(path: Path) -> dict[str, Any]:

@@ -80,3 +80,15 @@ def test_a_walked_run_is_reported_against_the_walks_requirements(tmp_path):
     assert proc.returncode == 8 and "no leaf meets max_flash" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["requirements"]["max_flash"] == 20480
     assert run_cli("report", run, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0  # given ones win
+
+
+def test_the_tolerance_option_states_the_gate_defaults():
+    """The command line may import only the API, so its help states the default tolerances in text: the same as
+    the gate's own (report.limits.DEFAULT_TOLERANCES)."""
+    import inspect
+
+    from edgedeploy.cli.report import report_cmd
+    from edgedeploy.report.limits import DEFAULT_TOLERANCE_TEXT
+
+    option = inspect.signature(report_cmd).parameters["tolerance"].default
+    assert f"(default {DEFAULT_TOLERANCE_TEXT})" in option.help

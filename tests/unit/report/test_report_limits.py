@@ -89,3 +89,25 @@ def test_project_requirements_errors(tmp_path, body, match):
     with pytest.raises(UsageError, match=match) as err:
         requirements_from_project(p)
     assert str(p) in err.value.message
+
+
+def test_every_face_takes_the_requirements_of_the_one_table():
+    """The requirement names are written once (config.requirements.REQUIREMENTS): the Requirements fields, the
+    project keys, the report checks, the API and notebook arguments and the command-line options all follow it."""
+    import dataclasses
+    import inspect
+
+    from edgedeploy import api
+    from edgedeploy.cli.optimize import optimize_cmd
+    from edgedeploy.cli.report import report_cmd
+    from edgedeploy.config.requirements import REQUIREMENT_NAMES
+    from edgedeploy.interactive.run import OptimizeRun
+    from edgedeploy.pipeline.project import PROJECT_KEYS
+    from edgedeploy.report.judge import REQUIREMENT_VALUES
+
+    names = list(REQUIREMENT_NAMES)
+    assert [f.name for f in dataclasses.fields(Requirements) if f.name != "sources"] == names
+    assert list(Requirements.KEYS) == list(REQUIREMENT_VALUES) == names
+    assert [k.path.removeprefix("requirements.") for k in PROJECT_KEYS if k.path.startswith("requirements.")] == names
+    for face in (api.requirements, OptimizeRun.report, report_cmd, optimize_cmd):
+        assert sorted(p for p in inspect.signature(face).parameters if p.startswith("max_")) == sorted(names), face

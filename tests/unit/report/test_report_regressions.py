@@ -33,6 +33,12 @@ def test_compare_finds_regressions_beyond_tolerance(doc):
     got = {(x["leaf"], x["target"], x["metric"]) for x in comp["regressions"]}
     assert got == {("dscnn_mlperf", "corstone-300-u55-128", "cycles"), ("resnet8_mlperf", "ethos-u85-256", "flash")}
     assert any("within the tolerance sram=1%" in c["text"] for c in comp["changes"])
+    # bytes and cycles written as the requirement checks write them (edgedeploy.core.units.fmt_in_unit)
+    cycles = r["values"]["total_cycles"]["value"]
+    new_cycles = row(doc, "dscnn_mlperf", "corstone-300-u55-128")["values"]["total_cycles"]["value"]
+    assert any(x["text"].startswith(f"dscnn_mlperf on corstone-300-u55-128: total cycles {cycles:,} cycles → "
+                                    f"{new_cycles:,} cycles") for x in comp["regressions"])
+    assert any(" B → " in x["text"] and x["metric"] == "flash" for x in comp["regressions"])
     with pytest.raises(RegressionError, match="2 regression") as err:
         raise_on_regression(comp)
     assert err.value.exit_code == 10

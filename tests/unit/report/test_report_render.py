@@ -100,3 +100,22 @@ def test_requirements_line_states_each_limit_in_its_own_unit():
     assert "max_metric_drop = 0.01 (int8 MSE worse than the ptq leaf's)" in text  # the metric named, as in its columns
     assert "max_npu_cycles = 50,000 cycles" in text
     assert "max_accuracy_drop = 1 pts (int8 accuracy below the ptq leaf)" in text
+
+
+def test_the_compile_table_writes_bytes_and_cycles_as_the_report_does(doc):
+    """One formatter per kind: the compile table's SRAM, flash and cycles cells are the report table's text."""
+    from edgedeploy.core.manifest import Manifest
+    from edgedeploy.report.render.cells import fmt_value
+    from edgedeploy.report.render.tables import COMPILE_COLUMNS, compile_rows
+
+    m = Manifest.load(RUN)
+    compiled = [r for r in m.records.values() if r.stage == "compile"]
+    rows = compile_rows(m, compiled, set())
+    headers = dict(COMPILE_COLUMNS)
+    assert (headers["sram"], headers["flash"]) == ("SRAM (B)", "Vela flash (B)")
+    by_pair = {(r["leaf"], r["target"]): r["values"] for r in doc["rows"]}
+    assert rows and all("KiB" not in r["sram"] and "MiB" not in r["flash"] for r in rows)
+    for row, rec in zip(rows, compiled):
+        values = by_pair[(rec.variant, rec.target)]
+        assert row["sram"] == fmt_value(values["sram_bytes"]["value"], "bytes") == f"{rec.metric('sram_bytes'):,}"
+        assert row["total_cycles"] == fmt_value(values["total_cycles"]["value"], "count")

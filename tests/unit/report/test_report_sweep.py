@@ -14,7 +14,8 @@ from edgedeploy.errors import InvalidInputError, UsageError
 from edgedeploy.report import DEFAULT_TOLERANCES, Requirements
 from edgedeploy.report.render import render
 from edgedeploy.report.judge import sweep_unmet
-from edgedeploy.report.sweep import compare_models, compare_sweeps, load_sweep_record, load_sweep_report_json
+from edgedeploy.report.regressions import compare_reports
+from edgedeploy.report.sweep import compare_models, load_sweep_record, load_sweep_report_json
 
 T = "ethos-u55-128"
 DATA = {"path": "/d/kws.npz", "sha256": "a" * 64, "eval_split": "split == 1", "n_eval": 400}
@@ -151,14 +152,14 @@ def test_regression_gate_runs_per_model(tmp_path):
                           member("b", [row("ptq", 0, 90.0, 36000, 90000)])])
     new = compare_models([member("a", [row("ptq", 0, 90.0, 36000, 90000)]),
                           member("b", [row("ptq", 0, 85.0, 36000, 90000)])])
-    comp = compare_sweeps(json.loads(render(old, "json")), new, DEFAULT_TOLERANCES, against="old.json")
+    comp = compare_reports(json.loads(render(old, "json")), new, DEFAULT_TOLERANCES, against="old.json")
     assert comp["passed"] is False and [r["model"] for r in comp["regressions"]] == ["b"]
     assert comp["regressions"][0]["text"].startswith("b: ptq on ethos-u55-128: int8 accuracy 90.00% → 85.00%")
-    assert compare_sweeps(json.loads(render(old, "json")), old, DEFAULT_TOLERANCES)["passed"] is True
-    gone = compare_sweeps(old, compare_models([member("a", [row("ptq", 0, 90.0, 36000, 90000)])]), DEFAULT_TOLERANCES)
+    assert compare_reports(json.loads(render(old, "json")), old, DEFAULT_TOLERANCES)["passed"] is True
+    gone = compare_reports(old, compare_models([member("a", [row("ptq", 0, 90.0, 36000, 90000)])]), DEFAULT_TOLERANCES)
     assert [r["text"] for r in gone["regressions"]] == ["model b: in the reference but missing now"]
     with pytest.raises(UsageError, match="report of one run"):
-        compare_sweeps(doc([row("ptq", 0, 90.0, 36000, 90000)]), new, DEFAULT_TOLERANCES)
+        compare_reports(doc([row("ptq", 0, 90.0, 36000, 90000)]), new, DEFAULT_TOLERANCES)
     (tmp_path / "old.json").write_text(render(old, "json"))
     assert load_sweep_report_json(tmp_path / "old.json")["schema"] == "edgedeploy.sweep_report"
     (tmp_path / "bad.json").write_text("{")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .across_models import comparable, overall, sweep_unmet
 from .across_targets import judge_leaves, meets_everywhere, pick, shortfalls
 from .checks import (
-    NOT_COMPILED, REQUIREMENT_VALUES, TARGET_FREE, check_row, fmt_limit, judge_uncompiled, requirements_from_options,
+    NOT_COMPILED, REQUIREMENT_VALUES, TARGET_FREE, check_row, judge_uncompiled, requirements_from_options,
     size_budget_misses,
 )
 from .over_reference import excess_layers, flag_over_reference
@@ -31,7 +31,7 @@ from .shortfall import closest_misses, describe_miss, miss_entry, shortfall
 
 __all__ = [
     "NOT_COMPILED", "REQUIREMENT_VALUES", "TARGET_FREE", "Choice", "check_row", "choose", "closest_misses", "comparable",
-    "describe_miss", "dominates", "excess_layers", "flag_over_reference", "fmt_limit", "judge_leaves",
+    "describe_miss", "dominates", "excess_layers", "flag_over_reference", "judge_leaves",
     "judge_uncompiled", "leaf_rank", "least_optimized",
     "level_key", "meets_everywhere", "miss_entry", "objectives", "overall", "pair_rank", "pareto_front",
     "pareto_of_target", "pick", "quality", "quality_across_models", "rank", "recommend", "requirements_from_options",

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from edgedeploy.core.units import fmt_bytes
+
 from .pareto import objectives, pair_rank, quality_across_models, undominated
 
 
@@ -76,7 +78,7 @@ def overall(rows: list[dict[str, Any]], target: str, ok: bool, why: str,
                "flash and latency")
     return {"target": target, "model": best["model"], "leaf": best["leaf"],
             "front": [f"{r['model']}/{r['leaf']}" for r in front],
-            "message": (f"{target}: {best['model']} / {best['leaf']} ({shown_q}, {int(flash):,} B flash"
+            "message": (f"{target}: {best['model']} / {best['leaf']} ({shown_q}, {fmt_bytes(flash)} flash"
                         + (f", {latency:.3f} ms" if latency is not None else "") + ")" + why_not)}
 
 

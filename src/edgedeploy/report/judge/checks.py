@@ -5,54 +5,28 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from edgedeploy.config.requirements import REQUIREMENTS, check_requirements
 from edgedeploy.core.manifest import Manifest
+from edgedeploy.core.units import fmt_bytes, fmt_in_unit
 from edgedeploy.errors import UsageError
 from edgedeploy.report.levels import REFERENCE_LEAF
 from ..columns import metric_label, value_of
 from ..limits import Requirements
 
 # Requirement -> (row value, sign applied to it, unit, label): a requirement holds when sign * value <= limit.
-REQUIREMENT_VALUES = {
-    "max_accuracy_drop": ("int8_accuracy_delta_pts", -1, "pts", f"int8 accuracy drop vs {REFERENCE_LEAF}"),
-    "max_metric_drop": ("int8_metric_drop", 1, "", f"int8 metric drop vs {REFERENCE_LEAF}"),
-    "max_flash": ("compiled_model_bytes", 1, "B", "flash (compiled model)"),
-    "max_sram": ("sram_bytes", 1, "B", "SRAM"),
-    "max_latency_ms": ("latency_ms", 1, "ms", "latency"),
-    "max_npu_cycles": ("npu_cycles", 1, "cycles", "NPU cycles"),
-}
+REQUIREMENT_VALUES = {name: (r.column, r.sign, r.symbol, r.label.format(reference=REFERENCE_LEAF))
+                      for name, r in REQUIREMENTS.items()}
 # Requirements a leaf's convert stage answers without a target: its int8 accuracy or task-metric drop.
 TARGET_FREE = ("max_accuracy_drop", "max_metric_drop")
 NOT_COMPILED = "not compiled for a target"
 
 
-def requirements_from_options(max_accuracy_drop: float | None = None, max_flash: str | None = None,
-                              max_sram: str | None = None, max_latency_ms: float | None = None,
-                              max_npu_cycles: int | None = None, max_metric_drop: float | None = None) -> Requirements:
-    """Requirements given as command-line options (sizes as text, e.g. 32KiB), checked by
-    :func:`edgedeploy.config.requirements.check_requirements` like those of a project file; a bad value raises
-    :class:`~edgedeploy.errors.UsageError` naming its flag."""
-    from edgedeploy.config.requirements import check_requirements
-
-    given = check_requirements({
-        "max_accuracy_drop": max_accuracy_drop, "max_metric_drop": max_metric_drop, "max_latency_ms": max_latency_ms,
-        "max_npu_cycles": max_npu_cycles, "max_flash": max_flash, "max_sram": max_sram,
-    }, "--{flag}", UsageError)
+def requirements_from_options(**limits: Any) -> Requirements:
+    """Requirements given as command-line options, by name (``max_flash="32KiB"``: sizes as text or bytes; None:
+    not given), checked by :func:`edgedeploy.config.requirements.check_requirements` like those of a project
+    file; a bad value or an unknown name raises :class:`~edgedeploy.errors.UsageError` naming its flag."""
+    given = check_requirements(limits, "--{flag}", UsageError)
     return Requirements(**given, sources=("command line",) if given else ())
-
-
-def fmt_limit(v: Any, unit: str) -> str:
-    """A limit or value in its unit, as the report's messages show it."""
-    if v is None:
-        return "n/a"
-    if unit == "B":
-        return f"{int(round(v)):,} B"
-    if unit == "ms":
-        return f"{v:.4g} ms"
-    if unit == "pts":
-        return f"{v:.2f} pts"
-    if unit == "cycles":
-        return f"{int(round(v)):,} cycles"
-    return f"{v:g} {unit}".strip()
 
 
 def check_row(row: dict[str, Any], req: Requirements) -> None:
@@ -66,7 +40,7 @@ def check_row(row: dict[str, Any], req: Requirements) -> None:
         if name == "max_metric_drop" and cell.get("metric"):  # named after the leaf's metric, in its unit
             unit, label = cell.get("unit") or "", f"int8 {metric_label(cell['metric'])} drop vs {REFERENCE_LEAF}"
         value = None if value_of(cell) is None else sign * value_of(cell)
-        check: dict[str, Any] = {"label": f"{label} ≤ {fmt_limit(limit, unit)}", "limit": limit, "value": value,
+        check: dict[str, Any] = {"label": f"{label} ≤ {fmt_in_unit(limit, unit)}", "limit": limit, "value": value,
                                  "unit": unit}
         if value is None:
             check.update(met=None, why=f"cannot be judged: {cell.get('unavailable', 'unavailable')}")
@@ -131,9 +105,9 @@ def size_budget_misses(manifest: Manifest, rows: list[dict[str, Any]]) -> list[s
         why = ("palette QAT then moved them; lower [palette] size_budget a little, or take the plan's PTQ leaf "
                f"{node}, which keeps them" if leaf_node != node else "this compile's Vela settings encode them "
                "differently from the sweep's")
-        note = (f"{r['leaf']} on {r['target']}: {mine:,} B of NPU-encoded weights, {mine - limit:,} B over its size "
-                f"budget ({size['size_budget']:g} x ptq's {int(size['reference_encoded_bytes']):,} B); its plan "
-                f"had {int(size['encoded_bytes']):,} B as the sweep encoded them, and {why}")
+        note = (f"{r['leaf']} on {r['target']}: {fmt_bytes(mine)} of NPU-encoded weights, {fmt_bytes(mine - limit)} "
+                f"over its size budget ({size['size_budget']:g} x ptq's {fmt_bytes(size['reference_encoded_bytes'])}); "
+                f"its plan had {fmt_bytes(size['encoded_bytes'])} as the sweep encoded them, and {why}")
         r["warnings"].append(note)
         notes.append(note)
     return notes

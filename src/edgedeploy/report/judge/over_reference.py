@@ -15,6 +15,8 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping, Sequence
 
+from edgedeploy.core.units import fmt_count
+
 from edgedeploy.report.levels import REFERENCE_LEAF
 from ..columns import value_of
 from .pareto import FLASH
@@ -60,7 +62,7 @@ def _accounting(extra: list[dict[str, Any]], excess: float) -> list[dict[str, An
 
 
 def describe_layers(named: Sequence[Mapping[str, Any]], reference: str = REFERENCE_LEAF) -> str:
-    return ", ".join(f"{e['operator']} {e['layer']} (+{e['extra_cycles']:,} cycles"
+    return ", ".join(f"{e['operator']} {e['layer']} (+{fmt_count(e['extra_cycles'], 'cycles')}"
                      + (f", not in {reference})" if e["reference_npu_cycles"] is None else ")") for e in named)
 
 
@@ -93,7 +95,7 @@ def flag_over_reference(rows: list[dict[str, Any]], layers: Mapping[tuple[str, s
 
 
 def _text(row: Mapping[str, Any], over: Mapping[str, Any], named: Sequence[Mapping[str, Any]], reference: str) -> str:
-    parts = [f"{WHAT[k]} {v['value']:,.0f}, {v['ratio']:.3f}x {reference}'s {v['reference']:,.0f}"
+    parts = [f"{WHAT[k]} {fmt_count(v['value'])}, {v['ratio']:.3f}x {reference}'s {fmt_count(v['reference'])}"
              for k, v in over.items()]
     text = f"{row['leaf']} costs more than {reference} on {row['target']}: " + "; ".join(parts)
     if named:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from .checks import fmt_limit
+from edgedeploy.core.units import fmt_in_unit
 
 T = TypeVar("T")
 
@@ -36,8 +36,8 @@ def describe_miss(name: str, check: Mapping[str, Any], leaf: str, target: str | 
     unit = check.get("unit", "")
     pct = check.get("excess_pct")
     return (
-        f"{name} {fmt_limit(check['limit'], unit)}: closest is {who} with {fmt_limit(check['value'], unit)}, "
-        f"over by {fmt_limit(check['excess'], unit)}" + (f" ({pct:.1f}%)" if pct is not None else "")
+        f"{name} {fmt_in_unit(check['limit'], unit)}: closest is {who} with {fmt_in_unit(check['value'], unit)}, "
+        f"over by {fmt_in_unit(check['excess'], unit)}" + (f" ({pct:.1f}%)" if pct is not None else "")
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from edgedeploy.core.lazy import lazy_exports
+from ..columns import SWEEP_REPORT_SCHEMA
 
 FORMATS = ("table", "json", "csv", "markdown", "html")
 
@@ -25,7 +26,7 @@ __getattr__ = lazy_exports(__name__, _RENDERERS)
 
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
-    if doc.get("schema") == "edgedeploy.sweep_report":  # several models' runs side by side
+    if doc.get("schema") == SWEEP_REPORT_SCHEMA:  # several models' runs side by side
         from .sweep import render_sweep
 
         return render_sweep(doc, fmt, width)

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from edgedeploy.config.requirements import REQUIREMENTS
+from edgedeploy.core.units import NA, fmt_bytes, fmt_count, fmt_in_unit, fmt_number, fmt_pct
 from edgedeploy.report.levels import PALETTE_LIMIT
 from ..columns import JUDGMENT_COLUMNS, KEY_COLUMNS, Column, task_metric
 
 
 def fmt_value(value: Any, kind: str) -> str:
-    """How every human-readable format shows a value of ``kind``."""
+    """How every human-readable format shows a value of ``kind`` in a column whose header names its unit."""
     if value is None:
-        return "n/a"
-    if kind == "pct":
-        return f"{value:.2f}"
-    if kind == "pts":
-        return f"{value:+.2f}"
-    if kind in ("bytes", "count"):
-        return f"{int(round(value)):,}"
+        return NA
+    if kind in ("pct", "pts"):
+        return fmt_pct(value, sign=kind == "pts")
+    if kind == "bytes":
+        return fmt_bytes(value, unit=False)
+    if kind == "count":
+        return fmt_count(value)
     if kind == "ratio":
         return f"{value:.3f}"
     if kind == "ms":
         return f"{value:.4f}"
     if kind == "rate":
-        return f"{value:,.1f}"
+        return fmt_number(value, 1)
     if kind == "mhz":
         return f"{value:g}"
     return str(value)
@@ -55,8 +57,6 @@ def judgment_text(row: Mapping[str, Any], key: str) -> str:
 
 def uncompiled_requirement_lines(doc: Mapping[str, Any]) -> list[str]:
     """One line per leaf compiled for no target: the requirements judged without one, the rest not compiled."""
-    from ..judge import fmt_limit
-
     lines = []
     for r in doc["rows"]:
         if r.get("target") or not r.get("requirements"):
@@ -67,7 +67,7 @@ def uncompiled_requirement_lines(doc: Mapping[str, Any]) -> list[str]:
                 parts.append(f"{name}: {c.get('why', 'cannot be judged')}")
             else:  # (+ 0.0: the ptq leaf's own drop is -0.0)
                 parts.append(f"{name} {'met' if c['met'] else 'missed'} "
-                             f"({fmt_limit(c['value'] + 0.0, c.get('unit', ''))}; {c['label']})")
+                             f"({fmt_in_unit(c['value'] + 0.0, c.get('unit', ''))}; {c['label']})")
         lines.append(f"{r['leaf']} ({judgment_text(r, 'meets_requirements')}): " + "; ".join(parts))
     return lines
 
@@ -117,13 +117,12 @@ def _req_text(doc: Mapping[str, Any]) -> list[str]:
         return ["none set (a board target must still fit its memory)"]
     shown = []
     for k, v in given.items():
-        if k in ("max_flash", "max_sram"):
-            shown.append(f"{k} = {int(v):,} B")
-        elif k == "max_latency_ms":
+        symbol = REQUIREMENTS[k].symbol if k in REQUIREMENTS else "pts"
+        if symbol in ("B", "cycles"):
+            shown.append(f"{k} = {fmt_in_unit(v, symbol)}")
+        elif symbol == "ms":
             shown.append(f"{k} = {v:g} ms")
-        elif k == "max_npu_cycles":
-            shown.append(f"{k} = {int(v):,} cycles")
-        elif k == "max_metric_drop":
+        elif symbol == "":  # the leaf's own metric, in its unit
             named = task_metric(doc.get("rows", []))
             metric, unit = named if named else ("metric", "")
             shown.append(f"{k} = {v:g}{' ' + unit if unit else ''} (int8 {metric} worse than the ptq leaf's"

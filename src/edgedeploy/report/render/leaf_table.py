@@ -64,15 +64,15 @@ def leaves_table(doc: dict[str, Any]) -> Table:
     from rich.table import Table
 
     from ..columns import metric_label
-    from .tables import fmt_bytes, fmt_num
+    from edgedeploy.core.units import fmt_bytes, fmt_number, fmt_pct
 
     judged = next((leaf["metric"] for leaf in doc["leaves"] if leaf.get("metric")), None)
     name = metric_label(judged["name"]) if judged else "accuracy"  # the task's metric: MSE, PSNR ...
     unit = (f" ({judged['unit']})" if judged["unit"] else "") if judged else " (%)"
     t = Table(title=f"Deployment tree leaves ({name} on the evaluation split"
               + (", lower is better)" if judged and not judged["higher_is_better"] else ")"), title_justify="left")
-    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite", "gzip", "gzip vs ptq (%)",
-              "Notes"):
+    for h in ("Leaf", f"Float {name}{unit}", f"Int8 {name}{unit}", "Δ vs ptq", "TFLite (B)", "gzip (B)",
+              "gzip vs ptq (%)", "Notes"):
         t.add_column(h, justify="left" if h in ("Leaf", "Notes") else "right")
     for leaf in doc["leaves"]:
         m = leaf["metrics"]
@@ -82,8 +82,9 @@ def leaves_table(doc: dict[str, Any]) -> Table:
         key, digits, delta = "accuracy", 2, leaf["delta_int8_accuracy_vs_ptq"]
         if leaf.get("metric"):
             key, digits, delta = leaf["metric"]["key"], 4, leaf.get("delta_int8_metric_vs_ptq")
-        t.add_row(leaf["leaf"], fmt_num(m.get(f"float_{key}", {}).get("value"), digits),
-                  fmt_num(m.get(f"int8_{key}", {}).get("value"), digits),
-                  fmt_num(delta, digits), fmt_bytes(m["tflite_bytes"]["value"]),
-                  fmt_bytes(m["gzip_bytes"]["value"]), fmt_num(leaf["gzip_compression_vs_ptq_pct"], 1), text.strip("; "))
+        t.add_row(leaf["leaf"], fmt_number(m.get(f"float_{key}", {}).get("value"), digits),
+                  fmt_number(m.get(f"int8_{key}", {}).get("value"), digits),
+                  fmt_number(delta, digits), fmt_bytes(m["tflite_bytes"]["value"], unit=False),
+                  fmt_bytes(m["gzip_bytes"]["value"], unit=False), fmt_pct(leaf["gzip_compression_vs_ptq_pct"], 1),
+                  text.strip("; "))
     return t

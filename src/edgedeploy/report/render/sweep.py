@@ -8,7 +8,7 @@ import json
 from typing import Any, Mapping
 
 from .cells import _req_text
-from .tables import fmt_num as _num
+from edgedeploy.core.units import fmt_bytes, fmt_count, fmt_number, fmt_pct
 
 HEADERS = ("Model", "Leaf", "Target", "Quality", "Vs own ptq", "Flash (B)", "SRAM (B)", "Total cycles",
            "Latency (ms)", "Meets requirements", "Model's pick", "Front", "Overall pick")
@@ -28,7 +28,7 @@ def quality_text(row: Mapping[str, Any]) -> tuple[str, str]:
     acc = _v(row, "int8_accuracy_pct")
     if acc is not None:
         delta = _v(row, "int8_accuracy_delta_pts")
-        return f"{acc:.2f}% acc", "n/a" if delta is None else f"{delta:+.2f} pts"
+        return f"{fmt_pct(acc, unit='%')} acc", fmt_pct(delta, sign=True, unit="pts")
     cell = row["values"].get("int8_metric") or {}
     if cell.get("value") is not None:
         drop = _v(row, "int8_metric_drop")
@@ -40,8 +40,9 @@ def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     out = []
     for r in doc["rows"]:
         quality, delta = quality_text(r)
-        out.append([r["model"], r["leaf"], r["target"], quality, delta, _num(_v(r, "compiled_model_bytes")),
-                    _num(_v(r, "sram_bytes")), _num(_v(r, "total_cycles")), _num(_v(r, "latency_ms"), 3),
+        out.append([r["model"], r["leaf"], r["target"], quality, delta, fmt_bytes(_v(r, "compiled_model_bytes"), False),
+                    fmt_bytes(_v(r, "sram_bytes"), False), fmt_count(_v(r, "total_cycles")),
+                    fmt_number(_v(r, "latency_ms"), 3),
                     _yes(r.get("meets_requirements")), "yes" if r.get("recommended") else "",
                     _yes(r.get("front")), "yes" if r.get("overall") else ""])
     return out

@@ -7,29 +7,11 @@ from typing import Any, Iterable, Sequence
 
 from ... import __version__
 from edgedeploy.core.manifest import Manifest, StageRecord
+from edgedeploy.core.units import fmt_bytes, fmt_count, fmt_number, fmt_pct
 from edgedeploy.config.targets import Target
 
 COMPILE_SCHEMA = "edgedeploy.compile"
 COMPILE_SCHEMA_VERSION = 1
-
-
-def fmt_bytes(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    value = float(value)
-    if value >= 1024 * 1024:
-        return f"{value / (1024 * 1024):.2f} MiB"
-    if value >= 1024:
-        return f"{value / 1024:.1f} KiB"
-    return f"{int(value)} B"
-
-
-def fmt_num(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "n/a"
-    if digits == 0:
-        return f"{int(round(float(value))):,}"
-    return f"{float(value):,.{digits}f}"
 
 
 def compile_json(manifest: Manifest, records: Sequence[StageRecord], cached_ids: set[str]) -> dict[str, Any]:
@@ -69,10 +51,10 @@ COMPILE_COLUMNS = (
     ("variant", "Variant"),
     ("target", "Target"),
     ("accuracy", "Int8 acc (%)"),
-    ("sram", "SRAM"),
-    ("flash", "Flash"),
-    ("dram", "DRAM"),
-    ("weights", "NPU weights"),
+    ("sram", "SRAM (B)"),
+    ("flash", "Vela flash (B)"),  # Vela's estimate; the report's flash is the compiled model
+    ("dram", "DRAM (B)"),
+    ("weights", "NPU weights (B)"),
     ("npu_cycles", "NPU cycles"),
     ("total_cycles", "Total cycles"),
     ("latency", "Latency (ms)"),
@@ -87,7 +69,7 @@ def _int8_quality(parent: StageRecord | None) -> tuple[str, str]:
     recorded for a regression or reconstruction model (``Int8 MSE``, ``Int8 PSNR (dB)``)."""
     spec = (parent.details or {}).get("metric") if parent else None
     if not isinstance(spec, dict) or not spec.get("key"):
-        return "Int8 acc (%)", fmt_num(parent.metric("int8_accuracy") if parent else None, 2)
+        return "Int8 acc (%)", fmt_pct(parent.metric("int8_accuracy") if parent else None)
     from ..columns import metric_label
 
     unit = spec.get("unit") or ""
@@ -124,16 +106,16 @@ def compile_rows(manifest: Manifest, records: Iterable[StageRecord], cached_ids:
                 "target": r.target or "",
                 "accuracy": shown,
                 "quality": quality,
-                "sram": fmt_bytes(m("sram_bytes")),
-                "flash": fmt_bytes(m("flash_bytes")),
-                "dram": fmt_bytes(m("dram_bytes")),
-                "weights": fmt_bytes(m("encoded_weights_bytes")),
-                "npu_cycles": fmt_num(m("npu_cycles")),
-                "total_cycles": fmt_num(m("total_cycles")),
-                "latency": fmt_num(m("latency_ms"), 3),
-                "ips": fmt_num(m("inferences_per_second"), 1),
-                "util": fmt_num(m("mac_utilization"), 1),
-                "cpu": fmt_num(m("cpu_operators")),
+                "sram": fmt_bytes(m("sram_bytes"), unit=False),
+                "flash": fmt_bytes(m("flash_bytes"), unit=False),
+                "dram": fmt_bytes(m("dram_bytes"), unit=False),
+                "weights": fmt_bytes(m("encoded_weights_bytes"), unit=False),
+                "npu_cycles": fmt_count(m("npu_cycles")),
+                "total_cycles": fmt_count(m("total_cycles")),
+                "latency": fmt_number(m("latency_ms"), 3),
+                "ips": fmt_number(m("inferences_per_second"), 1),
+                "util": fmt_pct(m("mac_utilization"), 1),
+                "cpu": fmt_count(m("cpu_operators")),
             }
         )
     return rows
@@ -148,7 +130,7 @@ def target_rows(targets: Sequence[Target]) -> list[dict[str, str]]:
             "system": t.vela.system_config,
             "memory_mode": t.vela.memory_mode,
             "clock": f"{t.npu_hz / 1e6:g} MHz",
-            "sram": fmt_bytes(t.memory.sram_bytes) if t.memory else "",
+            "sram": fmt_bytes(t.memory.sram_bytes, unit=False) if t.memory else "",
             "fvp": t.fvp.binary if t.fvp else "",
         }
         for t in targets

@@ -6,6 +6,7 @@ import io
 from typing import Any, Mapping, Sequence
 
 from edgedeploy.report.levels import PALETTE_LIMIT
+from edgedeploy.core.units import fmt_bytes, fmt_count
 from ..columns import Column, columns_of, quality_name
 from .walk import walk_lines
 from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
@@ -27,22 +28,20 @@ LAYER_HEADERS = ("Layer", "Operator", "Encoded weights (B)", "Vela distinct valu
 def npu_layer_tables(doc: Mapping[str, Any]) -> list[tuple[str, list[list[str]]]]:
     """(title, rows) per variant and target of Vela's per-layer weight facts (compiled with --debug-db)."""
 
-    def num(v: Any) -> str:
-        return "n/a" if v is None else f"{v:,}"
-
     tables = []
     for variant, per_target in doc.get("npu_weights", {}).items():
         for target, facts in per_target.items():
             s = facts.get("summary", {})
             title = (f"{variant} on {target}: NPU weights per layer (Vela debug database; "
-                     f"{num(s.get('encoded_weight_bytes'))} B encoded, {num(s.get('weight_read_cycles'))} "
+                     f"{fmt_bytes(s.get('encoded_weight_bytes'))} encoded, {fmt_count(s.get('weight_read_cycles'))} "
                      f"weight-read cycles, {s.get('layers_over_palette', 0)} of {s.get('layers', 0)} layers "
                      f"over the palette)")
-            rows = [[r["layer"], str(r.get("operator") or "?"), num(r.get("encoded_weight_bytes")),
-                     num(r.get("vela_distinct_weights")), num(r.get("int8_distinct")),
+            rows = [[r["layer"], str(r.get("operator") or "?"), fmt_bytes(r.get("encoded_weight_bytes"), False),
+                     fmt_count(r.get("vela_distinct_weights")), fmt_count(r.get("int8_distinct")),
                      "n/a" if r.get("within_palette") is None else ("yes" if r["within_palette"] else "no"),
                      "n/a" if r.get("int8_zero_fraction") is None else f"{100 * r['int8_zero_fraction']:.1f}",
-                     num(r.get("weight_read_cycles")), num(r.get("npu_cycles"))] for r in facts.get("layers", [])]
+                     fmt_count(r.get("weight_read_cycles")), fmt_count(r.get("npu_cycles"))]
+                    for r in facts.get("layers", [])]
             tables.append((title, rows))
     return tables
 
@@ -69,8 +68,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
         hz = t.get("npu_hz")
         title = f"{target}: {t.get('accelerator_config') or 'unknown NPU'}" + (f" at {hz / 1e6:g} MHz" if hz else "")
         if mem:
-            title += (f", board SRAM {mem['sram_bytes']:,} B, flash {mem['flash_bytes']:,} B, "
-                      f"runtime margin {mem['runtime_margin_bytes']:,} B")
+            title += (f", board SRAM {fmt_bytes(mem['sram_bytes'])}, flash {fmt_bytes(mem['flash_bytes'])}, "
+                      f"runtime margin {fmt_bytes(mem['runtime_margin_bytes'])}")
         for part, keys in (("memory", MEMORY_KEYS), ("speed and judgment", SPEED_KEYS)):
             chosen = [cols[k] for k in keys]
             cells = [[cell_text(r, c, notes) for c in chosen] for r in doc["rows"] if r.get("target") == target]

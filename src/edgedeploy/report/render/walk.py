@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from edgedeploy.core.units import fmt_seconds
+
 
 def _verdict(leaf: str, per_target: Mapping[str, Any]) -> str:
     parts = []
@@ -28,7 +30,7 @@ def walk_lines(record: Mapping[str, Any] | None) -> list[str]:
         if lv.get("nodes_reused"):
             trained += f" (reused {', '.join(lv['nodes_reused'])})"
         leaves = "; ".join(_verdict(leaf, v) for leaf, v in lv.get("verdicts", {}).items())
-        lines.append(f"level {lv['level']}: trained {trained}; {leaves} [{lv.get('seconds', 0):.0f} s]")
+        lines.append(f"level {lv['level']}: trained {trained}; {leaves} [{fmt_seconds(lv.get('seconds', 0))}]")
     end = "met" if record.get("stopped") == "met" else "exhausted"
-    lines.append(f"stopped ({end}) after {record.get('seconds', 0):.0f} s: {record.get('message', '')}")
+    lines.append(f"stopped ({end}) after {fmt_seconds(record.get('seconds', 0))}: {record.get('message', '')}")
     return lines
