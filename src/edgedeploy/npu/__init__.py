@@ -11,4 +11,7 @@ maps, ``weights`` decodes weight and scale streams, ``arith`` holds the rounding
 convolutions and pooling and holds the output stage, ``elementwise`` the elementwise operations, ``bounds``
 checks the memory and work a leaf's declared sizes ask for, ``machine`` runs a stream over a batch of inputs,
 ``reference`` runs TFLite's reference kernels and ``verify`` compares.
+
+Ethos-U85 streams are decoded (``u85_commands`` holds its register set, ``u85_describe`` says what each operation
+does) but not executed: running one stops at its first operation.
 """

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import InvalidInputError, MismatchError, NpuModelError, UsageError
 from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, memory_limit
-from .commands import Operation, counts, decode
+from . import u85_commands
+from .commands import Operation, counts, decode_for
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
 from .machine import run
@@ -32,6 +33,7 @@ from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
 MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+DECODED_FAMILIES = ("ethos-u85",)  # its command stream is decoded, and stops at the first operation
 DOCUMENTED = {"FULLY_CONNECTED": (1, "TFLite's reference FULLY_CONNECTED rounds its output scaling once; the NPU "
                                       "(TFL rounding, as TFLite's CONV_2D) rounds twice")}
 SCHEMA = "edgedeploy.verify"
@@ -90,7 +92,7 @@ def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
     if options.data is not None:
         check_given_data(src, options.data)
     family = str(src.target_info.get("npu_family") or "")
-    if family not in MODELLED_FAMILIES:
+    if family not in MODELLED_FAMILIES + DECODED_FAMILIES:
         raise NpuModelError(f"target {src.target} is an {family or 'unknown'} NPU; the functional model covers "
                             "the Ethos-U55 and Ethos-U65",
                             "verify a leaf compiled for an ethos-u55-* or ethos-u65-* target")
@@ -151,7 +153,9 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     reference run's tensors of the same names, and its outputs are compared with the tensors of theirs."""
     t0 = time.perf_counter()
     leaf = read_leaf(vela_model)
-    ops = decode(leaf.commands, str(vela_model))
+    ops = decode_for(leaf.product, leaf.commands, str(vela_model))
+    if leaf.product == u85_commands.PRODUCT:
+        u85_commands.refuse(ops, leaf.npu, str(vela_model))
     cost = leaf_cost(leaf, ops)  # every declared size bounded before anything is allocated
     reference = _reference_bytes(int8_model)
     if data is None:

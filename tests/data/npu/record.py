@@ -1,6 +1,7 @@
 """Record the NPU model's test data: Vela's raw output and TFLite reference outputs for a few real inputs.
 
-Run from the repository root: ``.venv/bin/python tests/data/npu/record.py`` (needs ../shared/data for ResNet-8).
+Run from the repository root: ``.venv/bin/python tests/data/npu/record.py [NAME ...]`` (all models, or those
+named; needs ../shared/data for ResNet-8).
 Vela runs in a subprocess with the built-in targets' settings; the reference outputs come from
 ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF).
 """
@@ -22,6 +23,8 @@ MODELS = {
     "dscnn_u55_128": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u55-128",
                       REPO / "examples/kws_tree/speech_commands_subset.npz"),
     "resnet8_u65_256": (SHARED / "ic/resnet8_mlperf_int8.tflite", "ethos-u65-256", SHARED / "ic/cifar10_jpeg_subset.npz"),
+    "dscnn_u85_256": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-256",
+                      REPO / "examples/kws_tree/speech_commands_subset.npz"),
 }
 
 
@@ -62,8 +65,10 @@ def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return typed, np.stack(outs)
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     for name, (model, target, data) in MODELS.items():
+        if names and name not in names:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
         x, y = reference(model, rows(data, CASES))
@@ -72,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
