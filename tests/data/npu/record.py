@@ -25,6 +25,8 @@ MODELS = {
     "resnet8_u65_256": (SHARED / "ic/resnet8_mlperf_int8.tflite", "ethos-u65-256", SHARED / "ic/cifar10_jpeg_subset.npz"),
     "dscnn_u85_256": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-256",
                       REPO / "examples/kws_tree/speech_commands_subset.npz"),
+    "dscnn_u85_512": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-512",
+                      REPO / "examples/kws_tree/speech_commands_subset.npz"),
 }
 
 
