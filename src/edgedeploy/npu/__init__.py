@@ -13,6 +13,6 @@ checks the memory and work a leaf's declared sizes ask for, ``machine`` runs a s
 ``reference`` runs TFLite's reference kernels and ``verify`` compares.
 
 Ethos-U85 streams are decoded (``u85_commands`` holds its register set, ``u85_describe`` says what each operation
-does, ``u85_weights`` decodes its weight and scale streams) but not executed: running one stops at its first
-operation.
+does, ``u85_weights`` decodes its weight and scale streams); ``u85_ops`` executes DMA, convolution and pooling
+and stops, before a stream runs, at the first operation it does not execute.
 """

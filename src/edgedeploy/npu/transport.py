@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from . import u85_commands
+from . import u85_commands, u85_ops
 from .commands import decode_for
 from .leaf import read_leaf
 from .machine import run
@@ -38,7 +38,7 @@ def npu_transport(model: str | Path) -> Callable[[bytes], bytes]:
                                 "use a leaf that Vela maps entirely to the NPU")
     ops = decode_for(leaf.product, leaf.commands, str(path))
     if leaf.product == u85_commands.PRODUCT:
-        u85_commands.refuse(ops, leaf.npu, str(path))
+        u85_ops.check(ops, leaf.npu, str(path))
     sizes = [t.nbytes for t in leaf.inputs]
     types = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
 

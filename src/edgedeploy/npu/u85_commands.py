@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import Any
-
-from ..errors import NpuModelError
 
 FAMILY = "Ethos-U85"
 PRODUCT = 2  # the driver payload's configuration word, bits 28-31
@@ -94,11 +91,3 @@ def registers() -> SimpleNamespace:
         resize=RESIZE,
     )
 
-
-def refuse(ops: list[Any], npu: str, where: str) -> None:
-    """Stop at the stream's first operation: executing U85 operations is not modelled (decoding them is)."""
-    first = f"{ops[0].title}" if ops else "an empty command stream"
-    raise NpuModelError(f"{where}: {first} on {npu}: the Ethos-U85's operations and weight streams are decoded but "
-                        "not executed by the NPU model",
-                        "verify a leaf compiled for an ethos-u55-* or ethos-u65-* target "
-                        "(docs/reference/npu-coverage.md)")

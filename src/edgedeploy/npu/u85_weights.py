@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import NpuModelError
 from .commands import Operation
-from .weights import decoded
+from .weights import decoded, kernel
 
 SCALE_RECORD = 10
 GROUP_OFM = 4  # output channels interleaved in a group
@@ -74,7 +74,8 @@ def layout(op: Operation, macs: int, ifm_bits: int) -> Layout:
     sparse = bool(fmt & 0x10)
     stride = ((stride_reg >> 1 & 1 | (stride_reg >> 9 & 1) << 1) + 1, (stride_reg & 1 | (stride_reg >> 6 & 1) << 1) + 1)
     dilation = ((stride_reg >> 4 & 1) + 1, (stride_reg >> 3 & 1) + 1)
-    kh, kw = op.reg("KERNEL_HEIGHT_M1") + 1, op.reg("KERNEL_WIDTH_M1") + 1
+    k = kernel(op)
+    kh, kw = k.height, k.width
     od = op.reg("OFM_DEPTH_M1") + 1
     ub = ublock_depth(op, macs)
     if op.kind == "DEPTHWISE":

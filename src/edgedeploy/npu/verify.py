@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import InvalidInputError, MismatchError, NpuModelError, UsageError
 from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, memory_limit
-from . import u85_commands
+from . import u85_commands, u85_ops
 from .commands import Operation, counts, decode_for
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
@@ -155,7 +155,7 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     leaf = read_leaf(vela_model)
     ops = decode_for(leaf.product, leaf.commands, str(vela_model))
     if leaf.product == u85_commands.PRODUCT:
-        u85_commands.refuse(ops, leaf.npu, str(vela_model))
+        u85_ops.check(ops, leaf.npu, str(vela_model))
     cost = leaf_cost(leaf, ops)  # every declared size bounded before anything is allocated
     reference = _reference_bytes(int8_model)
     if data is None:
