@@ -72,9 +72,10 @@ def run(leaf: Leaf, inputs: Sequence[np.ndarray], on_op: Callable[[Operation, Ca
                                     f"pass arrays shaped {tensor.shape}")
         memory(tensor.region)[:, tensor.address : tensor.address + tensor.nbytes] = raw
     trace = Trace()
+    chain: dict = {}  # the U85's chaining buffers
     for op in ops:
         if u85:
-            u85_ops.execute(op, memory, leaf.macs)
+            u85_ops.execute(op, memory, leaf.macs, chain)
         else:
             _execute(op, memory, leaf.macs)
         trace.executed.append(op)

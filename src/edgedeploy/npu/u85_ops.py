@@ -24,12 +24,14 @@ from .commands import Operation
 from .featuremap import FeatureMap, feature_map, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
+from .u85_elementwise import SHRAM, elementwise
 from .u85_weights import scales, weights
 from .weights import kernel
 
 Memory = Callable[[int], np.ndarray]
 ROUNDING = {0: "TFL", 1: "NATURAL", 4: "TRUNCATE"}  # OFM_SCALE rounding mode -> arith's name
-EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL")
+EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL", "ELEMENTWISE")
+ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ")
 POOLS = ("MAX", "SUM", "AVERAGE", "REDUCE_SUM")
 
 
@@ -39,18 +41,19 @@ def why_not(op: Operation) -> str | None:
         return f"Ethos-U85 {op.kind} operations are not executed by the NPU model"
     if op.kind == "DMA":
         src, dst = op.r0.get("DMA0_SRC_REGION", 0), op.r0.get("DMA0_DST_REGION", 0)
-        if (src | dst) & 0x100:
-            return "DMA to or from the NPU's internal memory (lookup tables) is not modelled"
+        if src & 0x100:
+            return "DMA out of the NPU's internal memory is not modelled"
         if (src | dst) & 0x600:
             return "a 2D/3D DMA is not modelled"
         return None
     if op.kind == "POOL" and op.sub_op not in POOLS:
         return f"pooling mode {op.sub_op} is not modelled"
+    if op.kind == "ELEMENTWISE" and op.sub_op not in ELEMENTWISE:
+        return f"elementwise {op.sub_op} is not modelled"
     if op.kind in ("CONV", "DEPTHWISE") and op.param & 1:
         return "weights read from IFM2 are not modelled"
-    for name in ("IFM_PRECISION", "OFM_PRECISION"):
-        if (op.r0.get(name, 0) >> 14) & 0x3 == 2:
-            return f"a chained {name[:3]} (the chaining buffer) is not modelled"
+    if op.kind != "ELEMENTWISE" and (op.r0.get("IFM_PRECISION", 0) >> 14) & 0x3 == 2:
+        return "a chained IFM of a convolution or pooling is not modelled"
     if (op.r0.get("OFM_PRECISION", 0) >> 9) & 0x1F:
         return "a transposed or reversed OFM is not modelled"
     acc = op.r0.get("ACC_FORMAT", 0)
@@ -58,14 +61,20 @@ def why_not(op: Operation) -> str | None:
         return "an accumulator kept across operations, read from IFM2 or not written out is not modelled"
     if op.r0.get("IFM_UPSCALE", 0):
         return "IFM up-scaling is not modelled"
-    if op.r0.get("ACTIVATION", 0) & 0x1F:
-        return "lookup-table activations are not modelled on the Ethos-U85"
+    function = op.r0.get("ACTIVATION", 0) & 0x1F
+    if function and not (op.kind == "ELEMENTWISE" and function == 7):
+        return "lookup-table activations other than an elementwise LUT_S8_S32 are not modelled on the Ethos-U85"
     param = op.r1.get("OFM_SCALE", 0) >> 32
-    if (param >> 6) & 0x1F:
+    if op.kind != "ELEMENTWISE" and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"
-    if (param >> 13) & 0x7 not in ROUNDING:
+    if op.kind != "ELEMENTWISE" and (param >> 13) & 0x7 not in ROUNDING:
         return f"OFM rounding {OFM_ROUNDING.get((param >> 13) & 0x7, (param >> 13) & 0x7)} is not modelled"
     return None
+
+
+def chained_output(op: Operation) -> bool:
+    """Whether the (U85) operation hands its OFM to the next one in the chaining buffer instead of memory."""
+    return op.registers is not None and (op.r0.get("OFM_PRECISION", 0) >> 14) & 0x3 == 2
 
 
 def check(ops: list[Operation], npu: str, where: str) -> None:
@@ -77,20 +86,24 @@ def check(ops: list[Operation], npu: str, where: str) -> None:
                                 "see docs/reference/npu-coverage.md for what the Ethos-U85 model executes")
 
 
-def execute(op: Operation, mem: Memory, macs: int) -> None:
+def execute(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
+    """Run ``op``; ``chain`` holds the chaining buffers (by number) between operations."""
     reason = why_not(op)
     if reason is not None:
         raise NpuModelError(f"{op.title}: {reason}", "see docs/reference/npu-coverage.md")
     if op.kind == "DMA":
         _dma(op, mem)
     elif op.kind == "POOL":
-        _pooling(op, mem)
+        _pooling(op, mem, chain)
+    elif op.kind == "ELEMENTWISE":
+        elementwise(op, mem, chain)
     else:
-        _convolution(op, mem, macs)
+        _convolution(op, mem, macs, chain)
 
 
 def _dma(op: Operation, mem: Memory) -> None:
-    src, dst = mem(op.reg("DMA0_SRC_REGION") & 0x7), mem(op.reg("DMA0_DST_REGION") & 0x7)
+    dst_reg = op.reg("DMA0_DST_REGION")
+    src, dst = mem(op.reg("DMA0_SRC_REGION") & 0x7), mem(SHRAM if dst_reg & 0x100 else dst_reg & 0x7)
     s, d = op.reg32("DMA0_SRC") & ((1 << 40) - 1), op.reg32("DMA0_DST") & ((1 << 40) - 1)
     n = op.reg32("DMA0_LEN") & ((1 << 40) - 1)
     if s + n > src.shape[1] or d + n > dst.shape[1]:
@@ -100,7 +113,7 @@ def _dma(op: Operation, mem: Memory) -> None:
     dst[:, d : d + n] = src[:, s : s + n]
 
 
-def _convolution(op: Operation, mem: Memory, macs: int) -> None:
+def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
     depthwise = op.kind == "DEPTHWISE"
     ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
     k = kernel(op)
@@ -120,10 +133,10 @@ def _convolution(op: Operation, mem: Memory, macs: int) -> None:
     acc = np.rint(acc).astype(np.int64) + bias
     if _global(op):
         mult, shift = _ofm_scale(op)
-    _output(op, mem, ofm, acc, mult, shift)
+    _output(op, mem, ofm, acc, mult, shift, chain)
 
 
-def _pooling(op: Operation, mem: Memory) -> None:
+def _pooling(op: Operation, mem: Memory, chain: dict) -> None:
     mode = op.sub_op
     ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
     k = kernel(op)
@@ -149,7 +162,7 @@ def _pooling(op: Operation, mem: Memory) -> None:
         raise NpuModelError(f"{op.title}: per-channel scaling of a pooling operation is not modelled",
                             "global OFM_SCALE is")
     mult, shift = _ofm_scale(op)
-    _output(op, mem, ofm, acc, mult, shift)
+    _output(op, mem, ofm, acc, mult, shift, chain)
 
 
 def _global(op: Operation) -> bool:
@@ -161,11 +174,15 @@ def _ofm_scale(op: Operation) -> tuple[np.ndarray, np.ndarray]:
     return np.array([v & 0x7FFFFFFF], np.int64), np.array([(v >> 32) & 0x3F], np.int64)
 
 
-def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, shift) -> None:
+def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, shift, chain: dict) -> None:
     """Scale with OFM_SCALE's rounding mode, add the zero point, clamp, saturate and store."""
     rounding = ROUNDING[(op.reg32("OFM_SCALE") >> 45) & 0x7]
     value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
     if ofm.size < 4:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
-    write(mem(ofm.region & 0x7), ofm, arith.saturate(value, ofm.size, ofm.signed), op.title)
+    value = arith.saturate(value, ofm.size, ofm.signed)
+    if (op.reg("OFM_PRECISION") >> 14) & 0x3 == 2:  # CHAINED: handed to the next operation, not to memory
+        chain[op.reg("OFM_REGION") & 0x7] = value
+        return
+    write(mem(ofm.region & 0x7), ofm, value, op.title)
 

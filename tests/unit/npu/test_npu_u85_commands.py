@@ -1,7 +1,9 @@
-"""The Ethos-U85 command stream of recorded Vela raw output: decoded into operations and described; not executed."""
+"""The Ethos-U85 command stream of recorded Vela raw output: decoded into operations, described, and run to
+TFLite's reference outputs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +11,8 @@ import pytest
 
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu import u85_commands
-from edgedeploy.npu.u85_describe import describe
 from edgedeploy.npu.commands import counts, decode, decode_for
+from edgedeploy.npu.u85_describe import describe
 from edgedeploy.npu.leaf import read_leaf
 from edgedeploy.npu.machine import run
 from edgedeploy.npu.transport import npu_transport
@@ -97,16 +99,33 @@ def test_a_branch_is_named(leaf):
         decode_for(leaf.product, words, "test")
 
 
-def test_running_a_u85_leaf_stops_at_the_first_operation_not_modelled(leaf):
+@pytest.mark.parametrize("name", ["dscnn_u85_256", "dscnn_u85_512"])
+def test_recorded_u85_leaf_matches_tflite_reference(name):
+    leaf = read_leaf(DATA / f"{name}_vela.npz")
+    with np.load(DATA / f"{name}_cases.npz") as npz:
+        x, y = npz["x"], npz["y"]
+    outs, trace = run(leaf, [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
+    np.testing.assert_array_equal(outs[0].reshape(y.shape), y)
+    assert trace.counts()["ELEMENTWISE MUL"] == 11  # softmax: chained 32-bit products
+
+
+def test_the_transport_runs_a_u85_leaf(leaf):
+    with np.load(DATA / "dscnn_u85_256_cases.npz") as npz:
+        x, y = npz["x"], npz["y"]
+    device = npu_transport(LEAF)
+    assert device(x[0].astype(np.int8).tobytes()) == y[0].astype(np.int8).tobytes()
+
+
+def test_an_operation_not_modelled_stops_the_stream_before_it_runs(leaf):
+    words = list(leaf.commands)
+    ops = decode_for(leaf.product, words, "test")
+    resize = ops[5].word  # the first depthwise convolution made a RESIZE
+    words[resize] = (words[resize] & ~0x3FF) | 7
     with np.load(DATA / "dscnn_u85_256_cases.npz") as npz:
         x = npz["x"]
-    # softmax's lookup table goes into the NPU's internal memory: the first operation not modelled
-    with pytest.raises(NpuModelError, match=r"operation 24 \(DMA, word 487\) on ethos-u85-256: DMA to or from "
-                                            r"the NPU.s internal memory"):
-        run(leaf, [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
-    with pytest.raises(NpuModelError, match="operation 24"):
-        npu_transport(LEAF)
-
+    with pytest.raises(NpuModelError, match=r"operation 5 \(RESIZE, word 150\) on ethos-u85-256: Ethos-U85 RESIZE "
+                                            r"operations are not executed"):
+        run(replace(leaf, commands=tuple(words)), [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
 
 def _u85_run_to(leaf, x, last: int):
     """Run the U85 stream's operations up to ``last`` on the recorded inputs; the OFM of ``last``."""
@@ -119,7 +138,7 @@ def _u85_run_to(leaf, x, last: int):
     t = leaf.inputs[0]
     regions[t.region][:, t.address : t.address + t.nbytes] = x.astype(np.int8).view(np.uint8).reshape(x.shape[0], -1)
     for op in ops[: last + 1]:
-        u85_ops.execute(op, regions.__getitem__, leaf.macs)
+        u85_ops.execute(op, regions.__getitem__, leaf.macs, {})
     fm = feature_map(ops[last], "OFM")
     return read(regions[fm.region], fm, ofm_shape(ops[last]), ops[last].title)
 
