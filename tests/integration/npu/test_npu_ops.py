@@ -96,3 +96,11 @@ def test_u85_convolution_depthwise_and_pooling(name, tmp_path):
     for doc in docs:
         assert doc["status"] == "bit-exact" and doc["exact_cases"] == 40, doc
         assert doc["operations"]["CONV"] == 1
+
+
+@pytest.mark.parametrize("name", ["add_mul", "abs_hswish", "mean_dense", "tconv"])
+def test_u85_elementwise_chaining_and_transpose_convolution(name, tmp_path):
+    (doc,) = _verify(name, tmp_path, ["ethos-u85-256"])
+    # Dense is TFLite's FULLY_CONNECTED: within the documented rounding difference
+    assert doc["status"] in (("bit-exact", "documented-difference") if name == "mean_dense" else ("bit-exact",)), doc
+    assert doc["exact_cases"] + doc["documented_cases"] == 40
