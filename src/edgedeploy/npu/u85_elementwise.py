@@ -136,17 +136,8 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
     function = act & 0x1F
     if bits < 32 or function:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
-    if function == 7:  # LUT_S8_S32: 256 int32 entries indexed by the int8 value
-        if (act >> 5) & 0x7:
-            raise NpuModelError(f"{op.title}: lookup table {(act >> 5) & 0x7} is not modelled", "table 0 is")
-        table = np.ascontiguousarray(mem(SHRAM)[:, :1024]).view("<i4").astype(np.int64)
-        index = np.asarray(value, dtype=np.int64) + 128
-        if index.min() < 0 or index.max() > 255:
-            raise NpuModelError(f"{op.title}: a lookup index leaves 0..255", "the activation clamp is wrong")
-        value = np.take_along_axis(table, index.reshape(index.shape[0], -1), axis=1).reshape(index.shape)
-    elif function:
-        raise NpuModelError(f"{op.title}: activation function {function} is not modelled on the Ethos-U85",
-                            "LUT_S8_S32 is")
+    if function:
+        value = lookup(op, mem, value)
     signed = bool(prec & 1)
     out = _saturate(value, bits, signed)
     if (prec >> 14) & 0x3 == CHAINED:
@@ -154,3 +145,22 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
         return
     fm = feature_map(op, "OFM")
     write(mem(fm.region & 0x7), fm, out, op.title)
+
+
+LUTS = {4: (1, "i1"), 7: (4, "<i4")}  # LUT_S8_S8, LUT_S8_S32: bytes per entry and type
+
+
+def lookup(op: Operation, mem: Memory, value) -> np.ndarray:
+    """The activation's lookup table (loaded by DMA into the NPU's internal memory; table ``t`` of 256 entries at
+    ``t * 256 * entry size``), indexed by the int8 value + 128."""
+    function, table = op.reg("ACTIVATION") & 0x1F, (op.reg("ACTIVATION") >> 5) & 0x7
+    if function not in LUTS or (function == 7 and table):
+        raise NpuModelError(f"{op.title}: activation function {function} (table {table}) is not modelled on the "
+                            "Ethos-U85", "LUT_S8_S8 and LUT_S8_S32 (table 0) are")
+    size, dtype = LUTS[function]
+    base = table * 256 * size
+    entries = np.ascontiguousarray(mem(SHRAM)[:, base : base + 256 * size]).view(dtype).astype(np.int64)
+    index = np.asarray(value, dtype=np.int64) + 128
+    if index.min() < 0 or index.max() > 255:
+        raise NpuModelError(f"{op.title}: a lookup index leaves 0..255", "the activation clamp is wrong")
+    return np.take_along_axis(entries, index.reshape(index.shape[0], -1), axis=1).reshape(index.shape)

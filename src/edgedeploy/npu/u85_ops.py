@@ -1,15 +1,16 @@
-"""Ethos-U85 operations on a batch of inputs: 1D DMA, convolution, depthwise convolution and pooling.
+"""Ethos-U85 operations on a batch of inputs: DMA, convolution, depthwise convolution, pooling, elementwise.
 
-Feature maps, padding, strides, dilation and the rounding arithmetic are the U55's (:mod:`featuremap`,
-:mod:`ops`, :mod:`arith`); the weight and scale streams are the U85's (:mod:`u85_weights`), and so is the output
-stage: the rounding mode sits in OFM_SCALE's parameter (DOUBLE_SYMMETRIC is TFLite's two-step rounding, as the
-U55's TFL), per-channel or global scaling in OFM_PRECISION bit 8, the activation function in ACTIVATION bits 0-4.
+Feature maps, padding, strides, dilation and TFLite's two-step rounding are the U55's (:mod:`featuremap`,
+:mod:`ops`, :mod:`arith`); the weight and scale streams are the U85's (:mod:`u85_weights`), elementwise operations,
+chaining and lookup tables are in :mod:`u85_elementwise`. The output stage reads the rounding mode from OFM_SCALE's
+parameter (DOUBLE_SYMMETRIC is TFLite's two-step rounding, as the U55's TFL), per-channel or global scaling from
+OFM_PRECISION bit 8 and the activation function from ACTIVATION bits 0-4.
 
 What is not executed stops, before the stream runs, with the first operation that needs it (:func:`check`):
-elementwise and resize operations, chained operations (an OFM or IFM held in the chaining buffer), accumulators
-kept across operations or read from IFM2, weights taken from IFM2, lookup-table activations, IFM up-scaling,
-transposed or reversed outputs, a rounding mode other than DOUBLE_SYMMETRIC, NATURAL and TRUNCATE_TO_ZERO,
-double rounding points, and DMA other than 1D copies between memory regions.
+RESIZE operations, convolutions or pooling reading a chained IFM, accumulators kept across operations or read from
+IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8 and LUT_S8_S32, IFM up-scaling,
+transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
+TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .commands import Operation
 from .featuremap import FeatureMap, feature_map, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
-from .u85_elementwise import SHRAM, elementwise
+from .u85_elementwise import LUTS, SHRAM, elementwise, lookup
 from .u85_weights import scales, weights
 from .weights import kernel
 
@@ -61,9 +62,9 @@ def why_not(op: Operation) -> str | None:
         return "an accumulator kept across operations, read from IFM2 or not written out is not modelled"
     if op.r0.get("IFM_UPSCALE", 0):
         return "IFM up-scaling is not modelled"
-    function = op.r0.get("ACTIVATION", 0) & 0x1F
-    if function and not (op.kind == "ELEMENTWISE" and function == 7):
-        return "lookup-table activations other than an elementwise LUT_S8_S32 are not modelled on the Ethos-U85"
+    activation = op.r0.get("ACTIVATION", 0)
+    if activation & 0x1F and (activation & 0x1F not in LUTS or (activation & 0x1F == 7 and activation & 0xE0)):
+        return f"activation function {activation & 0x1F} is not modelled (LUT_S8_S8 and LUT_S8_S32 are)"
     param = op.r1.get("OFM_SCALE", 0) >> 32
     if op.kind != "ELEMENTWISE" and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"
@@ -178,8 +179,11 @@ def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, 
     """Scale with OFM_SCALE's rounding mode, add the zero point, clamp, saturate and store."""
     rounding = ROUNDING[(op.reg32("OFM_SCALE") >> 45) & 0x7]
     value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
-    if ofm.size < 4:
+    function = op.reg("ACTIVATION") & 0x1F
+    if ofm.size < 4 or function:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
+    if function:
+        value = lookup(op, mem, value)
     value = arith.saturate(value, ofm.size, ofm.signed)
     if (op.reg("OFM_PRECISION") >> 14) & 0x3 == 2:  # CHAINED: handed to the next operation, not to memory
         chain[op.reg("OFM_REGION") & 0x7] = value
