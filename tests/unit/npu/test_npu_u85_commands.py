@@ -127,6 +127,7 @@ def test_an_operation_not_modelled_stops_the_stream_before_it_runs(leaf):
                                             r"operations are not executed"):
         run(replace(leaf, commands=tuple(words)), [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
 
+
 def _u85_run_to(leaf, x, last: int):
     """Run the U85 stream's operations up to ``last`` on the recorded inputs; the OFM of ``last``."""
     from edgedeploy.npu import machine, u85_ops
