@@ -185,6 +185,11 @@ def _operation(op: Operation, regions: dict[int, int], where: str) -> tuple[int,
             ins += _fits(op, "IFM2", second, regions, where, "the OFM's size and IFM2_BROADCAST") // \
                 _element_size(op, "IFM2")
         return F64 * 8 * out, F64 * 4 * (ins + out), out_bytes, 32 * out + 2 * ins
+    if op.kind == "RESIZE":  # the U85's: reads its IFM once, writes each output element once
+        read = (op.reg("IFM_HEIGHT0_M1") + 1, op.reg("IFM_WIDTH0_M1") + 1, od)
+        ins = _fits(op, "IFM", read, regions, where, "IFM_HEIGHT0_M1, IFM_WIDTH0_M1 and the OFM's depth") // \
+            _element_size(op, "IFM")
+        return F64 * 4 * (ins + out), F64 * 4 * ins, out_bytes, 32 * out + ins
     k = kernel(op)
     positions = k.height * k.width
     if positions > KERNEL_POSITIONS:

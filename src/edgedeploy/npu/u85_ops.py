@@ -1,4 +1,5 @@
-"""Ethos-U85 operations on a batch of inputs: DMA, convolution, depthwise convolution, pooling, elementwise.
+"""Ethos-U85 operations on a batch of inputs: DMA, convolution, depthwise convolution, pooling, nearest resize,
+elementwise.
 
 Feature maps, padding, strides, dilation and TFLite's two-step rounding are the U55's (:mod:`featuremap`,
 :mod:`ops`, :mod:`arith`); the weight and scale streams are the U85's (:mod:`u85_weights`), elementwise operations,
@@ -7,7 +8,7 @@ parameter (DOUBLE_SYMMETRIC is TFLite's two-step rounding, as the U55's TFL), pe
 OFM_PRECISION bit 8 and the activation function from ACTIVATION bits 0-4.
 
 What is not executed stops, before the stream runs, with the first operation that needs it (:func:`check`):
-RESIZE operations, convolutions or pooling reading a chained IFM, accumulators kept across operations or read from
+BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or read from
 IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8 and LUT_S8_S32, IFM up-scaling,
 transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
 TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
@@ -22,16 +23,17 @@ import numpy as np
 from ..errors import NpuModelError
 from . import arith
 from .commands import Operation
-from .featuremap import FeatureMap, feature_map, write
+from .featuremap import FeatureMap, feature_map, read, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
-from .u85_elementwise import LUTS, SHRAM, elementwise, lookup
+from .u85_elementwise import LUTS, SHRAM, elementwise, lookup, scale
 from .u85_weights import scales, weights
 from .weights import kernel
 
 Memory = Callable[[int], np.ndarray]
 ROUNDING = {0: "TFL", 1: "NATURAL", 4: "TRUNCATE"}  # OFM_SCALE rounding mode -> arith's name
-EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL", "ELEMENTWISE")
+EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL", "ELEMENTWISE", "RESIZE")
+RESIZE_MODES = {2: "NEAREST"}  # BILINEAR (0) and REPLICATE (1) are not modelled
 ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ")
 POOLS = ("MAX", "SUM", "AVERAGE", "REDUCE_SUM")
 
@@ -47,6 +49,8 @@ def why_not(op: Operation) -> str | None:
         if (src | dst) & 0x600:
             return "a 2D/3D DMA is not modelled"
         return None
+    if op.kind == "RESIZE" and op.param & 0x3 not in RESIZE_MODES:
+        return "BILINEAR and REPLICATE resize are not modelled (NEAREST is)"
     if op.kind == "POOL" and op.sub_op not in POOLS:
         return f"pooling mode {op.sub_op} is not modelled"
     if op.kind == "ELEMENTWISE" and op.sub_op not in ELEMENTWISE:
@@ -66,9 +70,9 @@ def why_not(op: Operation) -> str | None:
     if activation & 0x1F and (activation & 0x1F not in LUTS or (activation & 0x1F == 7 and activation & 0xE0)):
         return f"activation function {activation & 0x1F} is not modelled (LUT_S8_S8 and LUT_S8_S32 are)"
     param = op.r1.get("OFM_SCALE", 0) >> 32
-    if op.kind != "ELEMENTWISE" and (param >> 6) & 0x1F:
+    if op.kind not in ("ELEMENTWISE", "RESIZE") and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"
-    if op.kind != "ELEMENTWISE" and (param >> 13) & 0x7 not in ROUNDING:
+    if op.kind not in ("ELEMENTWISE", "RESIZE") and (param >> 13) & 0x7 not in ROUNDING:
         return f"OFM rounding {OFM_ROUNDING.get((param >> 13) & 0x7, (param >> 13) & 0x7)} is not modelled"
     return None
 
@@ -98,6 +102,8 @@ def execute(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
         _pooling(op, mem, chain)
     elif op.kind == "ELEMENTWISE":
         elementwise(op, mem, chain)
+    elif op.kind == "RESIZE":
+        _resize(op, mem, chain)
     else:
         _convolution(op, mem, macs, chain)
 
@@ -166,6 +172,32 @@ def _pooling(op: Operation, mem: Memory, chain: dict) -> None:
     _output(op, mem, ofm, acc, mult, shift, chain)
 
 
+def _source_index(op: Operation, axis: str, size: int) -> np.ndarray:
+    """For each output row or column, the input one NEAREST takes: ``(i * d + offset)  / n`` rounded to the nearest
+    (half upwards), with the ratio ``d / n`` from RESIZE_<axis>_SCALE_N_M1 and RESIZE_<axis> (its whole and remainder
+    steps)."""
+    n = op.reg(f"RESIZE_{axis}_SCALE_N_M1") + 1
+    step = op.reg32(f"RESIZE_{axis}")
+    d = ((step >> 32) & 0xF) * n + (step & 0x7FF)
+    offset = op.reg(f"RESIZE_{axis}_OFFSET") & 0xFFF  # 12 bits, signed
+    offset -= 0x1000 if offset & 0x800 else 0
+    return (np.arange(size) * d + offset + n // 2) // n
+
+
+def _resize(op: Operation, mem: Memory, chain: dict) -> None:
+    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    oh, ow, od = ofm_shape(op)
+    ih, iw = op.reg("IFM_HEIGHT0_M1") + 1, op.reg("IFM_WIDTH0_M1") + 1
+    ys = np.clip(_source_index(op, "Y", oh), 0, ih - 1)
+    xs = np.clip(_source_index(op, "X", ow), 0, iw - 1)
+    x = read(mem(ifm.region & 0x7), ifm, (ih, iw, od), op.title) - ifm.zero_point
+    acc = x[:, ys][:, :, xs] << 16  # the U85 weights the taken element by 2**16; OFM_SCALE shifts it back
+    v = op.reg32("OFM_SCALE")
+    param = v >> 32
+    value = np.asarray(scale(acc, v & 0x7FFFFFFF, param & 0x3F, (param >> 13) & 0x7, (param >> 6) & 0x1F), np.int64)
+    _output(op, mem, ofm, value, np.ones(1, np.int64), np.zeros(1, np.int64), chain)
+
+
 def _global(op: Operation) -> bool:
     return bool((op.reg("OFM_PRECISION") >> 8) & 1)
 
@@ -177,7 +209,7 @@ def _ofm_scale(op: Operation) -> tuple[np.ndarray, np.ndarray]:
 
 def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, shift, chain: dict) -> None:
     """Scale with OFM_SCALE's rounding mode, add the zero point, clamp, saturate and store."""
-    rounding = ROUNDING[(op.reg32("OFM_SCALE") >> 45) & 0x7]
+    rounding = ROUNDING.get((op.reg32("OFM_SCALE") >> 45) & 0x7, "TFL")  # RESIZE: scaled already, shift 0
     value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
     function = op.reg("ACTIVATION") & 0x1F
     if ofm.size < 4 or function:

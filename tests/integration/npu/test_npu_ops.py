@@ -98,8 +98,8 @@ def test_u85_convolution_depthwise_and_pooling(name, tmp_path):
         assert doc["operations"]["CONV"] == 1
 
 
-@pytest.mark.parametrize("name", ["add_mul", "abs_hswish", "mean_dense", "tconv", "lut_activations"])
-def test_u85_elementwise_chaining_lookup_tables_and_transpose_convolution(name, tmp_path):
+@pytest.mark.parametrize("name", ["add_mul", "abs_hswish", "mean_dense", "tconv", "lut_activations", "resize"])
+def test_u85_elementwise_chaining_lookup_tables_resize_and_transpose_convolution(name, tmp_path):
     (doc,) = _verify(name, tmp_path, ["ethos-u85-256"])
     # Dense is TFLite's FULLY_CONNECTED: within the documented rounding difference
     assert doc["status"] in (("bit-exact", "documented-difference") if name == "mean_dense" else ("bit-exact",)), doc

@@ -119,12 +119,12 @@ def test_the_transport_runs_a_u85_leaf(leaf):
 def test_an_operation_not_modelled_stops_the_stream_before_it_runs(leaf):
     words = list(leaf.commands)
     ops = decode_for(leaf.product, words, "test")
-    resize = ops[5].word  # the first depthwise convolution made a RESIZE
-    words[resize] = (words[resize] & ~0x3FF) | 7
+    resize = ops[5].word  # the first depthwise convolution made a BILINEAR RESIZE
+    words[resize] = 7
     with np.load(DATA / "dscnn_u85_256_cases.npz") as npz:
         x = npz["x"]
-    with pytest.raises(NpuModelError, match=r"operation 5 \(RESIZE, word 150\) on ethos-u85-256: Ethos-U85 RESIZE "
-                                            r"operations are not executed"):
+    with pytest.raises(NpuModelError, match=r"operation 5 \(RESIZE, word 150\) on ethos-u85-256: BILINEAR and "
+                                            r"REPLICATE resize are not modelled"):
         run(replace(leaf, commands=tuple(words)), [x.reshape((x.shape[0],) + leaf.inputs[0].shape)])
 
 
