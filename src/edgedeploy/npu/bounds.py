@@ -162,7 +162,9 @@ def _fits(op: Operation, prefix: str, shape: tuple[int, int, int], regions: dict
     size = _element_size(op, prefix)
     region = op.reg(f"{prefix}_REGION")
     nbytes = shape[0] * shape[1] * shape[2] * size
-    if region in regions and nbytes > regions[region]:
+    # an Ethos-U85 feature map in the chaining buffer (storage 2) or none (3) takes no region's bytes
+    in_memory = op.registers is None or (op.reg(f"{prefix}_PRECISION") >> 14) & 0x3 < 2
+    if in_memory and region in regions and nbytes > regions[region]:
         raise NpuModelError(f"{where}: {op.title}: {prefix} is {'x'.join(map(str, shape))} {8 * size}-bit elements "
                             f"({nbytes:,} bytes; {fields}), more than region {region} holds ({regions[region]:,} "
                             "bytes)", FIX)
@@ -177,11 +179,17 @@ def _operation(op: Operation, regions: dict[int, int], where: str) -> tuple[int,
     if op.kind == "ELEMENTWISE":
         ins = _fits(op, "IFM", (oh, ow, od), regions, where, "the OFM's size") // _element_size(op, "IFM")
         flags = op.r0.get("IFM2_BROADCAST", 0)
-        if op.sub_op not in ("CLZ", "ABS", "LRELU") and not flags & 128:  # a second feature map, not a scalar
+        scalar = 8 if op.registers is not None else 128  # the U85's broadcast flags, or the U55's
+        if op.sub_op not in ("CLZ", "ABS", "LRELU") and not flags & scalar:  # a second feature map, not a scalar
             second = (1 if flags & 1 else oh, 1 if flags & 2 else ow, 1 if flags & 4 else od)
             ins += _fits(op, "IFM2", second, regions, where, "the OFM's size and IFM2_BROADCAST") // \
                 _element_size(op, "IFM2")
         return F64 * 8 * out, F64 * 4 * (ins + out), out_bytes, 32 * out + 2 * ins
+    if op.kind == "RESIZE":  # the U85's: reads its IFM once, writes each output element once
+        read = (op.reg("IFM_HEIGHT0_M1") + 1, op.reg("IFM_WIDTH0_M1") + 1, od)
+        ins = _fits(op, "IFM", read, regions, where, "IFM_HEIGHT0_M1, IFM_WIDTH0_M1 and the OFM's depth") // \
+            _element_size(op, "IFM")
+        return F64 * 4 * (ins + out), F64 * 4 * ins, out_bytes, 32 * out + ins
     k = kernel(op)
     positions = k.height * k.width
     if positions > KERNEL_POSITIONS:

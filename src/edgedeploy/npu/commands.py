@@ -1,18 +1,20 @@
 """Decode a register command stream into operations, each with the register values in force when it starts.
 
-The command and register codes are Vela's own (``ethosu.vela.ethos_u55_regs``), imported when a stream is
-decoded. A word is ``code | mode | param << 16``: mode 0 is a 16-bit command (cmd0, an operation or a 16-bit
-register), mode 0x4000 adds a 32-bit payload word (cmd1, an address, length, stride or scale).
+The U55/U65 command and register codes are Vela's own (``ethosu.vela.ethos_u55_regs``), imported when a stream
+is decoded; the Ethos-U85's, in the same word layout, are in :mod:`edgedeploy.npu.u85_commands`. A word is
+``code | mode | param << 16``: mode 0 is a 16-bit command (cmd0, an operation or a 16-bit register), mode 0x4000
+adds a 32-bit payload word (cmd1, an address, length, stride or scale).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
 from ..errors import NpuModelError
+from . import u85_commands
 
 PAYLOAD32 = 0x4000
 MODE_MASK = 0xC000
@@ -36,6 +38,9 @@ def regs() -> SimpleNamespace:
         raise ToolMissingError("Vela (ethos-u-vela) is not installed", "pip install ethos-u-vela==5.2.0") from exc
     return SimpleNamespace(
         module=r,
+        family="Ethos-U55/U65",
+        operations=OPERATIONS,
+        no_result=NO_RESULT,
         cmd0={m.value: m.name for m in r.cmd0},
         cmd1={m.value: m.name for m in r.cmd1},
         pooling={m.value: m.name for m in r.pooling_mode},
@@ -55,13 +60,16 @@ class Operation:
     word: int  # word offset of the operation command in the stream
     r0: dict[str, int]  # 16-bit registers by name (NPU_SET_ prefix dropped)
     r1: dict[str, int]  # 32-bit registers by name (payload word, plus param << 32 for 40-bit addresses)
+    # the register set the stream was decoded with (None: the U55/U65's)
+    registers: SimpleNamespace | None = field(default=None, repr=False, compare=False)
 
     @property
     def sub_op(self) -> str:
+        r = self.registers or regs()
         if self.kind == "POOL":
-            return regs().pooling.get(self.param, f"pooling mode {self.param}")
+            return r.pooling.get(self.param, f"pooling mode {self.param}")
         if self.kind == "ELEMENTWISE":
-            return regs().elementwise.get(self.param, f"elementwise mode {self.param}")
+            return r.elementwise.get(self.param, f"elementwise mode {self.param}")
         return ""
 
     @property
@@ -84,9 +92,14 @@ class Operation:
         return v - 0x10000 if v & 0x8000 else v
 
 
-def decode(words: tuple[int, ...] | list[int], where: str = "command stream") -> list[Operation]:
-    """The operations of a command stream, in order; an unknown or unmodelled command stops with its name."""
-    r = regs()
+def decode(words: tuple[int, ...] | list[int], where: str = "command stream",
+           registers: SimpleNamespace | None = None) -> list[Operation]:
+    """The operations of a command stream, in order; an unknown or unmodelled command stops with its name.
+
+    ``registers`` is the register set (:func:`regs` for the U55/U65, the default;
+    :func:`edgedeploy.npu.u85_commands.registers` for the U85)."""
+    r = registers or regs()
+    tagged = registers
     r0: dict[str, int] = {}
     r1: dict[str, int] = {}
     ops: list[Operation] = []
@@ -101,6 +114,9 @@ def decode(words: tuple[int, ...] | list[int], where: str = "command stream") ->
                 what = f"an unknown 32-bit command {code:#x}" if name is None else "cut short"
                 raise NpuModelError(f"{where}: word {i} is {what}",
                                     "the stream is corrupt or from a newer NPU; compile again with Vela 5.2")
+            if name.startswith("NPU_OP_"):  # the U85's branch: control flow inside the stream
+                raise NpuModelError(f"{where}: word {i} is {name}, which is not modelled",
+                                    "compile the model again with Vela 5.2 (it writes no branches)")
             r1[name.removeprefix("NPU_SET_")] = words[i + 1] | (param << 32)
             i += 2
             continue
@@ -111,19 +127,24 @@ def decode(words: tuple[int, ...] | list[int], where: str = "command stream") ->
         if name is None:
             raise NpuModelError(f"{where}: word {i} is an unknown command {code:#x}",
                                 "the stream is corrupt or from a newer NPU; compile again with Vela 5.2")
-        if name in OPERATIONS:
+        if name in r.operations:
             if len(ops) == OPERATIONS_LIMIT:
                 raise NpuModelError(f"{where}: word {i} starts operation {len(ops):,}, over the limit of "
                                     f"{OPERATIONS_LIMIT:,} operations per stream",
                                     "the stream is corrupt; compile again with Vela 5.2")
             kind = name.removeprefix("NPU_OP_").removesuffix("_START")
-            ops.append(Operation(len(ops), kind, param, i, dict(r0), dict(r1)))
+            ops.append(Operation(len(ops), kind, param, i, dict(r0), dict(r1), tagged))
         elif name == "NPU_OP_STOP":
             break
-        elif name not in NO_RESULT:
+        elif name not in r.no_result:
             r0[name.removeprefix("NPU_SET_")] = param
         i += 1
     return ops
+
+
+def decode_for(product: int, words: tuple[int, ...] | list[int], where: str = "command stream") -> list[Operation]:
+    """Decode a stream with the register set of the NPU ``product`` the driver payload names."""
+    return decode(words, where, u85_commands.registers() if product == u85_commands.PRODUCT else None)
 
 
 def counts(ops: list[Operation]) -> dict[str, int]:

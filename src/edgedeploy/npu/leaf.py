@@ -17,6 +17,7 @@ from edgedeploy.core.files import read_input_bytes
 # Driver actions of the payload (Vela's driver_actions.py, the ethos-u core driver).
 DA_CONFIG, DA_CMD_STREAM, DA_READ_APB, DA_DUMP_SHRAM, DA_NOP = 0x01, 0x02, 0x03, 0x04, 0x05
 REGION_WEIGHTS, REGION_SCRATCH, REGION_SCRATCH_FAST = 0, 1, 2
+PRODUCTS = {0: "55", 1: "65", 2: "85"}  # the configuration word's product field
 DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4}
 
 
@@ -45,7 +46,7 @@ class Leaf:
     """Everything the model needs to run one compiled NPU subgraph."""
 
     source: Path
-    product: int  # 0: Ethos-U55, 1: Ethos-U65 (the payload's config word)
+    product: int  # 0: Ethos-U55, 1: Ethos-U65, 2: Ethos-U85 (the payload's config word)
     macs: int  # MACs per cycle
     shram_bytes: int  # the NPU's shared buffer (lookup tables live at its top)
     commands: tuple[int, ...]  # the register command stream, 32-bit words
@@ -57,7 +58,7 @@ class Leaf:
 
     @property
     def npu(self) -> str:
-        return f"ethos-u{'65' if self.product == 1 else '55'}-{self.macs}"
+        return f"ethos-u{PRODUCTS.get(self.product, '55')}-{self.macs}"
 
 
 def parse_payload(payload: bytes, where: str) -> tuple[int, int, int, tuple[int, ...]]:
@@ -96,9 +97,9 @@ def parse_payload(payload: bytes, where: str) -> tuple[int, int, int, tuple[int,
     if commands is None or product is None:
         missing = "configuration" if product is None else "command stream"
         raise NpuModelError(f"{where}: the driver payload holds no {missing}", "compile the model again with Vela")
-    if product not in (0, 1):
-        raise NpuModelError(f"{where}: NPU product {product} in the payload is not modelled (Ethos-U55 and U65 are)",
-                            "verify a leaf compiled for ethos-u55-* or ethos-u65-*")
+    if product not in PRODUCTS:
+        raise NpuModelError(f"{where}: NPU product {product} in the payload is not an Ethos-U55, U65 or U85",
+                            "compile the model again with Vela 5.2 for an ethos-u55, ethos-u65 or ethos-u85 target")
     return product, macs, shram, tuple(commands)
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import InvalidInputError, NpuModelError
 from .bounds import MEMORY_ENV, WORK_ENV, leaf_cost
-from .commands import Operation, decode
+from . import u85_commands, u85_ops
+from .commands import Operation, decode_for
 from .elementwise import elementwise
 from .leaf import REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
 from .ops import DUAL_CORE_MACS, convolution, pooling
@@ -46,7 +47,10 @@ def run(leaf: Leaf, inputs: Sequence[np.ndarray], on_op: Callable[[Operation, Ca
         raise InvalidInputError(f"{leaf.source} has {len(leaf.inputs)} inputs; {len(inputs)} given",
                                 "pass one array per model input")
     batch = int(inputs[0].shape[0])
-    ops = decode(leaf.commands, str(leaf.source)) if ops is None else ops
+    ops = decode_for(leaf.product, leaf.commands, str(leaf.source)) if ops is None else ops
+    u85 = leaf.product == u85_commands.PRODUCT
+    if u85:
+        u85_ops.check(ops, leaf.npu, str(leaf.source))
     cost = leaf_cost(leaf, ops)  # every declared size bounded before a region is allocated
     why = cost.over(batch, keep_outputs=False)
     if why is not None:
@@ -68,8 +72,12 @@ def run(leaf: Leaf, inputs: Sequence[np.ndarray], on_op: Callable[[Operation, Ca
                                     f"pass arrays shaped {tensor.shape}")
         memory(tensor.region)[:, tensor.address : tensor.address + tensor.nbytes] = raw
     trace = Trace()
+    chain: dict = {}  # the U85's chaining buffers
     for op in ops:
-        _execute(op, memory, leaf.macs)
+        if u85:
+            u85_ops.execute(op, memory, leaf.macs, chain)
+        else:
+            _execute(op, memory, leaf.macs)
         trace.executed.append(op)
         if on_op is not None:
             on_op(op, memory)

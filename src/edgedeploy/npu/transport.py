@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from .commands import decode
+from . import u85_commands, u85_ops
+from .commands import decode_for
 from .leaf import read_leaf
 from .machine import run
 
@@ -35,7 +36,9 @@ def npu_transport(model: str | Path) -> Callable[[bytes], bytes]:
         if others:
             raise NpuModelError(f"{path} runs {', '.join(others)} on the CPU; the NPU model runs only the NPU part",
                                 "use a leaf that Vela maps entirely to the NPU")
-    ops = decode(leaf.commands, str(path))
+    ops = decode_for(leaf.product, leaf.commands, str(path))
+    if leaf.product == u85_commands.PRODUCT:
+        u85_ops.check(ops, leaf.npu, str(path))
     sizes = [t.nbytes for t in leaf.inputs]
     types = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
 

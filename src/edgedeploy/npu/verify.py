@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import InvalidInputError, MismatchError, NpuModelError, UsageError
 from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, memory_limit
-from .commands import Operation, counts, decode
+from . import u85_commands, u85_ops
+from .commands import Operation, counts, decode_for
 from .featuremap import feature_map, read
 from .leaf import Leaf, read_leaf
 from .machine import run
@@ -32,6 +33,8 @@ from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
 MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+# `verify` also takes Ethos-U85 leaves (compile --verify and the HIL device take MODELLED_FAMILIES only)
+VERIFIED_FAMILIES = MODELLED_FAMILIES + ("ethos-u85",)
 DOCUMENTED = {"FULLY_CONNECTED": (1, "TFLite's reference FULLY_CONNECTED rounds its output scaling once; the NPU "
                                       "(TFL rounding, as TFLite's CONV_2D) rounds twice")}
 SCHEMA = "edgedeploy.verify"
@@ -90,10 +93,10 @@ def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
     if options.data is not None:
         check_given_data(src, options.data)
     family = str(src.target_info.get("npu_family") or "")
-    if family not in MODELLED_FAMILIES:
+    if family not in VERIFIED_FAMILIES:
         raise NpuModelError(f"target {src.target} is an {family or 'unknown'} NPU; the functional model covers "
-                            "the Ethos-U55 and Ethos-U65",
-                            "verify a leaf compiled for an ethos-u55-* or ethos-u65-* target")
+                            "the Ethos-U55, Ethos-U65 and Ethos-U85",
+                            "verify a leaf compiled for an ethos-u55-*, ethos-u65-* or ethos-u85-* target")
     # a data path recorded in the manifest is not followed (it may point anywhere): --data names the file
     result = verify_leaf(src.vela_model, src.int8_model, options.data, options.count, options.seed,
                          kind=str(src.data_info.get("task") or "classification"))
@@ -151,7 +154,9 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     reference run's tensors of the same names, and its outputs are compared with the tensors of theirs."""
     t0 = time.perf_counter()
     leaf = read_leaf(vela_model)
-    ops = decode(leaf.commands, str(vela_model))
+    ops = decode_for(leaf.product, leaf.commands, str(vela_model))
+    if leaf.product == u85_commands.PRODUCT:
+        u85_ops.check(ops, leaf.npu, str(vela_model))
     cost = leaf_cost(leaf, ops)  # every declared size bounded before anything is allocated
     reference = _reference_bytes(int8_model)
     if data is None:
@@ -165,7 +170,7 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     snaps: list[tuple[Operation, np.ndarray]] = []
 
     def keep(op: Operation, memory) -> None:
-        if op.kind != "DMA":
+        if op.kind != "DMA" and not u85_ops.chained_output(op):  # a chained OFM never reaches memory
             fm = feature_map(op, "OFM")
             snaps.append((op, read(memory(fm.region), fm, ofm_shape(op), op.title).astype(fm.dtype)))
 

@@ -108,6 +108,11 @@ def _decoded(data: bytes) -> tuple[int, ...]:
     return tuple(np.frombuffer(_DECODER[0].call(data), dtype="<i4").tolist())
 
 
+def decoded(data: bytes) -> tuple[int, ...]:
+    """A weight stream in Vela's compressed format, decoded (the U55's and the U85's standard format alike)."""
+    return _decoded(data)
+
+
 @lru_cache(maxsize=256)
 def _order(macs: int, shape: tuple[int, int, int, int], block_depth: int, depthwise: bool, part_kernel: bool,
            ifm_bits: int, decomp_h: int, decomp_w: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Record the NPU model's test data: Vela's raw output and TFLite reference outputs for a few real inputs.
 
-Run from the repository root: ``.venv/bin/python tests/data/npu/record.py [NAME ...]`` (needs ../shared/data for
-ResNet-8; names pick the leaves to record again, all by default).
+Run from the repository root: ``.venv/bin/python tests/data/npu/record.py [NAME ...]`` (all models, or those
+named; needs ../shared/data for ResNet-8).
 Vela runs in a subprocess with the built-in targets' settings; the reference outputs come from
 ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF).
 """
@@ -25,6 +25,10 @@ MODELS = {
     "resnet8_u65_256": (SHARED / "ic/resnet8_mlperf_int8.tflite", "ethos-u65-256", SHARED / "ic/cifar10_jpeg_subset.npz"),
     # int16 activations: the bundled float DS-CNN converted 16x8 here (its softmax uses interpolated lookup tables)
     "dscnn16x8_u55_128": (None, "ethos-u55-128", REPO / "examples/kws_tree/speech_commands_subset.npz"),
+    "dscnn_u85_256": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-256",
+                      REPO / "examples/kws_tree/speech_commands_subset.npz"),
+    "dscnn_u85_512": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-512",
+                      REPO / "examples/kws_tree/speech_commands_subset.npz"),
 }
 FLOAT_DSCNN = REPO / "examples/kws_tree/dscnn_mlperf_float.h5"
 CALIBRATION = 100
@@ -79,10 +83,10 @@ def dscnn_16x8(data: Path, out: Path) -> Path:
     return path
 
 
-def main() -> None:
-    names = sys.argv[1:] or list(MODELS)
-    for name in names:
-        model, target, data = MODELS[name]
+def main(names: list[str]) -> None:
+    for name, (model, target, data) in MODELS.items():
+        if names and name not in names:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             model = model or dscnn_16x8(data, Path(tmp))
             shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
@@ -92,4 +96,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -35,6 +35,9 @@ def _zoo(name: str):
         "resize": lambda x: L.Conv2D(4, 1)(tf.image.resize(x, (32, 32), method="nearest")),
         "tconv": lambda x: L.Conv2DTranspose(8, 3, strides=2, padding="same")(x),
         "mean_dense": lambda x: L.Dense(5)(L.GlobalAveragePooling2D()(L.Conv2D(24, 3, strides=2)(x))),
+        "conv_dw_pool": lambda x: L.MaxPooling2D(2)(L.AveragePooling2D(2)(L.DepthwiseConv2D(3, padding="same")(
+            L.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)))),
+        "avgpool_same": lambda x: L.AveragePooling2D(3, 1, padding="same")(L.Conv2D(8, 1)(x)),
         "abs_hswish": lambda x: L.Conv2D(8, 1)(tf.abs(L.Conv2D(8, 1)(x)) - tf.nn.relu6(x + 3.0) * x / 6.0),
     }[name]
 
@@ -183,3 +186,19 @@ def _rewrite(run, path, data: bytes) -> None:
             if out["path"] == rel:
                 out["sha256"], out["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
     (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name", ["conv_dw_pool", "dw_stride_dil", "avgpool_same"])
+def test_u85_convolution_depthwise_and_pooling(name, tmp_path):
+    docs = _verify(name, tmp_path, ["ethos-u85-128", "ethos-u85-256", "ethos-u85-512"])
+    for doc in docs:
+        assert doc["status"] == "bit-exact" and doc["exact_cases"] == 40, doc
+        assert doc["operations"]["CONV"] == 1
+
+
+@pytest.mark.parametrize("name", ["add_mul", "abs_hswish", "mean_dense", "tconv", "lut_activations", "resize"])
+def test_u85_elementwise_chaining_lookup_tables_resize_and_transpose_convolution(name, tmp_path):
+    (doc,) = _verify(name, tmp_path, ["ethos-u85-256"])
+    # Dense is TFLite's FULLY_CONNECTED: within the documented rounding difference
+    assert doc["status"] in (("bit-exact", "documented-difference") if name == "mean_dense" else ("bit-exact",)), doc
+    assert doc["exact_cases"] + doc["documented_cases"] == 40

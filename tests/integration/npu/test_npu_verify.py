@@ -15,6 +15,8 @@ from helpers import invoke_cli as cli
 
 TARGET = "ethos-u55-128"
 VELA = Path("compile") / "dscnn_mlperf" / TARGET / "model_int8_vela.tflite"
+U85 = "ethos-u85-256"
+U85_VELA = Path("compile") / "dscnn_mlperf" / U85 / "model_int8_vela.tflite"
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +34,18 @@ def compiled(kws, tmp_path_factory):
     return run
 
 
-def _copy_with(run: Path, dest: Path, change) -> Path:
+def _copy_with(run: Path, dest: Path, change, vela: Path = VELA) -> Path:
     import shutil
 
     shutil.copytree(run, dest)
-    path = dest / VELA
+    path = dest / vela
     data = bytearray(path.read_bytes())
     change(data)
     path.write_bytes(data)
     manifest = json.loads((dest / "manifest.json").read_text())
     for stage in manifest["stages"]:
         for out in stage["outputs"]:
-            if out["path"] == str(VELA):
+            if out["path"] == str(vela):
                 out["sha256"], out["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
     (dest / "manifest.json").write_text(json.dumps(manifest))
     return dest
@@ -67,14 +69,14 @@ def test_damaged_weights_are_named(compiled, kws, tmp_path):
     assert "Keras layers activation_2, batch_normalization_2, conv2d_1" in result.output
 
 
-def _damage_weights(run: Path):
+def _damage_weights(run: Path, vela: Path = VELA, count: int = 40):
     from edgedeploy.npu.leaf import read_leaf
 
-    weights = read_leaf(run / VELA).weights
+    weights = read_leaf(run / vela).weights
 
     def damage(data: bytearray) -> None:
         start = data.find(weights[:64])
-        for i in range(start + 6000, start + 6040):
+        for i in range(start + 6000, start + 6000 + count):
             data[i] ^= 0x5A
 
     return damage
@@ -105,6 +107,21 @@ def test_damaged_command_stream_is_named(compiled, tmp_path):
     result = cli("verify", run, "-t", TARGET)
     assert result.exit_code == 11, result.output
     assert "word 0 is an unknown command 0x3ee" in result.output
+
+
+def test_an_ethos_u85_leaf_is_bit_exact_and_damaged_weights_are_named(kws, tmp_path):
+    run = tmp_path / "u85"
+    assert cli("compile", kws["model"], "-t", U85, "-o", run).exit_code == 0
+    result = cli("verify", run, "-t", U85, "--data", kws["data"], "--count", 6, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "bit-exact" and doc["exact_cases"] == 6 and doc["npu"] == U85
+    assert doc["operations"] == {"DMA": 12, "CONV": 7, "DEPTHWISE": 4, "POOL": 3, "ELEMENTWISE": 25}
+    damaged = _copy_with(run, tmp_path / "damaged", _damage_weights(run, U85_VELA, count=1), U85_VELA)  # one byte
+    result = cli("verify", damaged, "-t", U85, "--data", kws["data"], "--count", 6)
+    assert result.exit_code == 12, result.output
+    assert "first at NPU operation" in result.output and "which Vela compiled from TFLite operator" in result.output
+    assert "Keras layers" in result.output
 
 
 def test_changed_model_is_refused(compiled, tmp_path):
