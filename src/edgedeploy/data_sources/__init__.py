@@ -124,6 +124,7 @@ def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, p
 
     listing = list_folder(root, options.eval_fraction, options.seed)
     info: dict[str, Any] = {"source": "folder", **listing.describe()}
+    raw: Sequence[np.ndarray] | np.ndarray  # images of their own shapes, or clips of one length
     if listing.kind == "image":
         from .images import INTERPOLATIONS, JPEG_DCT, decode_images, image_geometry
 
@@ -163,13 +164,13 @@ def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, p
     return Samples(x, listing.y, listing.split, listing.labels, listing.files, info=info)
 
 
-def _stack(raw: Sequence[np.ndarray], names: Sequence[str]) -> np.ndarray:
+def _stack(raw: Sequence[np.ndarray] | np.ndarray, names: Sequence[str]) -> np.ndarray:
     first = np.shape(raw[0])
     for a, name in zip(raw, names):
         if np.shape(a) != first:
             raise InvalidInputError(f"{short(name)} decodes to {list(np.shape(a))}, the first file to {list(first)}",
                                     "give files of one size, or a preprocessing function that makes them so")
-    return np.stack(raw).astype(np.float32)
+    return np.stack(list(raw)).astype(np.float32)
 
 
 def _from_npz(path: Path) -> Samples:

@@ -160,7 +160,7 @@ def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str]) -> lis
 
 
 def _functional_config(path: Path, config: dict) -> dict:
-    layers, after = [], {}
+    layers, after = [], dict[str, str]()
     taken = {entry.get("name") or entry["config"].get("name") for entry in config["layers"]}
     for entry in config["layers"]:
         out = _layer_config(path, entry)

@@ -133,8 +133,8 @@ def span(fm: FeatureMap, shape: tuple[int, int, int]) -> tuple[int, int] | None:
             continue
         base = fm.bases[t]
         end = base + (rows - 1) * sy + (cols - 1) * sx + chan + fm.size
-        lo, hi = (base, end) if lo is None else (min(lo, base), max(hi, end))
-    return None if lo is None else (lo, hi)
+        lo, hi = (base, end) if lo is None or hi is None else (min(lo, base), max(hi, end))
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def _check(memory: np.ndarray, fm: FeatureMap, shape: tuple[int, int, int], what: str) -> None:

@@ -40,7 +40,7 @@ def layer_of(name: str, layer_kinds: Mapping[str, str]) -> str | None:
     segments = [seg for part in name.split(";") for seg in part.split("/")]
     named = [seg for seg in segments if seg in layer_kinds]
     kernel = [seg for seg in named if layer_kinds[seg] in ("Conv2D", "DepthwiseConv2D", "Dense")]
-    return (kernel or named or [None])[0]
+    return kernel[0] if kernel else named[0] if named else None
 
 
 def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, jobs: int = 1
@@ -77,7 +77,7 @@ def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, 
                 summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
                 layers = vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
                 m = vela_backend.summary_metrics(summary, target, layers)
-                out.setdefault(t, [None] * len(paths))[i] = {
+                out.setdefault(t, [{}] * len(paths))[i] = {  # (each slot is filled, or Vela's failure raised)
                     "npu_cycles": m["npu_cycles"].value, "total_cycles": m["total_cycles"].value,
                     "encoded_weights_bytes": m["encoded_weights_bytes"].value, "keyed": op_key_rows(layers)}
     finally:

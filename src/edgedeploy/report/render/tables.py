@@ -86,7 +86,7 @@ def _int8_quality(parent: StageRecord | None) -> tuple[str, str]:
     """(column header, cell) of a leaf's int8 quality: its accuracy, or the task metric its convert stage
     recorded for a regression or reconstruction model (``Int8 MSE``, ``Int8 PSNR (dB)``)."""
     spec = (parent.details or {}).get("metric") if parent else None
-    if not isinstance(spec, dict) or not spec.get("key"):
+    if parent is None or not isinstance(spec, dict) or not spec.get("key"):
         return "Int8 acc (%)", fmt_num(parent.metric("int8_accuracy") if parent else None, 2)
     from ..columns import metric_label
 
