@@ -114,8 +114,9 @@ def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Pa
     ``.npz`` used as it is): :func:`gather_data`, then written to the run folder ``out``, locked (``lock``)
     before the file is written, as every stage of the run locks it."""
     prepared = gather_data(data, input_shape, options)
-    if prepared is None:
-        return Path(data), None  # type: ignore[arg-type]
+    if prepared is None:  # an .npz used as it is (samples in memory are always prepared)
+        assert not isinstance(data, Samples)
+        return Path(data), None
     return prepared.write(out, lock=lock)
 
 

@@ -70,13 +70,13 @@ def feature_map(op: Operation, prefix: str) -> FeatureMap:
     if size is None or fmt > 1:
         raise NpuModelError(f"{op.title}: {prefix}_PRECISION {prec:#x} (precision or format) is not modelled",
                             "int8/int16/int32 in NHWC or NHCWB16 are")
-    bases = tuple(op.reg32(f"{prefix}_BASE{i}") & ADDRESS_MASK for i in range(4))
+    base0, base1, base2, base3 = (op.reg32(f"{prefix}_BASE{i}") & ADDRESS_MASK for i in range(4))
     zp_name = f"{prefix}_ZERO_POINT"
     zero = op.signed(zp_name)
     return FeatureMap(
         prefix=prefix,
         region=op.reg(f"{prefix}_REGION"),
-        bases=bases,  # type: ignore[arg-type]
+        bases=(base0, base1, base2, base3),
         height0=op.reg(f"{prefix}_HEIGHT0_M1") + 1,
         height1=op.reg(f"{prefix}_HEIGHT1_M1") + 1,
         width0=op.reg(f"{prefix}_WIDTH0_M1") + 1,
