@@ -8,7 +8,7 @@ from typing import Any
 from .. import __version__
 from ..errors import InvalidInputError
 from edgedeploy.core.files import sha256_file
-from edgedeploy.core.manifest import Manifest, StageRecord, now_iso
+from edgedeploy.core.manifest import Manifest, now_iso
 from edgedeploy.vela.compute import bound_layers_note, layer_bounds, npu_compute_values
 from edgedeploy.config.requirements import check_requirements
 from edgedeploy.report.levels import LEAF_LEVELS, REFERENCE_LEAF
@@ -41,9 +41,8 @@ def _rows(manifest: Manifest, variants: list[_Variant], ref: _Variant | None) ->
     rows: list[dict[str, Any]] = []
     for v in variants:
         acc_values = _accuracy_values(v, ref)
-        by_target = sorted(v.compiles, key=lambda r: r.target or "")
-        compiles: list[StageRecord | None] = list(by_target) or [None]
-        for rec in compiles:
+        compiles = sorted(v.compiles, key=lambda r: r.target or "")
+        for rec in compiles or (None,):
             values = {**acc_values, **_compile_values(rec, manifest, v)}
             target = rec.target if rec is not None else None
             row: dict[str, Any] = {

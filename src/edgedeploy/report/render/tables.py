@@ -86,12 +86,12 @@ def _int8_quality(parent: StageRecord | None) -> tuple[str, str]:
     """(column header, cell) of a leaf's int8 quality: its accuracy, or the task metric its convert stage
     recorded for a regression or reconstruction model (``Int8 MSE``, ``Int8 PSNR (dB)``)."""
     spec = (parent.details or {}).get("metric") if parent else None
-    if parent is None or not isinstance(spec, dict) or not spec.get("key"):
+    if not isinstance(spec, dict) or not spec.get("key"):
         return "Int8 acc (%)", fmt_num(parent.metric("int8_accuracy") if parent else None, 2)
     from ..columns import metric_label
 
     unit = spec.get("unit") or ""
-    value = parent.metric(f"int8_{spec['key']}")
+    value = parent.metric(f"int8_{spec['key']}") if parent else None
     return (f"Int8 {metric_label(str(spec.get('name') or spec['key']))}" + (f" ({unit})" if unit else ""),
             "n/a" if value is None else f"{float(value):.4g}")
 
