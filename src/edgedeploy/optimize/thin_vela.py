@@ -56,7 +56,7 @@ def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, 
         path = work / f"m{i}.tflite"
         path.write_bytes(data)
         paths.append(path)
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Any]] = {}  # (every slot is filled before the return, or Vela's failure raised)
     try:
         with VelaPool(jobs) as pool:
             futures = {}
@@ -77,7 +77,7 @@ def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, 
                 summary = vela_backend.parse_summary_csv(found["summary_csv"].read_text(encoding="utf-8"))
                 layers = vela_backend.parse_per_layer_csv(found["per_layer_csv"].read_text(encoding="utf-8"))
                 m = vela_backend.summary_metrics(summary, target, layers)
-                out.setdefault(t, [{}] * len(paths))[i] = {  # (each slot is filled, or Vela's failure raised)
+                out.setdefault(t, [None] * len(paths))[i] = {
                     "npu_cycles": m["npu_cycles"].value, "total_cycles": m["total_cycles"].value,
                     "encoded_weights_bytes": m["encoded_weights_bytes"].value, "keyed": op_key_rows(layers)}
     finally:
