@@ -410,7 +410,7 @@ def emulate_bundle(bundle: Path, *, tflm_dir: Path | str | None = None, build_di
     ``.check()`` raises on a mismatch."""
     from edgedeploy.hil.emulate.run import emulate_bundle as emulate
 
-    given = {k: v for k, v in (("timeout", timeout), ("stack_bytes", stack_bytes)) if v is not None}
+    given: dict[str, Any] = {k: v for k, v in (("timeout", timeout), ("stack_bytes", stack_bytes)) if v is not None}
     return emulate(bundle, tflm_dir=tflm_dir, build_dir=build_dir, **given)
 
 
@@ -452,5 +452,5 @@ def fvp_run(run_dir: Path | str, leaf: str, target: str, *, fvp: Path | str | No
     whether it was reused."""
     from edgedeploy.fvp.run import fvp_run as run
 
-    given = {} if timeout is None else {"timeout": timeout}
+    given: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     return run(run_dir, leaf, target, fvp=fvp, runner=runner, golden=golden, **given)

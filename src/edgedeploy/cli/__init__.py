@@ -80,7 +80,7 @@ def run() -> None:
     import sys
 
     try:
-        code = _closed_streams()
+        code: int | str | None = _closed_streams()
         if code is None:
             main()
             code = 0

@@ -54,7 +54,7 @@ def _prestart(group: TyperGroup, ctx, args: list[str], warm: WarmWorker | None) 
         _, rest, _ = group.make_parser(ctx).parse_args(args=args)
         hook = PRESTART.get(rest[0]) if rest else None
         cmd = group.commands.get(rest[0]) if hook else None
-        if cmd is None:
+        if hook is None or cmd is None:
             return None
         opts, _, _ = cmd.make_parser(type(ctx)(cmd, parent=ctx, info_name=rest[0])).parse_args(args=rest[1:])
     except Exception:  # the normal parse reports it

@@ -10,6 +10,7 @@ A ``*`` segment in a path stands for any name (``layers.*.clusters``: one table 
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import math
 import os
@@ -40,7 +41,7 @@ class Key:
     maximum: float | None = None
     exclusive_minimum: bool = False
     exclusive_maximum: bool = False
-    items: type | None = None  # element type of a list
+    items: builtins.type | None = None  # element type of a list
     required: bool = False
     required_when: str = ""  # required only for some files, in words (e.g. "boards"); checked by the loader
     numbers_ok: bool = False  # a str key that also takes a number (kept as its text)
@@ -135,7 +136,7 @@ def check_value(key: Key, value: Any, source: str, error: type[EdgeDeployError] 
     def fail(what: str) -> EdgeDeployError:
         return error(f"{source}: `{where}` is {_repr(value)}; {what}", hint)
 
-    kind = key.type
+    kind: Any = key.type  # (a class known only when run: ``value`` stays Any through the isinstance checks)
     if key.numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             raise fail("it must be a string or a finite number")
@@ -231,15 +232,15 @@ def read_toml(path: Path, what: str, error: type[EdgeDeployError] = UsageError) 
     except OSError as exc:
         raise error(f"{what} {short(str(path))} cannot be read ({exc.strerror})", "check the path and permissions"
                     ) from exc
-    path = short(str(path))
+    shown = short(str(path))
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (byte {exc.start})", "save the file as UTF-8 TOML") from exc
+        raise error(f"{shown}: not UTF-8 text (byte {exc.start})", "save the file as UTF-8 TOML") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: not valid TOML ({exc})", "fix the syntax") from exc
+        raise error(f"{shown}: not valid TOML ({exc})", "fix the syntax") from exc
     except RecursionError as exc:
-        raise error(f"{path}: nested too deeply to read", "fix the file") from exc
+        raise error(f"{shown}: nested too deeply to read", "fix the file") from exc
 
 
 def defaults(keys: Iterable[Key]) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def check(node: str, where: str, kernels: Iterable[tuple[str, str, np.ndarray]],
     for layer, kind, kernel in kernels:
         shape = tuple(np.shape(kernel))
         reason = "listed in skip_layers" if layer in skipped else why_left_out(kind, shape, where)
-        row = {"layer": layer, "kind": kind, "where": where, "pattern": "2:4"}
+        row: dict[str, Any] = {"layer": layer, "kind": kind, "where": where, "pattern": "2:4"}
         if reason:
             row.update(status="left out", note=reason)
             left_out.append(layer)

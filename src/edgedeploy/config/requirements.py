@@ -134,7 +134,7 @@ def check_requirement(name: str, value: Any, where: str, error: type[EdgeDeployE
 
 
 def check_requirements(values: Mapping[str, Any], where: str = "--{flag}", error: type[EdgeDeployError] = UsageError,
-                       hint: str | None = None) -> dict[str, int | float]:
+                       hint: str | None = None) -> dict[str, Any]:
     """The limits of ``values`` that are not None, each through :func:`check_requirement`. ``{name}`` and ``{flag}`` in
     ``where`` become the limit's name (``max_flash``) and flag (``max-flash``), to say where a bad value came from."""
     out: dict[str, int | float] = {}

@@ -181,7 +181,7 @@ def load_target_file(path: Path) -> Target:
 
 
 _T = "fix the target file"
-_ADDRESS = dict(minimum=0, maximum=2**32 - 1)
+_ADDRESS: dict[str, Any] = dict(minimum=0, maximum=2**32 - 1)
 TARGET_KEYS: tuple[Key, ...] = (
     Key("schema_version", int, SCHEMA_VERSION, "version of the target file format", choices=(SCHEMA_VERSION,),
         required=True),

@@ -272,6 +272,8 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
     if from_logits is None:
         from_logits = act not in ("softmax", "sigmoid")
     from_logits = bool(from_logits) and kind == CLASSIFICATION  # (only cross-entropy reads it)
+    metrics: tuple[str, ...]
+    allowed: tuple[str, ...]
     if kind == CLASSIFICATION:
         metrics, primary = ("accuracy",), "accuracy"
         allowed = ("accuracy", "top5_accuracy") if units > 5 else ("accuracy",)

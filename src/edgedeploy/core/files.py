@@ -247,7 +247,11 @@ def use_private_tmp() -> str:
     owner = os.getpid()
     import atexit
 
-    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
+    def remove() -> None:  # (a forked child leaves the folder to the process that made it)
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
     return folder
 
 

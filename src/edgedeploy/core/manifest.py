@@ -162,7 +162,9 @@ def _check_names(data: Mapping[str, Any]) -> None:
         raise ValueError(f"stage id {str(rid)[:80]!r} is not made of checked names")
     for key in ("variant", "target", "parent"):
         value = data.get(key)
-        parts = value.split("/") if isinstance(value, str) and key == "parent" else [value]
+        parts: list[Any] = [value]
+        if isinstance(value, str) and key == "parent":
+            parts = value.split("/")
         if value is not None and not all(isinstance(p, str) and is_valid("target", p) for p in parts):
             raise ValueError(f"{key} of stage {rid[:80]!r} is {str(value)[:80]!r}, not a checked name")
 
@@ -334,7 +336,7 @@ class Manifest:
         atomic_write_text(self.path, text)
 
 
-def file_mismatch(path: Path, sha256: str, size: int | None = None, *, links: bool = True,
+def file_mismatch(path: Path, sha256: str | None, size: int | None = None, *, links: bool = True,
                   writer: str = "it was written") -> str | None:
     """Why ``path`` is not the file a manifest records (``sha256``, and ``size`` when known), or None when it is
     (``writer``: who wrote it, for the words "was changed after ...").
@@ -364,7 +366,7 @@ def file_mismatch(path: Path, sha256: str, size: int | None = None, *, links: bo
     return None
 
 
-def check_recorded_file(path: Path, sha256: str, what: str, recorded_in: str, fix: str, size: int | None = None, *,
+def check_recorded_file(path: Path, sha256: str | None, what: str, recorded_in: str, fix: str, size: int | None = None, *,
                         links: bool = True, writer: str = "it was written") -> Path:
     """``path`` once it holds what ``recorded_in`` records for it (:func:`file_mismatch`); else one
     :class:`InvalidInputError` naming the file, the recorded sha256 and ``fix``. Every command that reads back an

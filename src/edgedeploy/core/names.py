@@ -53,8 +53,8 @@ def check_name(kind: str, value: object, where: str, error: type[EdgeDeployError
 
     ``where`` says where the name came from: ``"FILE: key `name`"`` or ``"--name"``.
     """
-    if is_valid(kind, value):
-        return value  # type: ignore[return-value]
+    if isinstance(value, str) and is_valid(kind, value):
+        return value
     _, form = PATTERNS[kind]
     shown = repr(value)
     if len(shown) > 80:

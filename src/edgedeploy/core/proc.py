@@ -201,6 +201,7 @@ class PipeWorker:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL)
         proc = self._proc
+        assert proc.stdin is not None  # (opened with a pipe)
         deadline = time.monotonic() + timeout
         try:
             proc.stdin.write(struct.pack("<I", len(payload)) + payload)
@@ -217,6 +218,7 @@ class PipeWorker:
     @staticmethod
     def _read(proc: subprocess.Popen, n: int, deadline: float, select) -> bytes:
         out = bytearray()
+        assert proc.stdout is not None  # (opened with a pipe)
         fd = proc.stdout.fileno()
         while len(out) < n:
             left = deadline - time.monotonic()
@@ -236,4 +238,5 @@ class PipeWorker:
             proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):
-                    stream.close()
+                    if stream is not None:
+                        stream.close()

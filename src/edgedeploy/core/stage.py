@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 from edgedeploy.errors import DiskFullError, EdgeDeployError, InvalidInputError, UsageError
 from edgedeploy.core.files import LOCK_NAME, lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
-from edgedeploy.core.nospace import is_no_space, no_space_error
+from edgedeploy.core.nospace import no_space_error
 from edgedeploy.core.names import check_name, is_valid
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
@@ -41,8 +41,8 @@ class RunContext:
         try:
             lock_run_dir(run_dir, log)
         except OSError as exc:
-            if is_no_space(exc):
-                raise no_space_error(exc, run_dir / LOCK_NAME) from None
+            if (full := no_space_error(exc, run_dir / LOCK_NAME)) is not None:
+                raise full from None
             raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
                              "check the path and its permissions") from exc
         return cls(run_dir, Manifest.open(run_dir))

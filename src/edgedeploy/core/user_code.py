@@ -44,7 +44,9 @@ def user_code() -> Iterator[list[int]]:
     restore = []
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            old = signal.getsignal(signum) if signum is not None else None
+            if signum is None:  # (no SIGHUP on this platform)
+                continue
+            old = signal.getsignal(signum)
             if callable(old):
                 def noted(number, frame, old=old):
                     signalled.append(number)

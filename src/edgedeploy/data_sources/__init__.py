@@ -114,8 +114,9 @@ def prepare_data(data: Path | str | Samples, input_shape: Sequence[Any], out: Pa
     ``.npz`` used as it is): :func:`gather_data`, then written to the run folder ``out``, locked (``lock``)
     before the file is written, as every stage of the run locks it."""
     prepared = gather_data(data, input_shape, options)
-    if prepared is None:
-        return Path(data), None  # type: ignore[arg-type]
+    if prepared is None:  # an .npz used as it is (samples in memory are always prepared)
+        assert not isinstance(data, Samples)
+        return Path(data), None
     return prepared.write(out, lock=lock)
 
 
@@ -124,6 +125,7 @@ def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, p
 
     listing = list_folder(root, options.eval_fraction, options.seed)
     info: dict[str, Any] = {"source": "folder", **listing.describe()}
+    raw: Sequence[np.ndarray] | np.ndarray  # images of their own shapes, or clips of one length
     if listing.kind == "image":
         from .images import INTERPOLATIONS, JPEG_DCT, decode_images, image_geometry
 
@@ -163,13 +165,13 @@ def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, p
     return Samples(x, listing.y, listing.split, listing.labels, listing.files, info=info)
 
 
-def _stack(raw: Sequence[np.ndarray], names: Sequence[str]) -> np.ndarray:
+def _stack(raw: Sequence[np.ndarray] | np.ndarray, names: Sequence[str]) -> np.ndarray:
     first = np.shape(raw[0])
     for a, name in zip(raw, names):
         if np.shape(a) != first:
             raise InvalidInputError(f"{short(name)} decodes to {list(np.shape(a))}, the first file to {list(first)}",
                                     "give files of one size, or a preprocessing function that makes them so")
-    return np.stack(raw).astype(np.float32)
+    return np.stack(list(raw)).astype(np.float32)
 
 
 def _from_npz(path: Path) -> Samples:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, Sized
 
 import numpy as np
 
@@ -262,4 +262,4 @@ def calibration_samples(source: Callable[[], Iterable[Any]] | Iterable[Any], ran
         raise InvalidInputError(f"the calibration data yields samples of shapes {list(rows[0].shape)} and "
                                 f"{next(list(r.shape) for r in rows if r.shape != rows[0].shape)}",
                                 "yield samples of one shape") from None
-    return stacked, reader.record("unknown" if not hasattr(items, "__len__") else f"{len(items):,} items")
+    return stacked, reader.record("unknown" if not isinstance(items, Sized) else f"{len(items):,} items")

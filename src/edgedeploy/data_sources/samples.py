@@ -72,7 +72,8 @@ def write_npz(samples: Samples, path: Path) -> Path:
     """``samples`` as an ``.npz`` at ``path`` (written atomically; the same samples give the same bytes, so a
     re-run reuses the stages that read it)."""
     buf = io.BytesIO()
-    np.savez(buf, **npz_arrays(samples))
+    arrays: dict[str, Any] = npz_arrays(samples)  # (a mapping of arrays; Any, as savez's allow_pickle shares **)
+    np.savez(buf, **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buf.getvalue())
     return path

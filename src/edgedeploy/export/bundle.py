@@ -86,7 +86,7 @@ def read_bundle_manifest(bundle: Path | str) -> dict[str, Any]:
         raise InvalidInputError(f"{short(str(path))} is not an edgedeploy firmware bundle manifest",
                                 "pass a folder written by `edgedeploy export`")
     try:
-        check_c_name(manifest.get("name"))  # type: ignore[arg-type]
+        check_c_name(manifest.get("name"))
     except EdgeDeployError:
         raise _bad(path, "name", manifest.get("name"), "a C identifier") from None
     files = _check_files(path, manifest.get("files"))

@@ -41,7 +41,7 @@ C_TYPES = {
 }
 
 
-def check_c_name(name: str) -> str:
+def check_c_name(name: object) -> str:
     """``name`` if it is a usable C identifier prefix, else a :class:`UsageError`."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in _C_KEYWORDS or name in C_KEYWORDS:
         raise UsageError(

@@ -20,7 +20,7 @@ from edgedeploy.core.files import (
     remove_empty_scratch,
     sha256_file,
 )
-from edgedeploy.core.nospace import is_no_space, no_space_error, writing
+from edgedeploy.core.nospace import no_space_error, writing
 from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -41,8 +41,8 @@ def lock_out_dir(out: Path) -> None:
     try:
         lock_run_dir(out)
     except OSError as exc:
-        if is_no_space(exc):
-            raise no_space_error(exc, out / LOCK_NAME) from None
+        if (full := no_space_error(exc, out / LOCK_NAME)) is not None:
+            raise full from None
         raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
                          "check the path and its permissions") from exc
 

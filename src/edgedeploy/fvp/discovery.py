@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from ..errors import ToolMissingError, UsageError
 from edgedeploy.core.proc import which
-from edgedeploy.config.targets import Target
+from edgedeploy.config.targets import FvpSettings, Target
 
 ENV_FVP_DIR = "EDGEDEPLOY_FVP_DIR"
 ENV_RUNNER = "EDGEDEPLOY_FVP_RUNNER"
@@ -151,18 +151,19 @@ def fvp_missing_error(target: Target) -> ToolMissingError:
     )
 
 
-def _check_board(target: Target) -> None:
+def _check_board(target: Target) -> FvpSettings:
+    """The FVP settings of a board target; a :class:`UsageError` for an NPU configuration."""
     if target.kind != "board" or target.fvp is None:
         raise UsageError(
             f"target {target.name} is an NPU configuration, not a board with an FVP",
             "pass a board target such as corstone-300-u55-128 (see `edgedeploy targets list`)",
         )
+    return target.fvp
 
 
 def find_fvp(target: Target, explicit: Path | str | None = None, env: Mapping[str, str] | None = None) -> Found:
     """The FVP executable for a board target, or :class:`ToolMissingError` saying how to get it."""
-    _check_board(target)
-    found = locate_fvp_binary(target.fvp.binary, explicit, env)
+    found = locate_fvp_binary(_check_board(target).binary, explicit, env)
     if found is None:
         raise fvp_missing_error(target)
     if explicit is not None and found.path.is_file() and not Path(explicit).is_dir():
@@ -173,7 +174,7 @@ def find_fvp(target: Target, explicit: Path | str | None = None, env: Mapping[st
 def _check_explicit_name(path: Path, target: Target) -> None:
     """An explicitly named Corstone FVP must be the target's own (or its AVH twin)."""
     name = path.name
-    expected = target.fvp.binary
+    expected = _check_board(target).binary
     accepted = {expected, expected.replace("FVP_", "VHT_", 1)}
     if (name.startswith("FVP_Corstone") or name.startswith("VHT_Corstone")) and name not in accepted:
         raise UsageError(

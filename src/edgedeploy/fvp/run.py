@@ -120,6 +120,7 @@ def fvp_run(
     manifest = Manifest.load(run_dir)
     tgt = target if isinstance(target, Target) else get_target(target)
     found_fvp = find_fvp(tgt, fvp)
+    assert tgt.fvp is not None  # (find_fvp takes only a board target)
     compiled, vela_model = _compiled(manifest, leaf, tgt)
     found_runner = find_runner(tgt, runner)
     if timeout <= 0:
@@ -174,7 +175,9 @@ def _fitted_input(manifest: Manifest, leaf: str, tgt: Target, compiled: StageRec
         )
     golden_choice = None
     if golden is not None:
-        vela_sha = compiled.output("vela_model").sha256
+        art = compiled.output("vela_model")
+        assert art is not None  # (_compiled checked the record names its Vela model)
+        vela_sha = art.sha256
         golden_choice = golden_from_bundle(Path(golden), leaf, tgt.name, vela_sha, model.inputs, model.outputs)
     choice = choose_input(manifest, leaf, tgt.name, model.inputs, golden_choice)
     if len(choice.data) > limits["input"]:
@@ -183,7 +186,8 @@ def _fitted_input(manifest: Manifest, leaf: str, tgt: Target, compiled: StageRec
             "use a model with smaller inputs",
         )
     out_sizes = [tensor_bytes(t) for t in model.outputs]
-    output_bytes = sum(out_sizes) if out_sizes and all(out_sizes) else limits["output"]
+    known = [n for n in out_sizes if n]
+    output_bytes = sum(known) if out_sizes and len(known) == len(out_sizes) else limits["output"]
     return choice, min(output_bytes, limits["output"])
 
 
@@ -208,6 +212,7 @@ class _FvpJob:
 
     def run(self, out: Path) -> StageResult:
         tgt = self.target
+        assert tgt.fvp is not None  # (a board target: fvp_run found its FVP)
         input_bin, output_bin, log_path = out / "input.bin", out / "output.bin", out / "fvp.log"
         input_bin.write_bytes(self.choice.data)
         inv = FvpInvocation(
@@ -273,6 +278,7 @@ class _FvpJob:
                        warnings: list[str]) -> dict[str, Any]:
         """The stage's ``output`` details; the dump joins ``outputs``, its comparison with the golden reference
         ``metrics`` and ``warnings``."""
+        assert self.target.fvp is not None  # (a board target: fvp_run found its FVP)
         output_info: dict[str, Any] = {"bytes_requested": self.output_bytes, "address": self.target.fvp.output_address}
         if not (output_bin.is_file() and output_bin.stat().st_size > 0):
             warnings.append("the FVP wrote no output dump; the runner may not support dynamic loading")

@@ -211,7 +211,7 @@ def compare_outputs(got: bytes, expected: bytes, outputs: tuple[TensorInfo, ...]
     """How the dumped output differs from the golden reference output, tensor by tensor."""
     import numpy as np
 
-    differing, max_diff, offset, argmax_same = 0, 0, 0, None
+    differing, max_diff, offset, argmax_same = 0, 0.0, 0, None
     for i, t in enumerate(outputs):
         n = tensor_bytes(t)
         dtype = _NUMPY_DTYPES.get(t.dtype)

@@ -266,7 +266,7 @@ def _as_outputs(outputs: Any, bundle: GoldenBundle) -> tuple[Any, ...]:
         a = np.asarray(o)
         if a.size != t.elements:
             raise AssertionError(f"output '{t.name}' has {a.size} values; expected {t.elements} {tuple(t.case_shape)}")
-        if t.quantized and a.dtype.kind == "f":
+        if t.quantized and t.scale is not None and a.dtype.kind == "f":
             from ..export import quantize
 
             a = quantize(a, t.scale, t.zero_point, t.dtype)  # dequantized by the device: back to its steps

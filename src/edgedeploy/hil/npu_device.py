@@ -28,7 +28,8 @@ def bundle_target(bundle: GoldenBundle) -> tuple[str, str]:
     """(target name, NPU family) the bundle was compiled for, as its manifest records them."""
     target = bundle.manifest.get("target")
     target = target if isinstance(target, dict) else {}
-    name = target.get("name") if isinstance(target.get("name"), str) else "an unrecorded target"
+    name = target.get("name")
+    name = name if isinstance(name, str) else "an unrecorded target"
     family = target.get("npu_family")
     if not isinstance(family, str) or not family:
         config = target.get("accelerator_config")

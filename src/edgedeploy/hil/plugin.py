@@ -35,6 +35,7 @@ def _fail(spec: str, exc: EdgeDeployError) -> None:
 
 def serial_device(bundle: Any, spec: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[Callable[[bytes], bytes], SerialDevice | None]:
     """(transport, device) for the fixture; the transport records each inference's timing on the running test."""
+    failure: EdgeDeployError | None
     try:
         device = bundle_device(bundle, spec, timeout)
     except EdgeDeployError as exc:
@@ -45,6 +46,7 @@ def serial_device(bundle: Any, spec: str, timeout: float = DEFAULT_TIMEOUT) -> t
         _fail(spec, failure)
 
     def transport(data: bytes) -> bytes:
+        failure: EdgeDeployError | None
         try:
             out = device(data)
         except EdgeDeployError as exc:

@@ -175,9 +175,11 @@ def pytest_generate_tests(metafunc: Any) -> None:
 try:
     import pytest as _pytest
 except ImportError:  # the plugin part needs pytest; the helpers above do not
-    _pytest = None
+    _with_pytest = False
+else:
+    _with_pytest = True
 
-if _pytest is not None:
+if _with_pytest:
     from edgedeploy.hil.plugin import pytest_runtest_call, pytest_runtest_teardown, pytest_terminal_summary  # noqa: F401 (hooks)
 
     @_pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ class QemuTransport:
     ``tflm_dir`` defaults to ``$EDGEDEPLOY_TFLM_DIR``. Call :meth:`close` to remove the build.
     """
 
-    def __init__(self, bundle: GoldenBundle, tflm_dir: str | os.PathLike | None = None, timeout: float = 120.0) -> None:
+    def __init__(self, bundle: GoldenBundle, tflm_dir: Path | str | None = None, timeout: float = 120.0) -> None:
         from edgedeploy.hil.emulate.board import EmulatedBoard
 
         self.bundle = bundle
@@ -69,7 +69,7 @@ class QemuTransport:
         self.board.close()
 
 
-def qemu_transport(bundle: GoldenBundle, tflm_dir: str | os.PathLike | None = None, timeout: float = 120.0) -> QemuTransport:
+def qemu_transport(bundle: GoldenBundle, tflm_dir: Path | str | None = None, timeout: float = 120.0) -> QemuTransport:
     """The bundle's firmware on an emulated Cortex-M55 as a transport; see :class:`QemuTransport`."""
     return QemuTransport(bundle, tflm_dir, timeout)
 

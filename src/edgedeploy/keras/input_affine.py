@@ -68,7 +68,8 @@ def _consumers(layer) -> list:
 def _chain(model, start) -> tuple[list, np.ndarray, np.ndarray]:
     """The affine layers read one after another from ``start`` (a model input) and their composed ``(a, b)``."""
     channels = int(start.output_shape[0][-1] if isinstance(start.output_shape, list) else start.output_shape[-1])
-    a, b, layers = np.ones(channels), np.zeros(channels), []
+    layers: list = []
+    a, b = np.ones(channels), np.zeros(channels)
     layer = start
     while True:
         nxt = _consumers(layer)
@@ -166,9 +167,9 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
     rename = {layer.name: (plan[1][i - 1].name if i else plan[0].name)
               for plan in plans for i, layer in enumerate(plan[1])}
     config = bypass_layers(config, {name: _first(rename, name) for name in rename})
-    targets = {t.name: (t, a, b) for _, _, a, b, ts in plans for t in ts}
+    folds = {t.name: (t, a, b) for _, _, a, b, ts in plans for t in ts}
     for spec in config["layers"]:
-        if spec["name"] in targets:
+        if spec["name"] in folds:
             spec["config"]["use_bias"] = True
             if freeze:
                 spec["config"]["trainable"] = False
@@ -177,8 +178,8 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
         if layer.__class__.__name__ == "InputLayer":
             continue
         weights = model.get_layer(layer.name).get_weights()
-        if layer.name in targets:
-            weights = _fold(*targets[layer.name], weights)
+        if layer.name in folds:
+            weights = _fold(*folds[layer.name], weights)
         layer.set_weights(weights)
     return new, {layer.name: sorted(t.name for t in plan[4]) for plan in plans for layer in plan[1]}, left
 

@@ -161,7 +161,7 @@ def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str], models
 
 
 def _functional_config(path: Path, config: dict) -> dict:
-    layers, after = [], {}
+    layers, after = [], dict[str, str]()
     taken = {entry.get("name") or entry["config"].get("name") for entry in config["layers"]}
     models: set[str] = set()
     for entry in config["layers"]:

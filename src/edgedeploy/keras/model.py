@@ -93,7 +93,7 @@ def inspect_model_file(path: Path) -> ModelFileInfo:
         raise InvalidInputError(f"{path} is not a Keras model file", "pass a .h5 or .keras file saved by tf_keras or Keras 3")
     if not isinstance(config, dict) or not isinstance(training, (dict, type(None))):
         raise InvalidInputError(f"{path}: its model config is not a Keras model config", "re-save the model")
-    lambdas = tuple(str((c.get("config") if isinstance(c.get("config"), dict) else {}).get("name", "?"))
+    lambdas = tuple(str((cfg if isinstance(cfg := c.get("config"), dict) else {}).get("name", "?"))
                     for c in _walk(config) if c.get("class_name") == "Lambda")
     return ModelFileInfo(path, version, lambdas, training)
 
@@ -148,7 +148,8 @@ def check_recurrent_layers(model, path: Path, leaves: Iterable[str], qat_leaves:
     TFMOT has no QAT config for an LSTM, and the converter cannot convert its quantization-aware model, so the
     QAT leaves (``qat_leaves`` of ``leaves``) are refused for it; unrolled layers are plain operators and pass.
     """
-    looping, lstm = [], []
+    looping: list[str] = []
+    lstm: list[str] = []
     for layer in model.layers:
         kind = layer.__class__.__name__
         rnn = layer.forward_layer if kind == "Bidirectional" else layer

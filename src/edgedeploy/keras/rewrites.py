@@ -241,7 +241,7 @@ def conv1d_as_conv2d(model):
     config = model.get_config()
     taken = {layer.name for layer in model.layers}
     moved_specs = {spec["name"]: spec for spec in config["layers"] if spec["name"] in moved_names}
-    specs, rename, added, chained = [], {}, set(), set()
+    specs, rename, added, chained = [], {}, set[str](), set[str]()
     for spec in config["layers"]:
         if spec["name"] in moved_names:
             continue  # placed with its convolution

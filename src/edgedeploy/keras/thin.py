@@ -139,7 +139,7 @@ class _Builder:
             if kind == "Conv2D" and int(cfg.get("groups", 1)) != 1:
                 self.hold(x, f"{name} is a grouped convolution")
                 return self.new(width, name, f"{name} is a grouped convolution")
-            if x[0] == "flat" and kind != "Dense":
+            if x is not None and x[0] == "flat" and kind != "Dense":
                 self.hold(x, f"{name} ({kind}) reads a flattened tensor")
             for gid, _ in _segments(x):
                 self.graph.consumers.setdefault(self.graph.groups[self.graph.root(gid)].name, []).append(name)

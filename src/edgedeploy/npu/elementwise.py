@@ -12,6 +12,8 @@ out. That is what makes Vela's int8 softmax and MEAN sequences reproduce TFLite'
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import NpuModelError
@@ -32,7 +34,7 @@ def elementwise(op: Operation, mem: Memory) -> None:
     ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
     h, w, c = ofm_shape(op)
     a = read(mem(ifm.region), ifm, (h, w, c), op.title) - ifm.zero_point
-    b = None
+    b: Any = None  # the second operand: read for every mode not in UNARY
     if mode not in UNARY:
         b = _second(op, mem, (h, w, c))
         if op.reg("IFM2_BROADCAST") & REVERSED:

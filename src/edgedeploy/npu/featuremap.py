@@ -70,13 +70,13 @@ def feature_map(op: Operation, prefix: str) -> FeatureMap:
     if size is None or fmt > 1:
         raise NpuModelError(f"{op.title}: {prefix}_PRECISION {prec:#x} (precision or format) is not modelled",
                             "int8/int16/int32 in NHWC or NHCWB16 are")
-    bases = tuple(op.reg32(f"{prefix}_BASE{i}") & ADDRESS_MASK for i in range(4))
+    base0, base1, base2, base3 = (op.reg32(f"{prefix}_BASE{i}") & ADDRESS_MASK for i in range(4))
     zp_name = f"{prefix}_ZERO_POINT"
     zero = op.signed(zp_name)
     return FeatureMap(
         prefix=prefix,
         region=op.reg(f"{prefix}_REGION"),
-        bases=bases,  # type: ignore[arg-type]
+        bases=(base0, base1, base2, base3),
         height0=op.reg(f"{prefix}_HEIGHT0_M1") + 1,
         height1=op.reg(f"{prefix}_HEIGHT1_M1") + 1,
         width0=op.reg(f"{prefix}_WIDTH0_M1") + 1,
@@ -133,8 +133,8 @@ def span(fm: FeatureMap, shape: tuple[int, int, int]) -> tuple[int, int] | None:
             continue
         base = fm.bases[t]
         end = base + (rows - 1) * sy + (cols - 1) * sx + chan + fm.size
-        lo, hi = (base, end) if lo is None else (min(lo, base), max(hi, end))
-    return None if lo is None else (lo, hi)
+        lo, hi = (base, end) if lo is None or hi is None else (min(lo, base), max(hi, end))
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def _check(memory: np.ndarray, fm: FeatureMap, shape: tuple[int, int, int], what: str) -> None:

@@ -170,8 +170,8 @@ def output_stage(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, m
     table = lut.is_table(kind)
     if ofm.size < 4 or table:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
-    if CLIP_RANGES[clip] is not None:
-        value = np.clip(value, *CLIP_RANGES[clip])
+    if (clip_range := CLIP_RANGES[clip]) is not None:
+        value = np.clip(value, *clip_range)
     if table:
         value = lut.lookup(mem(-1)[0], kind - lut.LUT_START, value, ofm.size, ofm.signed, op.title)
     elif kind != 0:

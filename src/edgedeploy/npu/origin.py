@@ -25,7 +25,7 @@ DEBUG_DB = "debug_db"  # the compile record's output role of Vela's debug databa
 
 def _int(text: str | None) -> int | None:
     try:
-        return int(text) if text not in (None, "") else None
+        return int(text) if text else None
     except ValueError:
         return None
 
@@ -55,7 +55,7 @@ def origins(tables: Mapping[str, list[dict[str, str]]], operators: Sequence[Oper
         opt = optimised.get(row.get("optimised_id"))
         src = source.get(opt.get("source_id")) if opt else None
         index = _int(src.get("ext_key")) if src else None
-        if offset is None or index is None or not 0 <= index < len(operators):
+        if opt is None or offset is None or index is None or not 0 <= index < len(operators):
             continue
         op = operators[index]
         out[offset] = {"tflite_operator_index": index, "tflite_operator": op.op, "tflite_output": op.output_name,

@@ -10,7 +10,7 @@ one buffer per number its region field gives. A scalar operand is OP_SCALAR.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -91,7 +91,7 @@ def elementwise(op: Operation, mem: Memory, chain: dict) -> None:
     mode = op.sub_op
     h, w, c = op.reg("OFM_HEIGHT_M1") + 1, op.reg("OFM_WIDTH_M1") + 1, op.reg("OFM_DEPTH_M1") + 1
     a = np.asarray(_operand(op, "IFM", mem, chain, (h, w, c)), dtype=object)
-    b = None if mode in UNARY else np.asarray(_operand(op, "IFM2", mem, chain, (h, w, c)), dtype=object)
+    b: Any = None if mode in UNARY else np.asarray(_operand(op, "IFM2", mem, chain, (h, w, c)), dtype=object)
     if mode in ("ADD", "SUB"):
         a, b = _ifm_scale(op, "IFM_SCALE", a), _ifm_scale(op, "IFM2_SCALE", b)
         acc = a + b if mode == "ADD" else a - b

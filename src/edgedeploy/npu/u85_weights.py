@@ -193,6 +193,7 @@ def scales(op: Operation, region: np.ndarray, depth: int) -> tuple[np.ndarray, n
     bias_bytes = 6 if wide else 4
     bias = sum(rec[:, j] << (8 * j) for j in range(bias_bytes))
     bias = np.where(bias >= 1 << (8 * bias_bytes - 1), bias - (1 << (8 * bias_bytes)), bias)
-    mult = sum(rec[:, bias_bytes + j] << (8 * j) for j in range(8 - bias_bytes)) & ((1 << (63 - 8 * bias_bytes)) - 1)
+    mult = np.asarray(sum(rec[:, bias_bytes + j] << (8 * j) for j in range(8 - bias_bytes)))
+    mult &= (1 << (63 - 8 * bias_bytes)) - 1
     shift = rec[:, 8] & 0x3F
     return bias, mult, shift

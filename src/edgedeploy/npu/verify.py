@@ -242,7 +242,7 @@ def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
         rows = min(count, int(ev.x.shape[0]))
         typed, _ = prepare_inputs(ev.x[:rows], tin)
         return [np.asarray(typed).reshape((rows,) + shape)], f"{rows} evaluation rows of {Path(data).name}"
-    kinds = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
+    kinds: dict[str, type[np.integer[Any]]] = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
     if tin.dtype not in kinds:
         raise UsageError(f"{int8_model} takes {tin.dtype} input; random cases are integers",
                          "pass --data DATA.npz with evaluation rows")
@@ -265,7 +265,7 @@ def compare(leaf: Leaf, ops: list[Operation], outs: list[np.ndarray], expected: 
     first: dict[str, Any] | None = None
     documented_cases = 0
     notes: list[str] = []
-    for case in np.flatnonzero(differs):
+    for case in np.flatnonzero(differs).tolist():
         found = _first_difference(case, snaps, mapping, ref)
         limit = DOCUMENTED.get(found.get("tflite_operator", ""), (None, ""))
         if limit[0] is not None and found["max_abs_diff"] <= limit[0]:

@@ -57,7 +57,7 @@ def scales(op: Operation, memory: np.ndarray, depth: int, core: int = 0) -> tupl
     rec = memory[base : base + depth * SCALE_RECORD].reshape(depth, SCALE_RECORD).astype(np.int64)
     bias = sum(rec[:, i] << (8 * i) for i in range(5))
     bias = np.where(bias >= 1 << 39, bias - (1 << 40), bias)
-    mult = sum(rec[:, 5 + i] << (8 * i) for i in range(4))
+    mult = np.asarray(sum(rec[:, 5 + i] << (8 * i) for i in range(4)))
     shift = rec[:, 9] & 0x3F
     return bias, mult, shift
 

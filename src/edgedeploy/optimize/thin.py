@@ -57,7 +57,7 @@ def _edges(graph) -> list[tuple[str, str]]:
     return edges
 
 
-def _op_groups(graph, name: str) -> tuple[str | None, str | None]:
+def _op_groups(graph, name: str | None) -> tuple[str | None, str | None]:
     """(group read, group written) of the Keras layer behind a Vela operator row."""
     if name is None or name not in graph.layouts:
         return None, None
@@ -107,7 +107,7 @@ def _budgets(recipe, stair: Staircase, totals: dict[str, float]) -> dict[str, di
                     f"{hz / 1e6:g} MHz), which no width removes",
                     f"ask for more than {fixed_ms:.4g} ms (the latency the walk aims at is --max-latency-ms), or "
                     "leave thin_max_latency_ms at 0")
-        key = min(options, key=options.get)
+        key = min(options, key=lambda k: options[k])
         out[t] = {"npu_cycles": options[key], "from": key, "ptq_npu_cycles": full}
     return out
 
@@ -150,8 +150,8 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
     groups = list(widths)
     colours = colour_groups(groups, _edges(graph))
     fixed = {g: 0 for g, c in colours.items() if c > N}  # (beyond the array's columns: kept at full width)
-    rows = orthogonal_rows(min(N + 1, max(colours.values()) + 1))
-    assignments = [{g: row[colours[g]] if g not in fixed else 0 for g in groups} for row in rows]
+    design = orthogonal_rows(min(N + 1, max(colours.values()) + 1))
+    assignments = [{g: row[colours[g]] if g not in fixed else 0 for g in groups} for row in design]
     calibration, _ = data.calibration(GRID_CALIBRATION, recipe.seed)
     unique = list(dict.fromkeys(tuple(widths[g][a[g]] for g in groups) for a in assignments))
     tflites = [_candidate(model, graph, scores, widths, {g: widths[g].index(w) for g, w in zip(groups, u)},
@@ -210,7 +210,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
         others = alternatives(stair, limits, drops, values, fixed, count=recipe.thin_trials - 1)
         rows, _ = _checked(others, checks, widths, compile_choices, row)
         tried += [v for v, r in zip(others, rows) if r["met"]]
-    held_on = max(ratios, key=ratios.get)
+    held_on = max(ratios, key=lambda t: ratios[t])
     record = {
         "targets": list(recipe.thin_targets), "held_on": held_on,
         "cycles_of": "the thinned model pruned 2:4" if recipe.sparsity_pattern == "2:4" else "the thinned model",

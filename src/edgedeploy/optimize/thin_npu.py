@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -142,23 +142,24 @@ def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, S
             key = (0, loss(values), w) if w <= 1.0 else (1, w, loss(values))
             if best_key is None or key < best_key:
                 best, best_key = values, key
+        assert best is not None  # (the product holds at least one choice)
         return best, []
     values = {g: 0 for g in stair.groups}
     values.update(fixed)
-    steps = []
+    steps: list[dict[str, Any]] = []
     while worst(values) > 1.0:
-        best, best_gain = None, 0.0
+        step, best_gain = None, 0.0
         now = worst(values)
         for g in free:
             for v in range(values[g] + 1, N):
                 bought = now - worst({**values, g: v})
                 cost = max(1e-6, drops[g][v] - drops[g][values[g]])
                 if bought > 0 and bought / cost > best_gain:
-                    best, best_gain = (g, v), bought / cost
-        if best is None:
+                    step, best_gain = (g, v), bought / cost
+        if step is None:
             break
-        values[best[0]] = best[1]
-        steps.append({"group": best[0], "width": stair.widths[best[0]][best[1]],
+        values[step[0]] = step[1]
+        steps.append({"group": step[0], "width": stair.widths[step[0]][step[1]],
                       "predicted": {t: round(stair.predict(t, values)) for t in budgets}})
     for g in sorted(free, key=lambda g: -drops[g][values[g]]):  # give back what the budget does not need
         while values[g] > 0 and worst({**values, g: values[g] - 1}) <= 1.0:
@@ -188,6 +189,7 @@ def shortlist(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str
     def loss(v):
         return sum(drops[g][v[g]] for g in free)
 
+    pool: Iterable[dict[str, int]]
     if N ** len(free) <= EXHAUSTIVE:
         pool = ({**fixed, **dict(zip(free, combo))} for combo in itertools.product(range(N), repeat=len(free)))
     else:

@@ -40,7 +40,7 @@ def layer_of(name: str, layer_kinds: Mapping[str, str]) -> str | None:
     segments = [seg for part in name.split(";") for seg in part.split("/")]
     named = [seg for seg in segments if seg in layer_kinds]
     kernel = [seg for seg in named if layer_kinds[seg] in ("Conv2D", "DepthwiseConv2D", "Dense")]
-    return (kernel or named or [None])[0]
+    return kernel[0] if kernel else named[0] if named else None
 
 
 @timed("candidate_vela")
@@ -56,7 +56,7 @@ def compile_models(models: Sequence[bytes], targets: Sequence[str], work: Path, 
         path = work / f"m{i}.tflite"
         path.write_bytes(data)
         paths.append(path)
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Any]] = {}  # (every slot is filled before the return, or Vela's failure raised)
     try:
         requests, keys = [], []
         for t in targets:

@@ -60,7 +60,7 @@ class TwoOfFour:
         return sparsity.prune_low_magnitude(layer, pruning_schedule=never)
 
     def callback(self):
-        keras = self.env.keras
+        keras: Any = self.env.keras
         owner = self
 
         class SetMasks(keras.callbacks.Callback):

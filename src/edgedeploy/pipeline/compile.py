@@ -149,7 +149,7 @@ def compile_result(vela: VelaResult, misbiased: Sequence[str] = ()) -> StageResu
                  for op in misbiased]
     outputs = {role: path for role, path in vela.files.items() if role != "debug_db"}
     outputs["log"] = vela.log_path
-    details = {"summary": vela.summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
+    details: dict[str, Any] = {"summary": vela.summary, "layers": layers, "cpu_operators": [o.to_dict() for o in cpu_ops]}
     # what the NPU computes: MACs and compute- vs memory-bound layers (edgedeploy.vela.compute)
     details["npu_compute"] = compute_facts(layers)
     for bound in ("compute", "memory"):
@@ -229,6 +229,7 @@ def _compiled(ctx: RunContext, item: PendingCompile) -> tuple[StageResult, str |
     vela_runner.check(request, job, shown=shown, written=final)
     result = compile_result(vela_runner.read_outputs(request, item.run.args, job.seconds, shown=item.model),
                             misbiased)
+    assert result.tool is not None  # (compile_result records Vela's command line)
     result.tool.argv = [a.replace(str(item.staged), str(final.resolve())) for a in result.tool.argv]
     return result, None, job.seconds
 

@@ -191,7 +191,7 @@ def optional_checks() -> list[Check]:
     return checks + emulation_checks(gcc.found)
 
 
-def _located(name: str, found, detail: str, hint: Callable[[], str]) -> Check:
+def _located(name: str, found, detail: str, hint: Callable[..., str]) -> Check:
     """An optional file found by :mod:`edgedeploy.fvp.discovery` (``found``: its result, None when missing);
     ``hint`` says how to get it, asked only when it is missing."""
     return Check(

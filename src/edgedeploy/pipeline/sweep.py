@@ -65,14 +65,15 @@ class SweepOutcome:
         failed = self.failed
         if not failed:
             return
-        first = failed[0]
+        first, error = failed[0], failed[0].error
+        assert error is not None  # (a failed member)
         done = [m.name for m in self.members if m.error is None]
         also = [m.name for m in failed[1:]]
-        text = (f"model '{first.name}' of the sweep failed: {first.error.message}"
+        text = (f"model '{first.name}' of the sweep failed: {error.message}"
                 + (f"; also failed: {', '.join(also)}" if also else "")
                 + (f"; finished: {', '.join(done)}" if done else ""))
-        hint = (first.error.hint or "") + (f" (each model's outcome is in {self.out / SWEEP_FILE})")
-        raise type(first.error)(text, hint.strip()) from first.error
+        hint = (error.hint or "") + (f" (each model's outcome is in {self.out / SWEEP_FILE})")
+        raise type(error)(text, hint.strip()) from error
 
 
 def write_record(out: Path, record: dict[str, Any]) -> None:

@@ -89,7 +89,7 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
     leaves of its first level here and those of each deeper level when it gets there (:func:`run_tree`)."""
     from edgedeploy.keras import tfenv
 
-    from edgedeploy.data_sources import DataOptions, gather_data
+    from edgedeploy.data_sources import DataOptions, Samples, gather_data
 
     model_path = Path(model_path)
     model, info = load_model(model_path, trust_lambda)  # a missing or unsafe file stops before TensorFlow loads
@@ -101,7 +101,11 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
     # a folder or in-memory samples are checked as the .npz they become, before it is written: a refused source
     # leaves nothing behind, and errors name the user's folder or file
     prepared = gather_data(data_path, tuple(model.input_shape[1:]), DataOptions.from_recipe(recipe))
-    where = Path(data_path) if prepared is None else Path(prepared.where)
+    if prepared is not None:
+        where = Path(prepared.where)
+    else:  # an .npz used as it is (samples in memory are always prepared)
+        assert not isinstance(data_path, Samples)
+        where = Path(data_path)
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
     arrays = read_data_file(where) if prepared is None else prepared.arrays()  # read once: targets, then samples
@@ -251,8 +255,9 @@ class _TreeGraph:
                 self.inputs.data, recipe, self.inputs.loss, self.inputs.trust_lambda)
         node = LEAVES[task.name]
         inputs = {"data": data, "model": self.path_of(node)}
-        if node in QAT_NODES:
-            inputs["parent_model"] = self.path_of(NODE_TABLE[node].parent)
+        parent = NODE_TABLE[node].parent
+        if node in QAT_NODES and parent is not None:  # (a QAT node trains from its parent's model)
+            inputs["parent_model"] = self.path_of(parent)
         params = {"float_io": recipe.float_io, "calibration_samples": recipe.calibration_samples,
                   "calibration_choice": "random",
                   "sparsity": recipe.sparsity, "clusters": recipe.clusters, "tolerance": recipe.sparsity_tolerance,
@@ -265,7 +270,9 @@ class _TreeGraph:
 
         if task.kind == "compile":
             leaf = self.records[leaf_id(task.name)]
-            got = start_compile(self.ctx, task.name, self.ctx.manifest.resolve(leaf.output("int8_model")), leaf.id,
+            int8 = leaf.output("int8_model")
+            assert int8 is not None  # (a leaf's convert stage records its int8 model)
+            got = start_compile(self.ctx, task.name, self.ctx.manifest.resolve(int8), leaf.id,
                                 self.by_name[task.target], self.options,
                                 lambda: self.runner.vela(self.options, self.n_compiles))
             if isinstance(got, StageRecord):
@@ -273,16 +280,16 @@ class _TreeGraph:
                 self.compiled.cached_ids.add(got.id)
                 return None
             self.pending[task.id] = got
-            return got.job
+            return got.run.job
         spec, inputs, fn, args = self.stage_of(task)
-        got = begin_stage(self.ctx, spec, inputs, reuse=self.reuse)
-        if isinstance(got, StageRecord):
-            self.records[task.id] = got
+        begun = begin_stage(self.ctx, spec, inputs, reuse=self.reuse)
+        if isinstance(begun, StageRecord):
+            self.records[task.id] = begun
             return None
-        self.pending[task.id] = got
+        self.pending[task.id] = begun
         # a leaf asks for the worker that trained its node in this run, where that model still is
         after = self.futures.get(node_id(LEAVES[task.name])) if task.kind == "leaf" else None
-        future = self.futures[task.id] = self.runner.submit(fn, task.name, dict(inputs), got.staged, *args,
+        future = self.futures[task.id] = self.runner.submit(fn, task.name, dict(inputs), begun.staged, *args,
                                                             after=after)
         return future
 

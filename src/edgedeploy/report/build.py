@@ -43,8 +43,8 @@ def _rows(manifest: Manifest, variants: list[_Variant], ref: _Variant | None) ->
     rows: list[dict[str, Any]] = []
     for v in variants:
         acc_values = _accuracy_values(v, ref)
-        compiles = sorted(v.compiles, key=lambda r: r.target or "") or [None]
-        for rec in compiles:
+        compiles = sorted(v.compiles, key=lambda r: r.target or "")
+        for rec in compiles or (None,):
             values = {**acc_values, **_compile_values(rec, manifest, v)}
             target = rec.target if rec is not None else None
             row: dict[str, Any] = {

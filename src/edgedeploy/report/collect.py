@@ -110,6 +110,7 @@ def _task_metric_values(v: _Variant, ref: _Variant | None, out: dict[str, dict[s
     """A leaf judged by its task's metric (``details["metric"]`` of its convert record): the metric columns, and
     the accuracy columns unavailable with the reason."""
     acc = v.accuracy
+    assert acc is not None  # (called for a leaf whose convert record names its metric)
     spec = acc.details["metric"]
     key, unit, higher = spec["key"], spec.get("unit", ""), bool(spec.get("higher_is_better", True))
     why = f"not a classifier ({spec.get('task', '')}): judged by {spec.get('title', key)}"
@@ -144,9 +145,9 @@ def _compile_values(rec: StageRecord | None, manifest: Manifest, v: _Variant) ->
     else:
         why = ""
     for key, (metric, unit) in VELA_METRICS.items():
-        out[key] = na(unit, "estimated", why) if why else from_metric(rec, metric, unit, "estimated",
-                                                                       f"{rec.id} recorded no {metric}")
-    if why:
+        out[key] = na(unit, "estimated", why) if why or rec is None else from_metric(
+            rec, metric, unit, "estimated", f"{rec.id} recorded no {metric}")
+    if why or rec is None:
         out["compiled_model_bytes"] = na("B", "measured", why)
         out["npu_clock_mhz"] = na("MHz", "computed", why)
         return out

@@ -145,7 +145,7 @@ def npu_weight_layers(variants: Iterable[_Variant]) -> dict[str, dict[str, Any]]
     for v in variants:
         for rec in sorted(v.compiles, key=lambda r: r.target or ""):
             facts = rec.details.get("npu_weights") if rec.status != "failed" else None
-            if not facts:
+            if not facts or rec.target is None:
                 continue
             layers = [{"layer": _layer_label(row.get("tensor") or row.get("name") or "?"),
                        **{k: row.get(k) for k in LAYER_KEYS}} for row in facts.get("layers", [])]

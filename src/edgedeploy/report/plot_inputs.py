@@ -77,8 +77,8 @@ def _stage_files(manifest) -> tuple[dict[str, Path], tuple[str, Path] | None]:
     """The Keras model of each optimize node and the int8 model of the first leaf of :data:`INT8_CHAIN` the run
     has, each checked against the manifest's sha256 first (a changed one is refused, never read)."""
     optimize = {r.variant: r for r in manifest.find(stage="optimize") if r.status != "failed" and r.variant}
-    models = {node: _keras_file(manifest, rec) for node, rec in optimize.items()}
-    models = {k: v for k, v in models.items() if v is not None and v.is_file()}
+    kept = {node: _keras_file(manifest, rec) for node, rec in optimize.items()}
+    models = {k: v for k, v in kept.items() if v is not None and v.is_file()}
     for leaf in INT8_CHAIN:
         recs = manifest.find(stage="convert", variant=leaf)
         path = int8_model_path(manifest, recs[0]) if recs else None

@@ -116,7 +116,7 @@ def _layer(name: str) -> str:
     return layer.removeprefix("quant_")
 
 
-def bound_layers_note(target: str, leaves: list[tuple[str, dict[str, Any]]]) -> str | None:
+def bound_layers_note(target: str, leaves: list[tuple[str, dict[str, Any] | None]]) -> str | None:
     """One line naming, per leaf, which of the layers that multiply (MACs > 0) Vela estimates compute-bound
     on ``target`` (fewer MACs, e.g. 2:4 sparsity, make only those faster) and which memory-bound.
     ``leaves`` are (leaf, compile ``details["npu_compute"]``)."""

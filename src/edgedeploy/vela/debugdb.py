@@ -76,7 +76,7 @@ def read_debug_db(path: Path) -> dict[str, list[dict[str, str]]]:
 
 def _int(text: str | None) -> int | None:
     try:
-        return int(float(text)) if text not in (None, "") else None
+        return int(float(text)) if text else None
     except ValueError:
         return None
 
@@ -121,10 +121,10 @@ def summarize_layers(layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Totals over :func:`weight_layers` rows (missing values count as unavailable, not zero)."""
 
     def total(key: str) -> int | None:
-        vals = [r.get(key) for r in layers if r.get(key) is not None]
+        vals = [v for r in layers if (v := r.get(key)) is not None]
         return int(sum(vals)) if vals else None
 
-    distinct = [r.get("int8_distinct") for r in layers if r.get("int8_distinct") is not None]
+    distinct = [d for r in layers if (d := r.get("int8_distinct")) is not None]
     return {
         "layers": len(layers),
         "encoded_weight_bytes": total("encoded_weight_bytes"),

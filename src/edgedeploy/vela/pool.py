@@ -15,8 +15,9 @@ import os
 import sys
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from edgedeploy.vela import VelaExecutor
 from edgedeploy.vela.worker import WORKER_MODULES, VelaJobResult, WarmWorker, vela_job, worker_init
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork")
 
 
-class VelaPool:
+class VelaPool(VelaExecutor):
     """Worker processes that import Vela once. Start it early; it warms up in the background.
 
     The workers may come from several process pools (one warm worker started with the process, more
@@ -61,7 +62,7 @@ class VelaPool:
 
     def __init__(self, jobs: int = 1, warm: WarmWorker | None = None) -> None:
         self.jobs = jobs
-        self._pools: list[Any] = []  # ProcessPoolExecutors, and the warm worker if one was adopted
+        self._pools: list[ProcessPoolExecutor | WarmWorker] = []  # and the warm worker if one was adopted
         self._load: dict[int, list[int]] = {}  # id(pool) -> [jobs queued, workers]
         self._lock = threading.Lock()
         if warm is not None:
@@ -94,14 +95,15 @@ class VelaPool:
         """Compile with Vela in a worker."""
         return self.call(vela_job, args, str(log_path))
 
-    def call(self, fn, *args) -> Future:
+    def call(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Run a picklable function in a worker (where Vela and its dependencies are already imported)."""
         self.start()
         with self._lock:
             pool = min(self._pools, key=lambda p: self._load[id(p)][0] / self._load[id(p)][1])
             self._load[id(pool)][0] += 1
         future = pool.submit(fn, *args)
-        future.add_done_callback(lambda _, key=id(pool): self._done(key))
+        key = id(pool)
+        future.add_done_callback(lambda _: self._done(key))
         return future
 
     def _done(self, key: int) -> None:

@@ -14,9 +14,10 @@ import os
 import tempfile
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError, ToolMissingError
+from edgedeploy.vela import VelaExecutor
 from edgedeploy.vela.ray_connect import bounded_join, probe_ray_address
 from edgedeploy.vela.worker import VelaJobResult, vela_job
 
@@ -118,7 +119,7 @@ def import_ray():
     return ray
 
 
-class RayExecutor:
+class RayExecutor(VelaExecutor):
     """The same interface as :class:`~edgedeploy.vela.pool.VelaPool`, on Ray."""
 
     def __init__(self, address: str | None = None, jobs: int | None = None) -> None:
@@ -156,7 +157,7 @@ class RayExecutor:
         remote.add_done_callback(store)
         return done
 
-    def call(self, fn, *args) -> Future:
+    def call(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Checks that read local files run here, not on a cluster node that cannot see them."""
         done: Future = Future()
         try:

@@ -17,6 +17,8 @@ import sys
 # Nothing but os and sys is imported before the warm worker is forked (typing alone costs milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
+    from concurrent.futures import Future
     from typing import Any, Callable
 
 
@@ -52,9 +54,9 @@ def worker_init() -> None:
 def installed_vela_version() -> str:
     """The installed Vela's version: in a worker, the one Vela read as it was imported; else from the package's
     metadata."""
-    loaded = sys.modules.get("ethosu.vela._version")
-    if isinstance(getattr(loaded, "__version__", None), str):
-        return loaded.__version__
+    loaded = getattr(sys.modules.get("ethosu.vela._version"), "__version__", None)
+    if isinstance(loaded, str):
+        return loaded
     from importlib.metadata import PackageNotFoundError, version
 
     from edgedeploy.errors import ToolMissingError
@@ -165,13 +167,13 @@ class WarmWorker:
         self.pid = pid
         self._requests = os.fdopen(req_w, "wb")
         self._replies = os.fdopen(rep_r, "rb")
-        self._pending: list = []
-        self._reader = None
-        self._lock = None
+        self._pending: list[Future] = []
+        self._reader: threading.Thread | None = None
+        self._lock: threading.Lock | None = None  # (threading is imported on first use)
         self._broken = False
         self._closed = False
 
-    def submit(self, fn: Callable[..., Any], *args: Any):
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         import pickle
         import threading
         from concurrent.futures import Future
@@ -197,16 +199,18 @@ class WarmWorker:
     def _read(self) -> None:
         import pickle
 
+        lock = self._lock
+        assert lock is not None  # (made by the submit that started this reader)
         while True:
             try:
                 ok, value = pickle.load(self._replies)
             except Exception:  # EOF or a torn message: the worker died
                 break
-            with self._lock:
+            with lock:
                 future = self._pending.pop(0) if self._pending else None
             if future is not None and future.set_running_or_notify_cancel():
                 future.set_result(value) if ok else future.set_exception(value)
-        with self._lock:
+        with lock:
             self._broken = True
             pending, self._pending = self._pending, []
         for future in pending:

@@ -81,13 +81,13 @@ def test_two_jobs_give_the_one_job_run_and_compiles_overlap_training(trained_tre
     assert {r.id for r in again.compiled.records} == again.compiled.cached_ids
 
 
-def _die(env, sig):  # a stage whose work kills the process it runs in
+def _die(env, name, inputs, out, sig):  # a stage whose work kills the process it runs in
     import os
 
     os.kill(os.getpid(), sig)
 
 
-def test_a_stage_worker_that_dies_ends_as_one_line_with_exit_6():
+def test_a_stage_worker_that_dies_ends_as_one_line_with_exit_6(tmp_path):
     import signal
 
     import pytest
@@ -97,9 +97,9 @@ def test_a_stage_worker_that_dies_ends_as_one_line_with_exit_6():
 
     runner = LocalStages(2)
     try:
-        future = runner.submit(_die, signal.SIGKILL)
+        future = runner.submit(_die, "node", {}, tmp_path, signal.SIGKILL)
         with pytest.raises(ToolFailedError) as err:
-            runner.collect(future, None)
+            runner.collect(future, tmp_path)
     finally:
         runner.close()
     assert err.value.exit_code == 6

@@ -146,7 +146,7 @@ def decode_outputs(data: bytes, outputs: Sequence[dict[str, Any]], cases: int) -
             f"the firmware wrote {len(data)} output bytes; {cases} cases of {per_case} bytes were expected",
             "check the firmware's output tensors against the header",
         )
-    arrays = [[] for _ in outputs]
+    arrays: list[list[np.ndarray]] = [[] for _ in outputs]
     pos = 0
     for _ in range(cases):
         for j, t in enumerate(outputs):

@@ -40,7 +40,8 @@ class Progress:
         self.keras, self.title, self.epochs, self.steps = keras, title, epochs, steps
 
     def callback(self):
-        keras, title, total = self.keras, self.title, self.epochs * self.steps
+        keras: Any = self.keras
+        title, total = self.title, self.epochs * self.steps
         enabled = (sys.stderr.isatty() or in_notebook()) and log.getEffectiveLevel() <= logging.WARNING
 
         class CB(keras.callbacks.Callback):
@@ -137,7 +138,7 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
         return ts
     notes.append(f"{recipe.thin_augment}: {len(ts.x)} mirrored images added, distilled from the float model")
     twice = (lambda a: None if a is None else np.concatenate([a, a]))
-    return replace(ts, x=np.concatenate([ts.x, mirror(ts.x)]), y=twice(ts.y), p=twice(ts.p),
+    return replace(ts, x=np.concatenate([ts.x, mirror(ts.x)]), y=np.concatenate([ts.y, ts.y]), p=twice(ts.p),
                    teacher=np.concatenate([ts.teacher, mirrored_targets[train_idx].astype(ts.teacher.dtype)]))
 
 
@@ -276,9 +277,11 @@ def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: in
                           lambda out, rows=EVERY_ROW: float(train_loss(val[rows], out[rows])))
     if ts.p is not None:  # probability targets: categorical cross-entropy on the probabilities themselves
         train_loss = loss.build(keras, probabilities=True)
+        p_val = ts.p_val
+        assert p_val is not None  # (split with ts.p)
         # (the metric is categorical: the arg max of the probabilities)
         return _Objective(train_loss, ts.p, ["accuracy"],
-                          lambda out, rows=EVERY_ROW: float(train_loss(ts.p_val[rows], out[rows])))
+                          lambda out, rows=EVERY_ROW: float(train_loss(p_val[rows], out[rows])))
     train_loss = loss.build(keras)
     return _Objective(train_loss, ts.y, ["accuracy"] if classifier else [],
                       lambda out, rows=EVERY_ROW: float(train_loss(ts.y_val[rows], out[rows])))
@@ -314,7 +317,7 @@ def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: li
 
     frozen = 0
     try:
-        segments = [(0, epochs)] if freeze_at in (None, 0) else [(0, freeze_at), (freeze_at, epochs)]
+        segments = [(0, epochs)] if not freeze_at else [(0, freeze_at), (freeze_at, epochs)]
         if freeze_at == 0:
             frozen = set_batch_norm_frozen(model, True)
         for i, (first, last) in enumerate(segments):

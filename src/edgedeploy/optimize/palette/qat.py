@@ -57,7 +57,7 @@ def _snap_to_palette(tf, w, palette: list[int], mask, per_axis: bool, depthwise:
     return snapped
 
 
-def _weights_quantizer_class(tf, quantizers, registry):
+def _weights_quantizer_class(tf: Any, quantizers: Any, registry: Any) -> type:
     """The class of the palette weight quantizer, on TFMOT's ``LastValueQuantizer``."""
 
     class PaletteWeightsQuantizer(quantizers.LastValueQuantizer):
@@ -106,7 +106,7 @@ def _weights_quantizer_class(tf, quantizers, registry):
     return PaletteWeightsQuantizer
 
 
-def _quantize_config_class(registry, weights_quantizer):
+def _quantize_config_class(registry: Any, weights_quantizer: type) -> type:
     """The class of the quantize config that puts a ``weights_quantizer`` on a layer's kernel, on TFMOT's
     default 8-bit config."""
 

@@ -54,7 +54,7 @@ def _worker_init(model_path: str, x_path: str, y_path: str, hessian_path: str | 
 
 def save_hessians(hessians: Mapping[str, np.ndarray], path: Path) -> Path:
     """Write :func:`layer_hessians` to ``path`` (.npz, one array per layer)."""
-    np.savez(path, **{name: np.asarray(h) for name, h in hessians.items()})
+    np.savez(path, allow_pickle=False, **{name: np.asarray(h) for name, h in hessians.items()})
     return path
 
 
@@ -415,14 +415,11 @@ def sweep_holdout(data, recipe) -> tuple[np.ndarray, np.ndarray, str]:
     shared = float(getattr(recipe, "validation_fraction", 0.0) or 0.0)
     y = np.asarray(data.y_fit)
     if fraction is None and shared > 0 and getattr(data, "labelled", True):
-        try:
-            from edgedeploy.optimize.finetune.loop import holdout_split as stratified
-        except ImportError:  # pragma: no cover - an older tree without stage hold-outs
-            stratified = None
-        if stratified is not None:
-            train, hold = stratified(y, shared, recipe.seed)
-            return train, hold[y[hold] >= 0], (f"the stage training's hold-out ({shared:g} of the fine-tune split, "
-                                               f"stratified, seed {recipe.seed})")
+        from edgedeploy.optimize.finetune.loop import holdout_split as stratified
+
+        train, hold = stratified(y, shared, recipe.seed)
+        return train, hold[y[hold] >= 0], (f"the stage training's hold-out ({shared:g} of the fine-tune split, "
+                                           f"stratified, seed {recipe.seed})")
     fraction = 0.2 if fraction is None else float(fraction)
     train, hold = holdout_split(len(y), fraction, recipe.seed)
     if not getattr(data, "labelled", True):  # target values (regression, reconstruction): no unlabelled samples

@@ -27,10 +27,13 @@ import time
 import weakref
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError
 from edgedeploy.core.manifest import now_iso
+from edgedeploy.pipeline.runners import StageRunner
+from edgedeploy.vela import VelaExecutor
 
 MAX_STAGE_JOBS = 64
 
@@ -62,7 +65,7 @@ def run_work(fn: Callable[..., Any], *args: Any) -> tuple[Any, str, float]:
     return fn(env, *args), started, time.perf_counter() - t0
 
 
-class LocalStages:
+class LocalStages(StageRunner):
     """Stage work here (``jobs=1``) or in ``jobs`` spawned worker processes; compiles in a Vela pool."""
 
     def __init__(self, jobs: int = 1) -> None:
@@ -73,21 +76,23 @@ class LocalStages:
         self._ran_in: weakref.WeakKeyDictionary[Future, int] = weakref.WeakKeyDictionary()
         self._retired: list[ProcessPoolExecutor] = []  # pools whose process died
         self._lock = threading.RLock()  # (a pool calls back at once for work done already)
-        self._vela = None
+        self._vela: VelaExecutor | None = None
 
-    def submit(self, fn: Callable[..., Any], *args: Any, after: Future | None = None) -> Future:
+    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any,
+               after: Future | None = None) -> Future:
         """Start ``fn(env, node_or_leaf, inputs, out, ...)``; its future gives (result, started, seconds).
         ``after``: the future of the stage whose kept model this one reads (its worker is preferred)."""
         if self.jobs == 1:
             done: Future = Future()
             try:
-                done.set_result(run_work(fn, *args))
+                done.set_result(run_work(fn, name, inputs, out, *args))
             except Exception as exc:  # the stage's error, raised where the result is read
                 done.set_exception(exc)
             return done
         future: Future = Future()
         with self._lock:
-            self._queue.append((future, (fn, *args), self._ran_in.get(after) if after is not None else None))
+            self._queue.append((future, (fn, name, inputs, out, *args),
+                                self._ran_in.get(after) if after is not None else None))
         self.start_queued()
         return future
 
@@ -125,8 +130,9 @@ class LocalStages:
             self._busy.pop(worker, None)
             if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool):
                 # its process died: this stage fails, the next one there starts a new process
-                self._retired.append(self._workers[worker])
-                self._workers[worker] = None
+                dead, self._workers[worker] = self._workers[worker], None
+                if dead is not None:
+                    self._retired.append(dead)
         if inner.cancelled():  # (the runner is closing; a running future cannot be cancelled, only ended)
             future.set_exception(CancelledError())
         elif inner.exception() is not None:
@@ -134,7 +140,7 @@ class LocalStages:
         else:
             future.set_result(inner.result())
 
-    def collect(self, future: Future, out) -> tuple[Any, str | None, float | None]:
+    def collect(self, future: Future, out: Path) -> tuple[Any, str | None, float | None]:
         """The stage's result (its files are in ``out`` already), or its error raised."""
         while not future.done():  # (a caller that does not go through the graph may collect a queued stage)
             self.start_queued()
@@ -147,7 +153,7 @@ class LocalStages:
             raise ToolFailedError("a stage worker process died (killed by a signal, a crash or lack of memory)",
                                   f"run fewer stages at once (recipe key jobs, now {self.jobs})") from None
 
-    def vela(self, options, n_tasks: int):
+    def vela(self, options: Any, n_tasks: int) -> VelaExecutor:
         """The Vela executor of this command's compiles, started on first use and kept until :meth:`close`."""
         if self._vela is None:
             from edgedeploy.pipeline.compile import make_executor
@@ -163,8 +169,8 @@ class LocalStages:
             busy = set(self._busy)
         for future, _, _ in queued:
             future.cancel()
-        for pool in self._retired:
-            pool.shutdown(wait=True)
+        for dead in self._retired:
+            dead.shutdown(wait=True)
         self._retired = []
         for worker, pool in enumerate(self._workers):
             if pool is None:

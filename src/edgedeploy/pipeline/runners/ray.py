@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError
+from edgedeploy.pipeline.runners import StageRunner
 from edgedeploy.vela.ray import RayExecutor, import_ray, join_ray
 
 SHIPPED_ROLES_SKIP = ("data",)  # the data set travels as the loaded object, not as its file
@@ -73,7 +74,7 @@ def _remote_stage(fn: Callable[..., Any], name: str, inputs: dict[str, str], shi
         return result, _folder_bytes(out), started, seconds
 
 
-class RayStages:
+class RayStages(StageRunner):
     """Stage work as Ray tasks (all ready stages at once); compiles through a :class:`RayExecutor` on the same Ray."""
 
     def __init__(self, address: str | None = None) -> None:
@@ -119,7 +120,7 @@ class RayStages:
         result.warnings = _swap(result.warnings, "{out}", str(out))
         return result, started, seconds
 
-    def vela(self, options, n_tasks: int) -> RayExecutor:
+    def vela(self, options: Any, n_tasks: int) -> RayExecutor:
         if self._vela is None:
             self._start()
             self._vela = RayExecutor(options.ray_address or self._address, options.jobs)

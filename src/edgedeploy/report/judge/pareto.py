@@ -131,7 +131,7 @@ def pareto_of_target(rows: list[dict[str, Any]], target: str) -> dict[str, Any]:
         by_metric = all(value_of(r["values"][ACCURACY]) is None for r in with_acc)
         axes = ["int8_metric_drop (min)" if by_metric else "int8_accuracy_pct (max)",
                 "compiled_model_bytes (min)", "total_cycles (min)"]
-        pts = {r["leaf"]: objectives(r) for r in with_acc}
+        pts: dict[str, tuple[float, ...]] = {r["leaf"]: objectives(r) for r in with_acc}
         what = "accuracy" if not by_metric else f"int8 {quality_name(with_acc)} drop vs {REFERENCE_LEAF}"
         note = f"{what} against flash against total cycles"
         missing = [r for r in compiled if r not in with_acc]

@@ -64,7 +64,9 @@ def recommend(rows: list[dict[str, Any]], target: str, req: Requirements) -> dic
         groups.setdefault(r["level"], []).append(r)
     choice = choose(meeting, cycles_first=req.max_latency_ms is not None)
     what_quality = quality_name(candidates)  # "accuracy", or the task metric the leaves are judged by ("MSE")
-    best, level = choice.row, choice.row["level"]
+    best = choice.row
+    assert best is not None  # (there are meeting leaves)
+    level = best["level"]
     best["recommended"] = True
     names = ", ".join(sorted(r["leaf"] for r in groups[level]))
     what = ", ".join(c["label"] for c in best["requirements"].values()) or "no requirements set"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Any, Callable, Mapping, Sequence
 
@@ -146,7 +147,7 @@ def _plots(doc: Mapping[str, Any]) -> list[str]:
             continue
         layers = inputs["layer_cycles"].get(t) or []
         add(f"Per-layer cycles of the recommended leaf {leaf} on {t}",
-            lambda layers=layers, leaf=leaf, t=t: plot_layer_cycles(layers, f"{leaf} on {t}"),
+            functools.partial(plot_layer_cycles, layers, f"{leaf} on {t}"),
             "the compile record has no per-layer data")
     ws = inputs["weight_stages"] if inputs is not None else {"stages": [], "layer": None, "unavailable": NO_PLOT_INPUTS}
     stages, layer, why = ws["stages"], ws["layer"], ws["unavailable"]

@@ -73,7 +73,7 @@ def _int8_quality(parent: StageRecord | None) -> tuple[str, str]:
     from ..columns import metric_label
 
     unit = spec.get("unit") or ""
-    value = parent.metric(f"int8_{spec['key']}")
+    value = parent.metric(f"int8_{spec['key']}") if parent else None
     return (f"Int8 {metric_label(str(spec.get('name') or spec['key']))}" + (f" ({unit})" if unit else ""),
             "n/a" if value is None else f"{float(value):.4g}")
 
