@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from edgedeploy.errors import CpuFallbackError, EdgeDeployError, InvalidInputError, ToolFailedError, UsageError
 from edgedeploy.core.files import clear_staging_dir, prepare_lock, sha256_file
@@ -375,15 +375,17 @@ def compile_tflite(
                                       "or lack of memory)", "check that it is an intact .tflite file") from exc
         ctx = RunContext.open(out)
         variants = []
-        earlier = {v: None for v in ctx.manifest.variants()}
-        earlier.update({r.variant: r.params.get("source") for r in ctx.manifest.find(stage="import") if r.variant})
-        for model, (name, clash) in zip(models, keep_apart(models, variant_names(models), earlier)):
+        sources: dict[str, str | None] = {v: None for v in ctx.manifest.variants()}
+        sources.update({r.variant: r.params.get("source") for r in ctx.manifest.find(stage="import") if r.variant})
+        for model, (name, clash) in zip(models, keep_apart(models, variant_names(models), sources)):
             if clash:
-                shown = f"another model ({earlier[clash]})" if earlier[clash] else "a leaf of `edgedeploy optimize`"
+                shown = f"another model ({sources[clash]})" if sources[clash] else "a leaf of `edgedeploy optimize`"
                 log.warning("%s: variant '%s' of %s is %s; this one is compiled as '%s' beside it",
                             model, clash, out, shown, name)
             rec = import_tflite(ctx, name, model)
-            variants.append((name, ctx.manifest.resolve(rec.output("int8_model")), rec.id))
+            int8 = rec.output("int8_model")
+            assert int8 is not None  # (an import records the model it copied)
+            variants.append((name, ctx.manifest.resolve(int8), rec.id))
             if model in misbiased:
                 misbiased[variants[-1][1]] = misbiased[model]
         return compile_variants(ctx, variants, targets, options, pool, read=misbiased)
@@ -403,14 +405,15 @@ def compile_run(
     options.check()
     run_dir = Path(run_dir)
     manifest = Manifest.load(run_dir)
-    leaves = [r for r in manifest.find(stage="convert") if r.status == "ok" and r.output("int8_model") is not None]
+    leaves = [(r.variant, r, art) for r in manifest.find(stage="convert")
+              if r.status == "ok" and r.variant and (art := r.output("int8_model")) is not None]
     if not leaves:
         raise InvalidInputError(f"{run_dir} holds no int8 leaves",
                                 f"run `edgedeploy optimize MODEL.h5 --data DATA.npz -o {run_dir}` first, "
                                 "or pass .tflite files")
     targets = resolve_targets(target_names)
     # before anything is written: a leaf changed since optimize scored it is never compiled beside that score
-    variants = [(rec.variant, checked_artifact(manifest, rec, rec.output("int8_model"),
-                                               f"the int8 model of leaf {rec.variant}"), rec.id) for rec in leaves]
+    variants = [(name, checked_artifact(manifest, rec, art, f"the int8 model of leaf {name}"), rec.id)
+                for name, rec, art in leaves]
     ctx = RunContext.open(run_dir)
     return compile_variants(ctx, variants, targets, options, pool)
