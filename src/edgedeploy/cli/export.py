@@ -69,9 +69,9 @@ def register(app: typer.Typer) -> None:
             if g["count"]:
                 cmp = g["tflite_comparison"]
                 versus = (
-                    f"tf.lite (XNNPACK) max |diff| {cmp['max_abs_diff']}, {cmp['fraction_differing']:.1%} of outputs differ"
+                    f"LiteRT (XNNPACK) max |diff| {cmp['max_abs_diff']}, {cmp['fraction_differing']:.1%} of outputs differ"
                     if cmp.get("available")
-                    else f"tf.lite comparison unavailable: {cmp.get('reason')}"
+                    else f"LiteRT comparison unavailable: {cmp.get('reason')}"
                 )
                 out_console.print(
                     f"  golden     {g['count']} cases from {Path(g['data']['path']).name} ({g['data']['split']}), "

@@ -169,21 +169,12 @@ def run_tflm(model: bytes, inputs: Sequence[Any], input_shapes: Sequence[Sequenc
 def run_tflite(
     model: bytes, inputs: Sequence[Any], input_shapes: Sequence[Sequence[int]], n_outputs: int, reference: bool = False
 ) -> list[Any]:
-    """Run each case through ``tf.lite.Interpreter``: its default (XNNPACK) kernels, or its reference kernels."""
-    import warnings
-
+    """Run each case through LiteRT's interpreter: its default (XNNPACK) kernels, or its reference kernels."""
     import numpy as np
 
-    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.interpreter import make_interpreter
 
-    tf = tfenv.load().tf
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        resolver = tf.lite.experimental.OpResolverType
-        interp = tf.lite.Interpreter(
-            model_content=bytes(model), experimental_op_resolver_type=resolver.BUILTIN_REF if reference else resolver.AUTO
-        )
-    tfenv.allocate(interp)
+    interp = make_interpreter(bytes(model), reference=reference)
     ins, outs_d = interp.get_input_details(), interp.get_output_details()
     n = inputs[0].shape[0]
     outs: list[list[Any]] = [[] for _ in range(n_outputs)]

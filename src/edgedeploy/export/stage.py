@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
 from edgedeploy.core.files import sha256_bytes, sha256_file
+from edgedeploy.tflite.interpreter import PACKAGE as LITERT_PACKAGE
 from edgedeploy.tflite.reader import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
@@ -275,9 +276,9 @@ def _add_golden(files: dict[str, bytes], tools: dict[str, Any], spec: BundleSpec
     files[f"{name}_golden.c"] = render_golden_source(spec, golden).encode()
     files[GOLDEN_NPZ] = npz_bytes(golden_arrays(golden, labels))
     files[f"{name}_int8.tflite"] = int8_bytes
-    comparison, tf_version = _tflite_comparison(int8_bytes, golden, int8_model)
-    if tf_version:
-        tools["tensorflow"] = tf_version
+    comparison, litert_version = _tflite_comparison(int8_bytes, golden, int8_model)
+    if litert_version:
+        tools[LITERT_PACKAGE] = litert_version
     return {
         "count": golden.count,
         "npz": GOLDEN_NPZ,
@@ -416,12 +417,12 @@ def _tflite_comparison(model: bytes, golden: GoldenSet, tflite: TfliteModel) -> 
     except EdgeDeployError as exc:
         return {"available": False, "reason": exc.one_line()}, None
     except (RuntimeError, ValueError) as exc:
-        return {"available": False, "reason": f"tf.lite.Interpreter failed: {exc}"}, None
-    result: dict[str, Any] = {"available": True, "interpreter": "tf.lite.Interpreter (default kernels, XNNPACK)"}
+        return {"available": False, "reason": f"LiteRT's interpreter failed: {exc}"}, None
+    result: dict[str, Any] = {"available": True, "interpreter": "LiteRT Interpreter (default kernels, XNNPACK)"}
     result.update(compare_outputs(golden.outputs, default))
     # TFLite's own reference kernels: the same arithmetic as TFLM's, so a difference here is a red flag.
     result["reference_kernels"] = {
-        "interpreter": "tf.lite.Interpreter (BUILTIN_REF reference kernels)",
+        "interpreter": "LiteRT Interpreter (BUILTIN_REF reference kernels)",
         **compare_outputs(golden.outputs, reference),
     }
-    return result, package_version("tensorflow")
+    return result, package_version(LITERT_PACKAGE)

@@ -37,7 +37,6 @@ def load() -> SimpleNamespace:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     collect_less_often()  # before the import: importing TensorFlow allocates many of the long-lived objects
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_model_optimization")
     warnings.filterwarnings("ignore", message=".*saving your model as an HDF5 file.*")
     try:
@@ -149,12 +148,6 @@ def without_xnnpack_notice():
                             if line.rstrip(b"\r\n") != XNNPACK_NOTICE)
             while rest:
                 rest = rest[os.write(2, rest):]
-
-
-def allocate(interpreter) -> None:
-    """``interpreter.allocate_tensors()`` without TFLite's XNNPACK notice on stderr (see above)."""
-    with without_xnnpack_notice():
-        interpreter.allocate_tensors()
 
 
 def versions() -> dict[str, str]:

@@ -47,22 +47,14 @@ def declared_bytes(int8_model: Path) -> tuple[int, str]:
 
 
 def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
-    """Run each case through ``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF), keeping every
-    tensor (``experimental_preserve_all_tensors``)."""
-    import warnings
-
-    from edgedeploy.keras import tfenv
+    """Run each case through LiteRT's interpreter with its reference kernels (BUILTIN_REF), keeping every
+    tensor."""
     from edgedeploy.core.files import read_input_bytes
+    from edgedeploy.tflite.interpreter import make_interpreter
     from edgedeploy.tflite.reader import read_tflite
 
-    tf = tfenv.load().tf
     model = read_input_bytes(int8_model, "int8 model", "model")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        interp = tf.lite.Interpreter(model_content=model,
-                                     experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF,
-                                     experimental_preserve_all_tensors=True)
-    tfenv.allocate(interp)
+    interp = make_interpreter(model, reference=True, keep_all_tensors=True)
     ins, outs = interp.get_input_details(), interp.get_output_details()
     details = [d for d in interp.get_tensor_details() if np.dtype(d["dtype"]).kind in "iu" and d["name"]]
     n = inputs[0].shape[0]

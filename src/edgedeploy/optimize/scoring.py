@@ -30,10 +30,10 @@ def float_scores(model, data) -> dict[str, float]:
 
 def tflite_float_outputs(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
     """The int8 model's outputs on ``x``, dequantized to float."""
-    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.interpreter import make_interpreter
 
     raw = tflite_predict(model_bytes, x)
-    it = tfenv.load().tf.lite.Interpreter(model_content=model_bytes)
+    it = make_interpreter(model_bytes, allocate_now=False)
     detail = it.get_output_details()[0]
     if detail["dtype"] == np.float32:
         return raw.astype(np.float32)

@@ -30,6 +30,7 @@ CORE_PACKAGES = {
     "ethos-u-vela": "Vela, the Ethos-U compiler",
     "numpy": "arrays",
     "tflite": "TFLite schema (operator names)",
+    "ai-edge-litert": "LiteRT, the TFLite interpreter (int8 accuracy, verify, golden vectors)",
 }
 
 

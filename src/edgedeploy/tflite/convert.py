@@ -152,16 +152,9 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
     The interpreter is resized to a batch when that gives the same answers as batch 1 on the first
     samples; otherwise it runs one sample at a time.
     """
-    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.interpreter import allocate, make_interpreter
 
-    tf = tfenv.load().tf
-
-    def interpreter():
-        it = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
-        tfenv.allocate(it)
-        return it
-
-    it = interpreter()
+    it = make_interpreter(model_bytes, num_threads=2)
     inp, out = it.get_input_details()[0], it.get_output_details()[0]
     xq = quantize_input(x, inp)
 
@@ -177,9 +170,9 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
     reference = one(it, probe)
     batched = None
     try:
-        bt = tf.lite.Interpreter(model_content=model_bytes, num_threads=2)
+        bt = make_interpreter(model_bytes, num_threads=2, allocate_now=False)
         bt.resize_tensor_input(inp["index"], [len(probe), *inp["shape"][1:]], strict=False)
-        tfenv.allocate(bt)
+        allocate(bt)
         bt.set_tensor(inp["index"], probe)
         bt.invoke()
         if np.array_equal(bt.get_tensor(out["index"]), reference):

@@ -3,7 +3,7 @@
 Run from the repository root: ``.venv/bin/python tests/data/npu/record.py [NAME ...]`` (all models, or those
 named; needs ../shared/data for ResNet-8).
 Vela runs in a subprocess with the built-in targets' settings; the reference outputs come from
-``tf.lite.Interpreter`` with its reference kernels (BUILTIN_REF).
+LiteRT's interpreter with its reference kernels (BUILTIN_REF).
 """
 
 from __future__ import annotations
@@ -53,15 +53,12 @@ def rows(data: Path, n: int) -> np.ndarray:
 
 
 def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from edgedeploy.keras import tfenv
     from edgedeploy.export.golden import prepare_inputs
+    from edgedeploy.tflite.interpreter import make_interpreter
     from edgedeploy.tflite.reader import read_tflite
 
-    tf = tfenv.load().tf
     typed, _ = prepare_inputs(x, read_tflite(model).inputs[0])
-    interp = tf.lite.Interpreter(model_path=str(model),
-                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
+    interp = make_interpreter(model, reference=True)
     i, o = interp.get_input_details()[0], interp.get_output_details()[0]
     outs = []
     for c in range(typed.shape[0]):

@@ -106,7 +106,7 @@ def test_manifest_records_reference_and_tflite_distance(bundle, run_dir, kws):
     assert 0 <= cmp["fraction_differing"] <= 1 and cmp["elements"] == 8 * 12
     assert cmp["elements_differing"] == round(cmp["fraction_differing"] * 96)
     assert cmp["reference_kernels"]["max_abs_diff"] == 0  # TFLite's reference kernels agree with TFLM's
-    assert m["tools"]["tflite-micro"] and m["tools"]["tensorflow"] == "2.21.0"
+    assert m["tools"]["tflite-micro"] and m["tools"]["ai-edge-litert"] == "2.3.0"
     vela = vela_model(run_dir)
     assert m["model"]["bytes"] == vela.stat().st_size and m["model"]["section"] == "nn_model"
     rec = json.loads((run_dir / "manifest.json").read_text())

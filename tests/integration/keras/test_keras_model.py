@@ -170,6 +170,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     from edgedeploy.errors import ToolFailedError
     from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
     from edgedeploy.tflite.reader import read_weight_tensors
+    from edgedeploy.tflite.interpreter import make_interpreter
 
     keras.utils.set_random_seed(7)
     d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
@@ -200,8 +201,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     path.write_bytes(int8)
     first = next(t for t in read_weight_tensors(path) if t.op == "CONV_2D")
     assert np.count_nonzero(first.values()) > 0.9 * first.values().size
-    interp = tfenv.load().tf.lite.Interpreter(model_content=int8)
-    interp.allocate_tensors()
+    interp = make_interpreter(int8)
     inp_d, out_d = interp.get_input_details()[0], interp.get_output_details()[0]
     scale, zero = inp_d["quantization"]
     ev_idx = np.random.default_rng(8).choice(len(d["x_test"]), 200, replace=False)

@@ -58,11 +58,9 @@ def _images(shared_data) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _int8_outputs(model_path, x) -> np.ndarray:
-    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.interpreter import make_interpreter
 
-    tf = tfenv.load().tf
-    interpreter = tf.lite.Interpreter(model_path=str(model_path))
-    interpreter.allocate_tensors()
+    interpreter = make_interpreter(model_path)
     inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
     scale, zero = inp["quantization"]
     found = []
