@@ -37,8 +37,8 @@ def make_interpreter(
     after ``invoke``. With ``allocate_now`` false the caller may resize inputs and then :func:`allocate`."""
     lite = _litert()
     resolver = lite.OpResolverType.BUILTIN_REF if reference else lite.OpResolverType.AUTO
-    source = {"model_content": bytes(model)} if isinstance(model, (bytes, bytearray, memoryview)) else {
-        "model_path": str(model)}
+    source: dict[str, bytes | str] = ({"model_content": bytes(model)}
+                                      if isinstance(model, (bytes, bytearray, memoryview)) else {"model_path": str(model)})
     interp = lite.Interpreter(
         **source,
         num_threads=num_threads,
