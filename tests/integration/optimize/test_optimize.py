@@ -41,6 +41,18 @@ def kws_data(shared_data, tmp_path_factory, stratified) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
+    """512 fine-tune and 256 evaluation clips (seeded, class-balanced): for tests of a tree's structure (kernels,
+    operators), which need trained models, not accurate figures."""
+    d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
+    idx = np.concatenate([np.sort(stratified(np.where(d["split"] == s)[0], d["y"], n, seed=0))
+                          for s, n in ((0, 512), (1, 256))])
+    path = tmp_path_factory.mktemp("kws-small") / "kws_small.npz"
+    np.savez(path, x=d["x"][idx], y=d["y"][idx], split=d["split"][idx], labels=d["labels"])
+    return path
+
+
 @pytest.fixture(scope="module")
 def kws_tree(trained_tree):
     """The shared tree: the default leaves and pcqat_palette, at this module's sparsity and cluster count."""
@@ -333,7 +345,7 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
 
 
 @pytest.fixture(scope="module")
-def shapes_tree(kws_data, tmp_path_factory):
+def shapes_tree(small_kws, tmp_path_factory):
     """The ptq and pcqat leaves of one model holding three shapes TFMOT's QAT mishandles (each test below reads its
     own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, and a ReLU6 layer
     after a 1x1 convolution."""
@@ -354,7 +366,7 @@ def shapes_tree(kws_data, tmp_path_factory):
     x = keras.layers.ReLU(6.0, name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    return _fit_and_optimize(model, kws_data, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
+    return _fit_and_optimize(model, small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
 
 
 def _kept_zeros_and_clusters(kernel):
@@ -416,7 +428,7 @@ def test_a_relu6_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat
     _relu_after_a_convolution(shapes_tree, "relu6")
 
 
-def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
+def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, small_kws):
     """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``)."""
     from edgedeploy.keras import tfenv
 
@@ -429,7 +441,7 @@ def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_
     x = keras.layers.Activation("relu", name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
-                                kws_data, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
+                                small_kws, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
     _relu_after_a_convolution(outcome, "unfused relu")
 
 
