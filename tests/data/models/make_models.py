@@ -1,16 +1,20 @@
-"""Makes the small float input models that the task tests load, and the data they were trained on.
+"""Makes the small float input models that tests load instead of fitting them, and builds the data they were trained on.
 
     cd REPO && PYTHONPATH=src python tests/data/models/make_models.py   # rewrites tests/data/models/*.h5
 
-Both models are trained (seeded) on the bundled Speech Commands subset (examples/kws_tree/speech_commands_subset.npz):
+The first two are trained (seeded) on the bundled Speech Commands subset (examples/kws_tree/speech_commands_subset.npz):
 
 - ``autoencoder.h5``: an MLPerf Tiny anomaly-detection-style Dense autoencoder (Dense/BatchNorm/ReLU blocks down to
   an 8-unit bottleneck and back, linear output) fitted to reconstruct the standardized MFCC features of six keyword
   classes (a seeded choice), 8 epochs;
-- ``denoiser.h5``: three 3x3 convolutions mapping noisy MFCC maps to the clean ones, 4 epochs.
+- ``denoiser.h5``: three 3x3 convolutions mapping noisy MFCC maps to the clean ones, 4 epochs;
+- ``tiny_dscnn_B_W.h5``: a DS-CNN of ``B`` depthwise/pointwise blocks after a ``W``-channel first convolution, for 10x8
+  inputs of 4 classes (:func:`tiny_arrays`: seeded noise with a learnable class cue, 240 fine-tune and 120 evaluation
+  samples), 2 epochs; saved compiled, with its optimizer.
 
-The tests build the same data with :func:`anomaly_arrays` and :func:`denoise_arrays` (pure NumPy, seeded), so a model
-and its data always agree. Both are saved uncompiled: the loss must come from the data.
+The tests build the same data with :func:`anomaly_arrays`, :func:`denoise_arrays` and :func:`tiny_arrays` (pure NumPy,
+seeded), so a model and its data always agree. The autoencoder and the denoiser are saved uncompiled: the loss must
+come from the data.
 """
 
 from __future__ import annotations
@@ -52,6 +56,44 @@ def denoise_arrays(src: Path = SUBSET) -> dict:
     return {"x": noisy, "y": clean.astype(np.float32), "split": split}
 
 
+TINY = ((0, 64), (1, 64), (2, 32))  # (blocks, width) of the tiny DS-CNNs
+
+
+def tiny_arrays(n_fit: int = 240, n_eval: int = 120) -> dict:
+    """``x`` (10x8x1 Gaussian noise, 2.5 added to row ``2 * y``: a learnable class cue), ``y`` (4 classes) and
+    ``split``."""
+    rng = np.random.default_rng(SEED)
+    y = rng.integers(0, 4, n_fit + n_eval)
+    x = rng.normal(size=(len(y), 10, 8, 1)).astype(np.float32)
+    x[np.arange(len(y)), y * 2, :, 0] += 2.5
+    return {"x": x, "y": y, "split": np.r_[np.zeros(n_fit, int), np.ones(n_eval, int)]}
+
+
+def tiny_dscnn(blocks: int, width: int, out: Path = HERE) -> Path:
+    return out / f"tiny_dscnn_{blocks}_{width}.h5"
+
+
+def _tiny_dscnn(keras, blocks: int, width: int, out: Path) -> None:
+    keras.utils.set_random_seed(SEED)
+    inp = keras.Input((10, 8, 1))
+    x = keras.layers.Conv2D(width, 3, padding="same", name="conv")(inp)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.ReLU()(x)
+    for i in range(blocks):
+        x = keras.layers.DepthwiseConv2D(3, padding="same", name=f"dw{i}")(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+        x = keras.layers.Conv2D(64, 1, name=f"pw{i}")(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inp, keras.layers.Dense(4, activation="softmax", name="fc")(x))
+    model.compile("adam", "sparse_categorical_crossentropy")
+    d = tiny_arrays()
+    model.fit(d["x"][d["split"] == 0], d["y"][d["split"] == 0], epochs=2, verbose=0)
+    model.save(tiny_dscnn(blocks, width, out))
+
+
 def _save(keras, model, path: Path) -> None:
     plain = keras.models.clone_model(model)
     plain.set_weights(model.get_weights())
@@ -84,6 +126,9 @@ def main(out: Path = HERE) -> None:
     model.compile(keras.optimizers.Adam(2e-3), "mse")
     model.fit(d["x"][fit], d["y"][fit], epochs=4, batch_size=64, verbose=0)
     _save(keras, model, out / "denoiser.h5")
+
+    for blocks, width in TINY:
+        _tiny_dscnn(keras, blocks, width, out)
 
 
 if __name__ == "__main__":
