@@ -9,22 +9,19 @@ the evaluation split, so the task must be found from the model and the data.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import run_in_process
+from helpers import input_models, run_in_process
 
 from edgedeploy.config.recipe import load_recipe
 from edgedeploy.tflite.reader import read_weight_tensors
 
-MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
-_spec = importlib.util.spec_from_file_location("make_models", MODELS / "make_models.py")
-make_models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_models)
+make_models = input_models()
+MODELS = make_models.HERE
 SEED = make_models.SEED
 UNITS = make_models.UNITS
 
