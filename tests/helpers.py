@@ -90,3 +90,15 @@ def run_in_process(*args, cwd: Path | str | None = None, env: dict[str, str] | N
 def report_row(doc: dict, leaf: str, target: str) -> dict:
     """The row of ``leaf`` on ``target`` in a report document."""
     return next(r for r in doc["rows"] if r["leaf"] == leaf and r["target"] == target)
+
+
+def input_models():
+    """``tests/data/models/make_models.py`` as a module: where the committed input models are (``HERE``) and the
+    seeded builders of the data they were trained on."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "data" / "models" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,9 +11,6 @@ int8 kernels read straight from each leaf's .tflite, and on the Keras kernels of
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +37,18 @@ def kws_data(shared_data, tmp_path_factory, stratified) -> Path:
     ev = np.where(d["split"] == 1)[0]
     idx = np.concatenate([fit, ev])
     path = tmp_path_factory.mktemp("kws") / "kws.npz"
+    np.savez(path, x=d["x"][idx], y=d["y"][idx], split=d["split"][idx], labels=d["labels"])
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
+    """512 fine-tune and 256 evaluation clips (seeded, class-balanced): for tests of a tree's structure (kernels,
+    operators), which need trained models, not accurate figures."""
+    d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
+    idx = np.concatenate([np.sort(stratified(np.where(d["split"] == s)[0], d["y"], n, seed=0))
+                          for s, n in ((0, 512), (1, 256))])
+    path = tmp_path_factory.mktemp("kws-small") / "kws_small.npz"
     np.savez(path, x=d["x"][idx], y=d["y"][idx], split=d["split"][idx], labels=d["labels"])
     return path
 
@@ -214,38 +223,38 @@ def test_data_that_does_not_fit_the_model(tmp_path, shared_data):
     assert not (tmp_path / "o").exists()
 
 
+# Keras 3 models trained and saved by Keras 3 itself (TF_USE_LEGACY_KERAS unset), with Keras 3's probabilities on
+# the evaluation split of the data they were trained on: tests/data/models/make_keras3_models.py made them.
+KERAS3 = Path(__file__).resolve().parents[2] / "data" / "models" / "keras3"
+KERAS3_DATA = Path(__file__).resolve().parents[3] / "examples" / "kws_tree" / "speech_commands_subset.npz"
+
+
 @pytest.fixture(scope="module")
-def keras3_models(kws_data, tmp_path_factory) -> Path:
-    """Keras 3 models trained and saved by Keras 3 itself (TF_USE_LEGACY_KERAS unset) in another process."""
-    out = tmp_path_factory.mktemp("keras3")
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("keras3_models.py")), str(out),
-                           str(kws_data)], env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def keras3_models() -> Path:
+    return KERAS3
 
 
 @pytest.mark.parametrize("name", ["functional.keras", "functional.h5", "sequential.keras", "sequential.h5"])
-def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models, kws_data, name):
+def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models, name):
     from edgedeploy.keras import tfenv
     from edgedeploy.keras.model import load_model
 
     model, _ = load_model(keras3_models / name)
     assert isinstance(model, tfenv.load().keras.Model)  # tf_keras, which TFMOT can wrap
-    d = np.load(kws_data)
+    d = np.load(KERAS3_DATA)
     probs = model.predict(d["x"][d["split"] == 1], verbose=0)
     ref = np.load(keras3_models / (name.split(".")[0] + "_ref.npz"))["probs"]
     np.testing.assert_allclose(probs, ref, atol=1e-5)
 
 
-def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
+def test_keras3_model_through_the_tree(keras3_models, tmp_path):
     from edgedeploy.pipeline.tree_run import optimize
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": ["ptq", "pcqat"]})
-    outcome = optimize(keras3_models / "functional.keras", kws_data, tmp_path / "run", recipe)
+    outcome = optimize(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
-    assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.06)  # one clip is 0.055
+    assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
     assert not outcome.nodes["pcqat"].warnings
     kernels = {name: v for name, (op, v, _) in _int8_kernels(outcome, "pcqat").items() if op == "CONV_2D"}
     pointwise = [v for v in kernels.values() if v.shape[1:3] == (1, 1)]  # pw, branch and sep's pointwise half
@@ -258,8 +267,8 @@ def test_keras3_model_through_the_tree(keras3_models, kws_data, tmp_path):
 @pytest.mark.parametrize("name, needles", [("ops.keras", ("Keras 3 operation", "Rescaling")),
                                            ("lora.keras", ("head", "lora_rank = 2")),
                                            ("hard_silu.keras", ("head", "activation hard_silu"))])
-def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, kws_data, tmp_path, name, needles):
-    _one_line_error(_optimize_cli(keras3_models / name, "--data", kws_data, "-o", tmp_path / "o"), 3, name,
+def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, tmp_path, name, needles):
+    _one_line_error(_optimize_cli(keras3_models / name, "--data", KERAS3_DATA, "-o", tmp_path / "o"), 3, name,
                     *needles)
     assert not (tmp_path / "o").exists()
 
@@ -336,7 +345,7 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
 
 
 @pytest.fixture(scope="module")
-def shapes_tree(kws_data, tmp_path_factory):
+def shapes_tree(small_kws, tmp_path_factory):
     """The ptq and pcqat leaves of one model holding three shapes TFMOT's QAT mishandles (each test below reads its
     own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, and a ReLU6 layer
     after a 1x1 convolution."""
@@ -357,7 +366,7 @@ def shapes_tree(kws_data, tmp_path_factory):
     x = keras.layers.ReLU(6.0, name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    return _fit_and_optimize(model, kws_data, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
+    return _fit_and_optimize(model, small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
 
 
 def _kept_zeros_and_clusters(kernel):
@@ -419,7 +428,7 @@ def test_a_relu6_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat
     _relu_after_a_convolution(shapes_tree, "relu6")
 
 
-def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, kws_data):
+def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, small_kws):
     """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``)."""
     from edgedeploy.keras import tfenv
 
@@ -432,7 +441,7 @@ def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_
     x = keras.layers.Activation("relu", name="pw_relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
-                                kws_data, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
+                                small_kws, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
     _relu_after_a_convolution(outcome, "unfused relu")
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import input_models
+
 SEED = 0
 
 
@@ -116,36 +118,16 @@ def test_a_stage_that_changes_a_thinned_width_fails_with_exit_9(tmp_path):
     assert err.value.exit_code == 9 and "layer c3" in str(err.value) and "(12, 2) != thinned (12, 3)" in str(err.value)
 
 
-def _tiny_data(path, n_fit=240, n_eval=120):
-    rng = np.random.default_rng(SEED)
-    y = rng.integers(0, 4, n_fit + n_eval)
-    x = rng.normal(size=(len(y), 10, 8, 1)).astype(np.float32)
-    x[np.arange(len(y)), y * 2, :, 0] += 2.5  # a learnable class cue
-    np.savez(path, x=x, y=y, split=np.r_[np.zeros(n_fit, int), np.ones(n_eval, int)])
+def _tiny_data(path):
+    """The tiny DS-CNNs' data (tests/data/models/make_models.py): 240 fine-tune and 120 evaluation samples."""
+    np.savez(path, **input_models().tiny_arrays())
     return path
 
 
-def _tiny_dscnn(keras, path, blocks: int, width: int):
-    keras.utils.set_random_seed(SEED)
-    inp = keras.Input((10, 8, 1))
-    x = keras.layers.Conv2D(width, 3, padding="same", name="conv")(inp)
-    x = keras.layers.BatchNormalization()(x)
-    x = keras.layers.ReLU()(x)
-    for i in range(blocks):
-        x = keras.layers.DepthwiseConv2D(3, padding="same", name=f"dw{i}")(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.Conv2D(64, 1, name=f"pw{i}")(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    out = keras.layers.Dense(4, activation="softmax", name="fc")(x)
-    model = keras.Model(inp, out)
-    model.compile("adam", "sparse_categorical_crossentropy")
-    data = np.load(path.parent / "data.npz")
-    model.fit(data["x"][data["split"] == 0], data["y"][data["split"] == 0], epochs=2, verbose=0)
-    model.save(path)
-    return path
+def _tiny_dscnn(blocks: int, width: int) -> Path:
+    """The committed tiny DS-CNN of ``blocks`` depthwise/pointwise blocks after a ``width``-channel convolution,
+    fitted for 2 epochs on :func:`_tiny_data`'s fine-tune split."""
+    return input_models().tiny_dscnn(blocks, width)
 
 
 def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows: int, **recipe_keys) -> dict:
@@ -208,11 +190,8 @@ def test_thinned_leaf_meets_its_cycle_budget_on_u55_keeping_the_best_tried_width
     the search's width and the best other one within the budget by Vela are fine-tuned for
     ``thin_trial_epochs``; the node keeps the one of least hold-out loss where it beats the search's by more than
     two standard errors of the paired difference, else the search's, with the kept one's cycles in its record."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    model = _tiny_dscnn(blocks=0, width=64)
     thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.8, channel_rows=2, thin_trials=3,
                                       thin_trial_epochs=1)
     assert thinning["npu"]["grid"]["compiles_per_target"] == 5  # one group: its five candidate widths
@@ -235,11 +214,8 @@ def test_thinned_leaf_meets_its_cycle_budget_on_u55_keeping_the_best_tried_width
 @pytest.mark.slow
 def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
     """Three groups (a first convolution and two pointwise ones) searched together on the 25-row grid."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=2, width=32)
+    model = _tiny_dscnn(blocks=2, width=32)
     thinning = _thinned_within_budget(model, data, tmp_path / "run", 0.7, channel_rows=6)
     assert any(w < thinning["full_widths"][g] for g, w in thinning["widths"].items())
 
@@ -248,16 +224,14 @@ def test_thinned_widths_of_coupled_groups_from_the_orthogonal_grid(tmp_path):
 def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_path):
     """ptq, qat and pruned keep the full model's cycles on Ethos-U55; the thinned leaf, aimed by the walk at the
     requirement itself, meets it, is recommended, and the deeper pcqat is never trained."""
-    from edgedeploy.keras import tfenv
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
     from edgedeploy.pipeline.tree_run import optimize
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy import api
     from edgedeploy.report.judge import requirements_from_options
 
-    keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    model = _tiny_dscnn(blocks=0, width=64)
     probe = optimize(model, data, tmp_path / "probe", load_recipe(overrides={"leaves": ["ptq"]}))
     full = compile_run(probe.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1)).records[0].metrics["npu_cycles"].value
     recipe = load_recipe(overrides={"leaves": ["ptq", "qat", "pruned", "thinned", "pcqat"], "epochs": 1,
@@ -278,14 +252,12 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
     budget holds for the ``thinned_pruned`` leaf on Ethos-U85 (which skips the zeros), as a fraction of the dense
     ptq leaf's cycles; the dense ``thinned`` model alone would be over it. ``thinned_pqat`` (PQAT of the thinned
     2:4 model) keeps its pattern, channels and cycles."""
-    from edgedeploy.keras import tfenv
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
     from edgedeploy.pipeline.tree_run import optimize
 
-    keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=1, width=64)
+    model = _tiny_dscnn(blocks=1, width=64)
     speedup, target = 0.6, "ethos-u85-256"
     recipe = load_recipe(overrides={"leaves": ["ptq", "thinned", "thinned_pruned", "thinned_pqat"], "epochs": 1,
                                     "min_steps": 0,
@@ -316,14 +288,12 @@ def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, bud
     """A cycle budget under the fewest cycles any width gives ends with the narrowest compiled choice, its record
     saying the budget was not met and a warning; a latency at or below what the target spends beyond the NPU's
     cycles (which no width removes) is refused with one line (exit 8) once the grid has measured it."""
-    from edgedeploy.keras import tfenv
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.errors import BudgetExceededError
     from edgedeploy.pipeline.tree_run import optimize
 
-    keras = tfenv.load().keras
     data = _tiny_data(tmp_path / "data.npz")
-    model = _tiny_dscnn(keras, tmp_path / "model.h5", blocks=0, width=64)
+    model = _tiny_dscnn(blocks=0, width=64)
     recipe = load_recipe(overrides={"leaves": ["thinned"], "epochs": 0, "min_steps": 0, "seed": SEED,
                                     "calibration_samples": 64, **budget})
     if refused:

@@ -1,9 +1,10 @@
-"""The deployment tree on models that are not classifiers, trained briefly here on real Speech Commands features.
+"""The deployment tree on models that are not classifiers: small float models committed under tests/data/models
+(made by its make_models.py, seeded, on the bundled Speech Commands features), with the data they were trained on.
 
 An MLPerf Tiny anomaly-detection-style Dense autoencoder (Dense/BatchNorm/ReLU blocks down to an 8-unit
-bottleneck and back, linear output) learns to reconstruct the MFCC features of six keyword classes (a seeded
-choice); the other classes are its anomalies. The data file holds inputs only (``x``, ``split``) and the 0/1
-anomaly labels of the evaluation split, so the task must be found from the model and the data.
+bottleneck and back, linear output) reconstructs the MFCC features of six keyword classes (a seeded choice); the
+other classes are its anomalies. The data file holds inputs only (``x``, ``split``) and the 0/1 anomaly labels of
+the evaluation split, so the task must be found from the model and the data.
 """
 
 from __future__ import annotations
@@ -14,61 +15,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_in_process
+from helpers import input_models, run_in_process
 
 from edgedeploy.config.recipe import load_recipe
 from edgedeploy.tflite.reader import read_weight_tensors
 
-SEED = 0
-UNITS = (128, 128, 8, 128, 128)  # (MLPerf Tiny AD: 128 x4, 8, 128 x4; two of each here to train in seconds)
-
-
-def _features(shared_data: Path):
-    src = shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz"
-    if not src.is_file():  # the subset the repository ships
-        src = Path(__file__).parents[3] / "examples" / "kws_tree" / "speech_commands_subset.npz"
-    d = np.load(src)
-    return d["x"].reshape(len(d["x"]), -1).astype(np.float32), d["y"], d["split"]
+make_models = input_models()
+MODELS = make_models.HERE
+SEED = make_models.SEED
+UNITS = make_models.UNITS
 
 
 @pytest.fixture(scope="module")
-def anomaly_data(shared_data, tmp_path_factory):
+def anomaly_data(tmp_path_factory):
     """x (standardized on the normal fine-tune clips), split, and y_anomaly (1: a class outside the six normal)."""
-    x, y, split = _features(shared_data)
-    normal = np.random.default_rng(SEED).choice(np.unique(y), 6, replace=False)
-    is_normal = np.isin(y, normal)
-    keep = (split == 1) | ((split == 0) & is_normal)  # trained on normal clips only, scored on all
-    fit = (split == 0) & is_normal
-    mu, sd = x[fit].mean(axis=0), x[fit].std(axis=0) + 1e-6
-    out = tmp_path_factory.mktemp("ad")
-    path = out / "ad.npz"
-    np.savez(path, x=((x - mu) / sd)[keep], split=split[keep], y_anomaly=(~is_normal[keep]).astype(np.int64))
+    path = tmp_path_factory.mktemp("ad") / "ad.npz"
+    np.savez(path, **make_models.anomaly_arrays())
     return path
 
 
 @pytest.fixture(scope="module")
-def autoencoder(anomaly_data, tmp_path_factory) -> Path:
-    """The float autoencoder, trained for a few epochs with a reconstruction loss and saved uncompiled (so the
-    loss must come from the data)."""
-    from edgedeploy.keras import tfenv
-
-    env = tfenv.load()
-    tfenv.set_seed(SEED)
-    keras = env.keras
-    d = np.load(anomaly_data)
-    x = d["x"][d["split"] == 0]
-    inp = keras.Input((x.shape[1],))
-    h = inp
-    for n in UNITS:
-        h = keras.layers.ReLU()(keras.layers.BatchNormalization()(keras.layers.Dense(n)(h)))
-    model = keras.Model(inp, keras.layers.Dense(x.shape[1])(h))
-    model.compile(keras.optimizers.Adam(1e-3), "mse")
-    model.fit(x, x, epochs=8, batch_size=64, verbose=0)
-    plain = keras.models.clone_model(model)
-    plain.set_weights(model.get_weights())
-    path = tmp_path_factory.mktemp("ae") / "autoencoder.h5"
-    plain.save(path, include_optimizer=False)
-    return path
+def autoencoder() -> Path:
+    """The float autoencoder, fitted with a reconstruction loss and saved uncompiled (so the loss must come from
+    the data)."""
+    return MODELS / "autoencoder.h5"
 
 
 @pytest.fixture(scope="module")
@@ -163,35 +133,11 @@ def test_float_targets_of_another_shape_stop_with_one_line(autoencoder, anomaly_
 
 
 @pytest.fixture(scope="module")
-def denoiser(shared_data, tmp_path_factory):
-    """A small convolutional denoiser: noisy MFCC maps in, the clean maps (float targets) out, trained briefly."""
-    from edgedeploy.keras import tfenv
-
-    x, _, split = _features(shared_data)
-    rng = np.random.default_rng(SEED)
-    # 1,200 fine-tune and 600 evaluation clips, or every clip of the bundled subset (900 and 400) in a clone
-    pools = [np.where(split == s)[0] for s in (0, 1)]
-    pick = np.sort(np.concatenate([rng.choice(pool, min(n, len(pool)), replace=False)
-                                   for pool, n in zip(pools, (1200, 600))]))
-    clean = x[pick].reshape(-1, 49, 10, 1)
-    clean = (clean - clean.mean()) / clean.std()
-    noisy = (clean + rng.normal(0, 0.5, clean.shape)).astype(np.float32)
-    out = tmp_path_factory.mktemp("denoise")
-    np.savez(out / "denoise.npz", x=noisy, y=clean.astype(np.float32), split=split[pick])
-    env = tfenv.load()
-    tfenv.set_seed(SEED)
-    keras = env.keras
-    inp = keras.Input((49, 10, 1))
-    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
-    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
-    model = keras.Model(inp, keras.layers.Conv2D(1, 3, padding="same")(h))
-    model.compile(keras.optimizers.Adam(2e-3), "mse")
-    fit = split[pick] == 0
-    model.fit(noisy[fit], clean[fit], epochs=4, batch_size=64, verbose=0)
-    plain = keras.models.clone_model(model)
-    plain.set_weights(model.get_weights())
-    plain.save(out / "denoiser.h5", include_optimizer=False)
-    return out / "denoiser.h5", out / "denoise.npz"
+def denoiser(tmp_path_factory):
+    """A small convolutional denoiser: noisy MFCC maps in, the clean maps (float targets) out."""
+    data = tmp_path_factory.mktemp("denoise") / "denoise.npz"
+    np.savez(data, **make_models.denoise_arrays())
+    return MODELS / "denoiser.h5", data
 
 
 def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(denoiser, tmp_path):

@@ -1,18 +1,23 @@
-"""Builds, trains (2 epochs) and saves Keras 3 models for test_optimize.py; run with Keras 3 as `keras`
-(TF_USE_LEGACY_KERAS unset): python keras3_models.py OUT_DIR DATA.npz
+"""Builds, trains (2 epochs, seeded) and saves the Keras 3 models test_optimize.py loads, under tests/data/models/keras3;
+run with Keras 3 as `keras` (TF_USE_LEGACY_KERAS unset):
 
-Writes functional/sequential as .keras and .h5 with their probabilities and accuracy on the evaluation split
+    cd REPO && env -u TF_USE_LEGACY_KERAS python tests/data/models/make_keras3_models.py
+
+Trains on the bundled Speech Commands subset (examples/kws_tree/speech_commands_subset.npz) and writes
+functional/sequential as .keras and .h5 with Keras 3's probabilities and accuracy on its evaluation split
 (NAME_ref.npz); ops.keras has a Keras 3 operation (x / 255) in its graph, lora.keras a LoRA Dense layer,
-hard_silu.keras an activation tf_keras does not have.
+hard_silu.keras an activation tf_keras does not have (these three are not trained).
 """
 
-import sys
+from pathlib import Path
 
 import keras
 import numpy as np
 
 L = keras.layers
-out, data = sys.argv[1], sys.argv[2]
+HERE = Path(__file__).resolve().parent
+out, data = HERE / "keras3", HERE.parents[2] / "examples" / "kws_tree" / "speech_commands_subset.npz"
+out.mkdir(exist_ok=True)
 keras.utils.set_random_seed(5)
 d = np.load(data)
 fit, ev = d["split"] == 0, d["split"] == 1
@@ -32,7 +37,7 @@ x = L.Dropout(0.2, name="drop")(x)
 x = L.GlobalAveragePooling2D(name="gap")(x)
 functional = keras.Model(inp, L.Dense(12, activation="softmax", name="head")(x))
 sequential = keras.Sequential([keras.Input((49, 10, 1)), L.Rescaling(0.05), L.Flatten(),
-                               L.Dense(64, kernel_regularizer="l2"), L.BatchNormalization(), L.LeakyReLU(negative_slope=0.1),
+                               L.Dense(16, kernel_regularizer="l2"), L.BatchNormalization(), L.LeakyReLU(negative_slope=0.1),
                                L.Dense(12, activation="softmax")])
 for name, model in (("functional", functional), ("sequential", sequential)):
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
