@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
     import tf_keras
 
+    from edgedeploy.config.recipe import Recipe
     from edgedeploy.pipeline.compile import CompileOutcome
     from ..export.stage import ExportResult
     from edgedeploy.core.manifest import StageRecord
@@ -138,7 +139,7 @@ def optimize(
     out: str | os.PathLike[str] = "edgedeploy-out",
     *,
     leaves: Sequence[str] | None = None,
-    recipe: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    recipe: str | os.PathLike[str] | Mapping[str, Any] | Recipe | None = None,
     preprocess: str | Callable[[np.ndarray], Any] | None = None,
     calibration: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
     labels: Sequence[str] | None = None,
@@ -206,6 +207,7 @@ def optimize(
     plan = Plan(model_path, source, out, r, options=CompileOptions(executor=executor, ray_address=ray_address),
                 trust_lambda=trust_lambda)
     done = drive(plan).tree
+    assert done is not None  # (a run that is not a walk returns its tree)
     return OptimizeRun(done.run_dir, dict(done.leaves), nodes=dict(done.nodes))
 
 
