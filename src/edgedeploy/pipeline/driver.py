@@ -67,7 +67,8 @@ class CompileRequest:
 @dataclass
 class DriverOutcome:
     """What one command did: its run folder and compile records; the tree's leaves and nodes; the walk's record
-    (``--walk``); the sweep's outcome (a project with ``[[models]]``, whose models' failures :meth:`SweepOutcome.raise_first_failure` raises)."""
+    (``--walk``); the sweep's outcome (a project with ``[[models]]``, whose models' failures
+    :meth:`SweepOutcome.raise_first_failure` raises)."""
 
     run_dir: Path
     compiled: CompileOutcome

@@ -1,8 +1,9 @@
 """A sweep: every model of a project file's ``[[models]]`` tables through one pipeline, into ``OUT/NAME``.
 
 ``edgedeploy compile PROJECT.toml`` on a project listing ``[[models]]`` runs each model in file order, the
-model's plan (:class:`edgedeploy.pipeline.run_plan.Plan`) through the driver's :func:`edgedeploy.pipeline.driver.run`
-(its whole tree, or with ``--walk`` its walk) on one stage runner, into its own run folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
+model's plan (:class:`edgedeploy.pipeline.run_plan.Plan`) through the driver's
+:func:`edgedeploy.pipeline.driver.run` (its whole tree, or with ``--walk`` its walk) on one stage runner, into its
+own run folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
 models share the project's targets, compile options and requirements; each has its own recipe.
 
 What a failure does: a model whose run raises one of edgedeploy's errors is recorded as failed and the others
