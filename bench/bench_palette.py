@@ -70,7 +70,8 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
 
     from edgedeploy.pipeline.compile import CompileOptions, compile_variants
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.core.stage import RunContext
     from edgedeploy.config.targets import get_target
@@ -99,7 +100,7 @@ def run_model(key: str, args, seed: int | None = None, out: Path | None = None) 
     leaves, failed, nodes = {}, {}, {}
     for leaf in sorted(run_leaves, key=lambda x: x == "pcqat"):  # pcqat last
         try:
-            outcome = optimize(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))
+            outcome = drive(Plan(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))).tree
         except EdgeDeployError as exc:
             failed[leaf] = exc.one_line()
             print(f"{key}: leaf {leaf} failed: {exc.one_line()}", flush=True)

@@ -52,13 +52,14 @@ def load() -> str:
 def run_tree(model: Path, data: Path, out: Path, overrides: dict, table: dict):
     """optimize + Vela on every leaf; returns (outcome, {leaf: encoded weight bytes}, stage seconds, wall)."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_variants, resolve_targets
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.core.stage import RunContext
 
     recipe = load_recipe(overrides=overrides, table=table)
     t0 = time.perf_counter()
-    outcome = optimize(model, data, out, recipe)
+    outcome = drive(Plan(model, data, out, recipe)).tree
     wall = time.perf_counter() - t0
     ctx = RunContext.open(out)
     variants = [(leaf, ctx.manifest.resolve(r.output("int8_model")), r.id) for leaf, r in outcome.leaves.items()]

@@ -51,12 +51,13 @@ def _compile(out: Path, leaves: dict) -> dict:
 
 def _optimize(model: str, data: str, out: Path, recipe, leaves: list[str], args) -> tuple[dict, dict, dict]:
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     done, nodes, failed = {}, {}, {}
     for leaf in leaves:  # one leaf at a time: a leaf that fails is reported while the others are measured
         try:
-            outcome = optimize(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))
+            outcome = drive(Plan(args.data / model, args.data / data, out, replace(recipe, leaves=(leaf,)))).tree
         except EdgeDeployError as exc:
             failed[leaf] = exc.one_line()
             print(f"{out}: leaf {leaf} failed: {exc.one_line()}", file=sys.stderr, flush=True)

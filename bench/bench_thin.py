@@ -43,7 +43,8 @@ def _compile(out: Path, leaves: dict, targets: list[str]) -> dict:
 
 def model_part(key: str, args) -> dict:
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
 
     title, model, data = MODELS[key]
@@ -62,7 +63,7 @@ def model_part(key: str, args) -> dict:
     done, failed, nodes = {}, {}, {}
     for leaf in args.leaves.split(","):  # one leaf at a time: one that fails is reported, the others measured
         try:
-            outcome = optimize(args.data / model, args.data / data, out, _with(recipe, leaf))
+            outcome = drive(Plan(args.data / model, args.data / data, out, _with(recipe, leaf))).tree
         except EdgeDeployError as exc:
             failed[leaf] = exc.one_line()
             print(f"{out}: leaf {leaf} failed: {exc.one_line()}", file=sys.stderr, flush=True)

@@ -128,7 +128,8 @@ def main() -> None:
         from markdown_page import header
 
         print(header("Results: the deployment tree"), flush=True)
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
 
     overrides = {"epochs": args.epochs, "leaves": args.leaves.split(",") if args.leaves else None}
@@ -142,7 +143,7 @@ def main() -> None:
             ad_recipe = load_recipe(overrides={**overrides, "leaves": (args.leaves.split(",") if args.leaves else
                                                                         ["ptq", "qat", "pruned", "pqat", "pcqat"])})
             model_path, data_path = ad_model_and_data(args.data, args.out / "ad_input", args.ad_epochs)
-            outcome = optimize(model_path, data_path, args.out / key, ad_recipe)
+            outcome = drive(Plan(model_path, data_path, args.out / key, ad_recipe)).tree
             compile_run(outcome.run_dir, [args.target])
             print(task_table("MLPerf Tiny AD-style autoencoder, Speech Commands MFCC (6 normal classes), eval split",
                              outcome, args.target, args.markdown))
@@ -150,7 +151,7 @@ def main() -> None:
             continue
         title, model, data = MODELS[key]
         t0 = time.perf_counter()
-        outcome = optimize(args.data / model, args.data / data, args.out / key, recipe)
+        outcome = drive(Plan(args.data / model, args.data / data, args.out / key, recipe)).tree
         timings = {n: r.metric("train_seconds") or 0.0 for n, r in outcome.nodes.items()}
         print(table(title, outcome, timings))
         print(f"\nwall time: {time.perf_counter() - t0:.0f} s (stages reused from {args.out / key} are not re-run)\n")

@@ -112,7 +112,7 @@ class TrainedTree:
 
     @property
     def outcome(self):
-        """The run as :func:`edgedeploy.pipeline.tree_run.optimize` returns it, read from the manifest."""
+        """The run as the driver returns it (``drive(plan).tree``), read from the manifest."""
         from edgedeploy.core.manifest import Manifest
         from edgedeploy.pipeline.tree_run import OptimizeOutcome
 

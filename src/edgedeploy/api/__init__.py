@@ -55,7 +55,7 @@ __all__ = [
     "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_columns", "compile_json",
     "compile_rows", "compile_run", "compile_tflite", "compile_variants", "doctor", "dumps",
     "emulate_bundle", "export_bundle", "fvp_run", "get_target", "is_sweep_folder",
-    "leaves_json", "leaves_table", "list_targets", "load_recipe", "load_report_json", "optimize", "optimize_tree",
+    "leaves_json", "leaves_table", "list_targets", "load_recipe", "load_report_json", "optimize",
     "parse_tolerances", "plain_settings", "raise_on_regression", "read_tflite", "recipe_key",
     "render_report", "report_formats", "requirements", "resolve_targets", "serve_bundle",
     "sweep_columns", "target_rows", "unmet_requirements", "verify_options", "verify_run", "walk",
@@ -142,12 +142,14 @@ def walk(
         The run folder and the walk's record (``outcome.walk``); raises ``BudgetExceededError`` (exit 8), with the
         walk recorded in the run's manifest, when no level meets.
     """
-    from edgedeploy.pipeline.compile import resolve_targets
-    from edgedeploy.pipeline.driver import walk_model
+    from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
-    return walk_model(as_path(model, "model", MODEL_FILE), as_path(data, "data", DATA_FILE),
-                      as_path(out, "out", "a folder"), recipe, resolve_targets(target_names(targets)), requirements,
-                      options, trust_lambda=trust_lambda)
+    plan = Plan(as_path(model, "model", MODEL_FILE), as_path(data, "data", DATA_FILE), as_path(out, "out", "a folder"),
+                recipe, resolve_targets(target_names(targets)), options or CompileOptions(), requirements, walk=True,
+                trust_lambda=trust_lambda)
+    return drive(plan)
 
 
 def compile_tflite(
@@ -182,33 +184,27 @@ def optimize(
     out: str | os.PathLike[str] = DEFAULT_RUN_DIR,
     *,
     leaves: Sequence[str] | None = None,
-    recipe: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    recipe: str | os.PathLike[str] | Mapping[str, Any] | Recipe | None = None,
     settings: Mapping[str, Any] | None = None,
     preprocess: str | Callable[[np.ndarray], Any] | None = None,
     calibration: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
     labels: Sequence[str] | None = None,
     batched: bool | None = None,
     trust_lambda: bool = False,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeRun:
     """Run the deployment tree on ``model`` and ``data`` into the run folder ``out``, as :func:`edgedeploy.optimize`
     does (its page says what each argument takes), with the recipe keys given by name in ``settings``
-    (``{"epochs": 2, "seed": 1}``; they win over ``recipe``). Returns the run: ``.compile(targets)``, ``.report()``,
-    ``.export(leaf, target, out)``."""
+    (``{"epochs": 2, "seed": 1}``; they win over ``recipe``), the stages run here or in ``jobs`` workers
+    (``executor="local"``) or as Ray tasks (``"ray"``, at ``ray_address``). ``edgedeploy optimize`` calls it with
+    its loaded recipe. Returns the run: its leaves' and trained nodes' records, ``.compile(targets)``,
+    ``.report()``, ``.export(leaf, target, out)``."""
     from edgedeploy.interactive.run import optimize as run
 
     return run(model, data, out, leaves=leaves, recipe=recipe, preprocess=preprocess, calibration=calibration,
-               labels=labels, batched=batched, trust_lambda=trust_lambda, **dict(settings or {}))
-
-
-def optimize_tree(model: Path, data: Path, out: Path, recipe: Recipe, *, trust_lambda: bool = False,
-                  executor: str = "local", ray_address: str | None = None) -> OptimizeOutcome:
-    """``edgedeploy optimize``: the nodes the ``recipe``'s leaves need, then every leaf converted and scored, into
-    ``out``, run here or in ``recipe.jobs`` workers (``executor="local"``) or as Ray tasks (``"ray"``, at
-    ``ray_address``). Returns the convert record of every leaf and the record of every trained node."""
-    from edgedeploy.pipeline.tree_run import optimize as run
-
-    return run(as_path(model, "model", MODEL_FILE), as_path(data, "data", DATA_FILE), as_path(out, "out", "a folder"),
-               recipe, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address)
+               labels=labels, batched=batched, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address,
+               **dict(settings or {}))
 
 
 def load_recipe(path: Path | None = None, overrides: Mapping[str, Any] | None = None,
@@ -235,7 +231,7 @@ def plain_settings() -> dict[str, Any]:
     return dict(PLAIN)
 
 
-def leaves_json(outcome: OptimizeOutcome) -> dict[str, Any]:
+def leaves_json(outcome: OptimizeRun | OptimizeOutcome) -> dict[str, Any]:
     """The leaves of a tree run as the versioned JSON document ``edgedeploy optimize --json`` prints."""
     from edgedeploy.report.render.leaf_table import leaves_json as doc
 

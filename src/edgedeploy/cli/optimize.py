@@ -161,8 +161,9 @@ def _optimize(values: dict[str, Any]) -> None:
         return
     if values["executor"] not in ("local", "ray"):
         raise UsageError(f"--executor is '{values['executor']}'", "use local or ray")
-    outcome = api.optimize_tree(values["model"], values["data"], values["out"], r, trust_lambda=values["trust_lambda"],
-                                executor=values["executor"], ray_address=values["ray_address"])
+    outcome = api.optimize(values["model"], values["data"], values["out"], recipe=r,
+                           trust_lambda=values["trust_lambda"], executor=values["executor"],
+                           ray_address=values["ray_address"])
     _print_leaves(outcome, values["json_out"])
 
 

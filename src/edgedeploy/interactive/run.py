@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
     import tf_keras
 
+    from edgedeploy.config.recipe import Recipe
     from edgedeploy.pipeline.compile import CompileOutcome
     from ..export.stage import ExportResult
     from edgedeploy.core.manifest import StageRecord
@@ -83,6 +84,7 @@ class OptimizeRun:
     run_dir: Path
     leaves: dict[str, "StageRecord"] = field(default_factory=dict, repr=False)  # leaf -> its convert record
     compiled: list[str] = field(default_factory=list)  # targets compiled so far
+    nodes: dict[str, "StageRecord"] = field(default_factory=dict, repr=False)  # trained node -> its record
 
     def __repr__(self) -> str:
         return f"OptimizeRun({str(self.run_dir)!r}, leaves={list(self.leaves)}, compiled={self.compiled})"
@@ -138,12 +140,14 @@ def optimize(
     out: str | os.PathLike[str] = DEFAULT_RUN_DIR,
     *,
     leaves: Sequence[str] | None = None,
-    recipe: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    recipe: str | os.PathLike[str] | Mapping[str, Any] | Recipe | None = None,
     preprocess: str | Callable[[np.ndarray], Any] | None = None,
     calibration: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
     labels: Sequence[str] | None = None,
     batched: bool | None = None,
     trust_lambda: bool = False,
+    executor: str = "local",
+    ray_address: str | None = None,
     **settings: Any,
 ) -> OptimizeRun:
     """Run the deployment tree on ``model`` and ``data`` into the run folder ``out``; convert every leaf to int8 and
@@ -160,7 +164,8 @@ def optimize(
             length is refused, and one that repeats forever is refused.
         out: the run folder (manifest and outputs; ``edgedeploy report OUT`` reads it too).
         leaves: the leaves to convert, e.g. ``["ptq", "pcqat"]`` (default: the recipe's).
-        recipe: a recipe TOML file, or its table as a dict (``{"epochs": 2, "data": {"sample_rate": 8000}}``).
+        recipe: a recipe TOML file, or its table as a dict (``{"epochs": 2, "data": {"sample_rate": 8000}}``), or
+            a loaded :class:`~edgedeploy.config.recipe.Recipe` (then without ``leaves`` and ``settings``).
         preprocess: a function run on every sample before fine-tuning, calibration, evaluation and golden
             vectors (an MFCC front end, say), or its ``module:function`` name.
         calibration: int8 calibration samples apart from the fine-tune split: a ``representative_dataset``-style
@@ -171,37 +176,59 @@ def optimize(
         batched: whether a ``tf.data.Dataset`` yields batches (default: its inputs have one more axis than the
             model's input).
         trust_lambda: load a model file with Lambda layers (runs their code).
+        executor: where each stage runs: ``local`` (this process, or ``jobs`` worker processes) or ``ray``.
+        ray_address: the Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray).
         **settings: recipe keys by name, e.g. ``epochs=2``, ``sparsity=0.5``, ``seed=1``, ``jobs=2``.
 
     Returns:
         An :class:`OptimizeRun`: ``.compile(targets)``, ``.report()``, ``.export(leaf, target, out)``.
     """
     from ..data_sources import Samples
-    from edgedeploy.pipeline.tree_run import optimize as run_tree
-    from edgedeploy.config.recipe import load_recipe
     from edgedeploy.keras import tfenv
+    from edgedeploy.pipeline.compile import CompileOptions, check_executor
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     if _keras_flavour(model) is None:  # (checked before TensorFlow is imported)
         as_path(model, "model", "a Keras model or the path of a .h5 or .keras file",
                 "pass a tf_keras or Keras 3 model, or the path of its .h5 or .keras file")
     check_data_arguments(data, calibration, preprocess, labels, batched)
     out = as_path(out, "out", "a folder")
+    check_executor(executor)
+    r = _recipe(recipe, leaves, preprocess, settings)
+    in_place = isinstance(data, (str, os.PathLike)) and calibration is None and not callable(preprocess)
+    if _keras_flavour(model) is not None or not in_place:
+        tfenv.load()  # before any model object's Keras is used here (model files load it when they are read)
+    model_path = save_model_object(model, out) if _keras_flavour(model) is not None else Path(model)
+    source: Path | Samples
+    if in_place:
+        source = Path(data)
+    else:
+        source = _in_memory(data, model, model_path, r, calibration, labels, batched, preprocess, trust_lambda)
+    plan = Plan(model_path, source, out, r, options=CompileOptions(executor=executor, ray_address=ray_address),
+                trust_lambda=trust_lambda)
+    done = drive(plan).tree
+    assert done is not None  # (a run that is not a walk returns its tree)
+    return OptimizeRun(done.run_dir, dict(done.leaves), nodes=dict(done.nodes))
+
+
+def _recipe(recipe: Any, leaves: Sequence[str] | None, preprocess: Any, settings: Mapping[str, Any]) -> Any:
+    """The run's recipe: a loaded one as it is, else the file or table with ``leaves``, a named ``preprocess``
+    and ``settings`` over it."""
+    from edgedeploy.config.recipe import Recipe, load_recipe
+
+    if isinstance(recipe, Recipe):
+        if settings or leaves is not None or isinstance(preprocess, str):
+            raise UsageError("a loaded Recipe is given with settings beside it",
+                             "set them in the recipe, or pass the recipe's file or table instead")
+        return recipe
     if recipe is not None and not isinstance(recipe, Mapping):
         as_path(recipe, "recipe", "a recipe .toml file or its table as a dict")
     overrides = {**settings, "leaves": list(leaves) if leaves is not None else None}
     if isinstance(preprocess, str):
         overrides["preprocess"] = preprocess
-    r = load_recipe(Path(recipe) if isinstance(recipe, (str, os.PathLike)) else None, overrides,
-                    table=recipe if isinstance(recipe, Mapping) else None)
-    tfenv.load()  # before any model object's Keras is used here
-    model_path = save_model_object(model, out) if _keras_flavour(model) is not None else Path(model)
-    source: Path | Samples
-    if isinstance(data, (str, os.PathLike)) and calibration is None and not callable(preprocess):
-        source = Path(data)
-    else:
-        source = _in_memory(data, model, model_path, r, calibration, labels, batched, preprocess, trust_lambda)
-    outcome = run_tree(model_path, source, out, r, trust_lambda=trust_lambda)
-    return OptimizeRun(outcome.run_dir, dict(outcome.leaves))
+    return load_recipe(Path(recipe) if isinstance(recipe, (str, os.PathLike)) else None, overrides,
+                       table=recipe if isinstance(recipe, Mapping) else None)
 
 
 def _in_memory(data: Any, model: Any, model_path: Path, r: Any, calibration: Any, labels: Any, batched: Any,

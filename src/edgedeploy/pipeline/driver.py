@@ -1,4 +1,21 @@
-"""The driver: what ``edgedeploy compile`` does with what it is given, read top to bottom.
+"""The driver: one model's run (:func:`run`), and what ``edgedeploy compile`` does with what it is given
+(:func:`compile_driver`), each read top to bottom.
+
+Every command and API call that trains a tree comes here: ``edgedeploy compile PROJECT.toml`` (with ``--walk`` or
+not, one model or each model of a sweep), ``edgedeploy optimize`` (with ``--walk`` or not), and the notebook API
+``edgedeploy.optimize``. Each builds a :class:`~edgedeploy.pipeline.run_plan.Plan` (a project file's model table,
+or the arguments) and hands it to :func:`drive`, which opens the one stage runner of the command
+(:func:`edgedeploy.pipeline.runners.open_runner`, closed when the run ends) and calls :func:`run`:
+
+    run(plan, runner)
+      1. Load: the model, the data and the task, loaded and checked once (:meth:`Plan.load`).
+      2. Task graph: every node the leaves need, every leaf and its compiles (:func:`~.tree_run.open_tree`; the
+         run folder's manifest records the model, data, recipe and task first).
+      3. Run: each task starts on the runner as soon as the stages it reads are done (:meth:`TreeGraph.run`).
+      4. Gate: Vela's version recorded, and a CPU fallback refused unless allowed (:meth:`TreeGraph.gate`).
+      5. Record: each stage was recorded in the manifest as it finished; the outcome returned.
+    ``--walk`` runs steps 2 to 4 level by level (:func:`edgedeploy.pipeline.walk.walk`), judging after each level,
+    and records the walk in the manifest.
 
     compile_driver(request)
       1. What the sources are: int8 ``.tflite`` files, the run folder of ``edgedeploy optimize``, or one project
@@ -7,19 +24,10 @@
          target (:mod:`edgedeploy.pipeline.compile`). Done.
       3. A project file, read once (:func:`edgedeploy.pipeline.project.load_project`): its targets, compile options
          and requirements, with the command line's over them.
-      4. One runner for the whole command (:func:`edgedeploy.pipeline.tree_run.make_runner`): this process, worker
-         processes or Ray.
-      5. Each model (one, or each ``[[models]]`` table of a sweep, :mod:`edgedeploy.pipeline.sweep`) through
-         :func:`run_model`: its model, data and task loaded once (:func:`edgedeploy.pipeline.tree_run.load_inputs`),
-         then the strategy:
-           - the whole tree as one task graph: train, convert and compile every leaf
-             (:func:`edgedeploy.pipeline.tree_run.run_tree`), or
-           - ``--walk``: the same graph level by level until a leaf meets the requirements
-             (:func:`edgedeploy.pipeline.walk.walk`).
-      6. The outcome: the compile records (each stage recorded in the run's manifest as it finished), the walk's
-         record, the sweep's record.
+      4. Its model's plan through :func:`drive`; or, for a sweep (``[[models]]``, :mod:`edgedeploy.pipeline.sweep`),
+         each model's plan through :func:`run` on one runner for the whole sweep.
 
-Walk and sweep are strategies the driver hands the loaded inputs and the runner to; neither imports this module.
+Walk and sweep are strategies over :func:`run`; neither imports this module.
 """
 
 from __future__ import annotations
@@ -30,14 +38,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from edgedeploy.config import DEFAULT_RUN_DIR
 from edgedeploy.config.recipe import Recipe
-from edgedeploy.config.targets import Target
 from edgedeploy.errors import UsageError
 from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, compile_run, compile_tflite, resolve_targets
-from edgedeploy.pipeline.project import ModelEntry, Project, load_project, merged_options
+from edgedeploy.pipeline.project import Project, load_project, merged_options
 from edgedeploy.report import Requirements, requirements_from_table
 
 if TYPE_CHECKING:
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.pipeline.runners import StageRunner
+    from edgedeploy.pipeline.tree_run import OptimizeOutcome
     from edgedeploy.pipeline.sweep import SweepOutcome
     from edgedeploy.vela import VelaExecutor
 
@@ -58,13 +67,15 @@ class CompileRequest:
 
 @dataclass
 class DriverOutcome:
-    """What one command did: its run folder and compile records; the walk's record (``--walk``); the sweep's
-    outcome (a project with ``[[models]]``, whose models' failures :meth:`SweepOutcome.raise_first_failure` raises)."""
+    """What one command did: its run folder and compile records; the tree's leaves and nodes; the walk's record
+    (``--walk``); the sweep's outcome (a project with ``[[models]]``, whose models' failures
+    :meth:`SweepOutcome.raise_first_failure` raises)."""
 
     run_dir: Path
     compiled: CompileOutcome
     walk: dict[str, Any] | None = None
     sweep: SweepOutcome | None = None
+    tree: OptimizeOutcome | None = None  # every leaf's and trained node's record (a run that is not a walk)
 
 
 def compile_driver(request: CompileRequest, *, pool: VelaExecutor | None = None) -> DriverOutcome:
@@ -87,21 +98,16 @@ def compile_driver(request: CompileRequest, *, pool: VelaExecutor | None = None)
     requirements = project_requirements(project, request.requirements) if request.walk else Requirements()
     # the tree's modules (optimize, walk, sweep, the judge) and numpy load only for a project file: .tflite files
     # and run folders compile without them (bench/bench_startup.py)
-    from edgedeploy.pipeline.sweep import run_sweep
-    from edgedeploy.pipeline.tree_run import make_runner
+    from edgedeploy.pipeline.run_plan import Plan
 
     if project.is_sweep:
-        sweep = run_sweep(project, targets, options, request.out or project.out, requirements, walk=request.walk,
-                          run_model=run_model)
-        return DriverOutcome(sweep.out, CompileOutcome(sweep.out), sweep=sweep)
+        from edgedeploy.pipeline.sweep import run_sweep
 
-    runner = make_runner(options.executor, options.ray_address, project.recipe.jobs)
-    try:
-        compiled, walked = run_model(project.entry, request.out or project.out, targets, options, requirements,
-                                     runner, walk=request.walk)
-    finally:
-        runner.close()
-    return DriverOutcome(compiled.run_dir, compiled, walk=walked)
+        sweep = run_sweep(project, targets, options, request.out or project.out, requirements, walk=request.walk,
+                          run=run)
+        return DriverOutcome(sweep.out, CompileOutcome(sweep.out), sweep=sweep)
+    return drive(Plan.of_entry(project.entry, request.out or project.out, targets, options, requirements,
+                               walk=request.walk))
 
 
 def source_kind(sources: Sequence[Path], walk: bool = False) -> str:
@@ -128,38 +134,33 @@ def project_requirements(project: Project, over: Requirements | None) -> Require
     return over.over(req) if over is not None else req
 
 
-def run_model(entry: ModelEntry, run_dir: Path, targets: Sequence[Target], options: CompileOptions,
-              requirements: Requirements, runner: StageRunner, *,
-              walk: bool = False) -> tuple[CompileOutcome, dict | None]:
-    """One model into ``run_dir``: its inputs loaded once, then the whole tree, or the walk level by level; its
-    compile outcome and walk record. A walk that meets nothing raises (its record is in the run's manifest)."""
-    from edgedeploy.pipeline.tree_run import load_inputs, run_tree
-    from edgedeploy.pipeline.walk import levels_of
-    from edgedeploy.pipeline.walk import walk as walk_levels
+def drive(plan: Plan) -> DriverOutcome:
+    """One plan on its own stage runner (made here, closed when the run ends): :func:`run`."""
+    from edgedeploy.pipeline.runners import open_runner
 
-    recipe = entry.recipe
-    # a walk checks the leaves of its first level now, each deeper level's when it gets there
-    first = next(iter(levels_of(recipe.leaves).values())) if walk else None
-    inputs = load_inputs(entry.model, entry.data, run_dir, recipe, trust_lambda=entry.trust_lambda, leaves=first)
-    if walk:
-        walked = walk_levels(inputs, run_dir, recipe, targets, requirements, options, runner=runner)
-        return CompileOutcome(walked.run_dir, walked.compiled), walked.record
-    return run_tree(inputs, run_dir, recipe, runner, targets=targets, compile_options=options).compiled, None
+    plan.options.check()
+    with open_runner(plan.options.executor, plan.options.ray_address, plan.recipe.jobs) as runner:
+        return run(plan, runner)
 
 
-def walk_model(model: Path, data: Path, out: Path, recipe: Recipe, targets: Sequence[Target],
-               requirements: Requirements, options: CompileOptions | None = None, *,
-               trust_lambda: bool = False) -> DriverOutcome:
-    """``edgedeploy optimize MODEL --data DATA --walk``: one model walked without a project file (raises
-    :class:`~edgedeploy.errors.BudgetExceededError` when no level meets the requirements)."""
-    from edgedeploy.pipeline.tree_run import make_runner
+def run(plan: Plan, runner: StageRunner) -> DriverOutcome:
+    """One model's run on ``runner``: load, task graph, run, gate, record (see the module text). A walk that meets
+    nothing raises :class:`~edgedeploy.errors.BudgetExceededError` (its record is in the run's manifest)."""
+    from edgedeploy.pipeline.walk import walk
 
-    options = options or CompileOptions()
-    options.check()
-    entry = ModelEntry("", Path(model), data, recipe, trust_lambda)
-    runner = make_runner(options.executor, options.ray_address, recipe.jobs)
-    try:
-        compiled, walked = run_model(entry, Path(out), targets, options, requirements, runner, walk=True)
-    finally:
-        runner.close()
-    return DriverOutcome(compiled.run_dir, compiled, walk=walked)
+    inputs = plan.load()  # 1. load, once
+
+    def tree(recipe: Recipe) -> OptimizeOutcome:
+        from edgedeploy.pipeline.tree_run import open_tree
+
+        graph = open_tree(inputs, plan.out, recipe, runner, targets=plan.targets,  # 2. task graph
+                          compile_options=plan.options, reuse=plan.reuse)
+        done = graph.run()  # 3. run
+        graph.gate(done)  # 4. gate
+        return done  # 5. record: every stage is in the run's manifest
+
+    if plan.walk:  # 2-4 level by level, until a level meets the requirements; the walk's record in the manifest
+        walked = walk(plan, tree)
+        return DriverOutcome(walked.run_dir, CompileOutcome(walked.run_dir, walked.compiled), walk=walked.record)
+    done = tree(plan.recipe)
+    return DriverOutcome(done.run_dir, done.compiled or CompileOutcome(done.run_dir), tree=done)

@@ -1,8 +1,9 @@
 """A sweep: every model of a project file's ``[[models]]`` tables through one pipeline, into ``OUT/NAME``.
 
-``edgedeploy compile PROJECT.toml`` on a project listing ``[[models]]`` runs each model in file order with
-the driver's :func:`edgedeploy.pipeline.driver.run_model` (its whole tree, or with ``--walk`` its walk) into its own run
-folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
+``edgedeploy compile PROJECT.toml`` on a project listing ``[[models]]`` runs each model in file order, the
+model's plan (:class:`edgedeploy.pipeline.run_plan.Plan`) through the driver's
+:func:`edgedeploy.pipeline.driver.run` (its whole tree, or with ``--walk`` its walk) on one stage runner, into its
+own run folder ``OUT/NAME``: a complete run that ``report``, ``export`` and ``emulate`` take like any other. All
 models share the project's targets, compile options and requirements; each has its own recipe.
 
 What a failure does: a model whose run raises one of edgedeploy's errors is recorded as failed and the others
@@ -28,15 +29,16 @@ from edgedeploy.errors import BudgetExceededError, EdgeDeployError, InvalidInput
 from edgedeploy.core.files import atomic_write_text
 from edgedeploy.core.manifest import Manifest, now_iso
 from edgedeploy.pipeline.project import ModelEntry, Project
-from edgedeploy.pipeline.runners import StageRunner
+from edgedeploy.pipeline.run_plan import Plan
+from edgedeploy.pipeline.runners import StageRunner, open_runner
 from edgedeploy.report import Requirements
 from edgedeploy.report.sweep import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
 
 log = logging.getLogger("edgedeploy")
 
-# the driver's run of one model: (entry, run folder, targets, options, requirements, runner, walk=) ->
-# (its compile outcome, its walk record or None)
-RunModel = Callable[..., "tuple[CompileOutcome, dict[str, Any] | None]"]
+# the driver's run of one plan on a runner (edgedeploy.pipeline.driver.run): its outcome, whose ``compiled`` and
+# ``walk`` a member keeps
+RunPlan = Callable[[Plan, StageRunner], Any]
 
 
 @dataclass
@@ -110,9 +112,9 @@ def run_sweep(
     requirements: Requirements,
     *,
     walk: bool = False,
-    run_model: RunModel,
+    run: RunPlan,
 ) -> SweepOutcome:
-    """Run every ``[[models]]`` table of ``project`` into ``OUT/NAME`` with ``run_model`` (the driver's, which
+    """Run the plan of every ``[[models]]`` table of ``project`` into ``OUT/NAME`` with ``run`` (the driver's, which
     loads the model's inputs once and runs its tree or walk); see the module text.
 
     Failed models do not stop the others: call :meth:`SweepOutcome.raise_first_failure` after using the outcome.
@@ -137,39 +139,36 @@ def run_sweep(
     }
     outcome = SweepOutcome(out, record)
     write_record(out, record)
-    from edgedeploy.pipeline.tree_run import make_runner
-
     # one runner for every model: Ray (or the stage workers) start once per sweep
-    runner = make_runner(opts.executor, opts.ray_address, max(m.recipe.jobs for m in project.models))
-    try:
+    with open_runner(opts.executor, opts.ray_address, max(m.recipe.jobs for m in project.models)) as runner:
         for entry, rec in zip(project.models, record["models"]):
-            _run_member(entry, rec, outcome, targets, opts, requirements if walk else Requirements(), walk,
-                        run_model, runner)
-    finally:
-        runner.close()
+            plan = Plan.of_entry(entry, out / entry.name, targets, opts, requirements if walk else Requirements(),
+                                 walk=walk)
+            _run_member(plan, entry.name, rec, outcome, run, runner)
     record["finished"] = now_iso()
     write_record(out, record)
     return outcome
 
 
-def _run_member(entry: ModelEntry, rec: dict[str, Any], outcome: SweepOutcome, targets, opts: CompileOptions,
-                req: Requirements, walk: bool, run_model: RunModel, runner: StageRunner) -> None:
+def _run_member(plan: Plan, name: str, rec: dict[str, Any], outcome: SweepOutcome, run: RunPlan,
+                runner: StageRunner) -> None:
     """One model of the sweep into ``OUT/NAME``; its status, error and time in the sweep's record."""
-    member = MemberOutcome(entry.name, outcome.out / entry.name)
+    member = MemberOutcome(name, plan.out)
     outcome.members.append(member)
-    log.info("sweep: model %s -> %s", entry.name, member.run_dir)
+    log.info("sweep: model %s -> %s", name, member.run_dir)
     rec["status"], t0 = "running", time.perf_counter()
     write_record(outcome.out, outcome.record)
     try:
-        member.outcome, member.walk = run_model(entry, member.run_dir, targets, opts, req, runner, walk=walk)
+        done = run(plan, runner)
+        member.outcome, member.walk = done.compiled, done.walk
         rec["status"] = "ok"
     except EdgeDeployError as exc:
         member.error = exc
-        if walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
+        if plan.walk and isinstance(exc, BudgetExceededError):  # the walk recorded where it stopped, then raised
             member.walk = Manifest.load(member.run_dir).info.get("walk")
         rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": exc.exit_code,
                                            "message": exc.message, "hint": exc.hint})
-        log.warning("sweep: model %s failed: %s", entry.name, exc.one_line())
+        log.warning("sweep: model %s failed: %s", name, exc.one_line())
     except BaseException as exc:  # a bug or an interrupt stops the sweep; the record says where
         rec.update(status="failed", error={"type": type(exc).__name__, "exit_code": None,
                                            "message": f"the sweep stopped here: {type(exc).__name__}: {exc}",

@@ -6,6 +6,8 @@ while nothing meets the accuracy, size and latency requirements. Each level trai
 (nodes already trained are reused from the run folder), compiles the new leaves for every target asked
 for, and judges every leaf walked so far with the report's requirement checks. The walk stops at the first
 level with a leaf that meets every requirement on every target; nodes of deeper levels are not trained.
+The walk is a strategy over the driver (:func:`edgedeploy.pipeline.driver.run`): each level is the driver's run of
+one tree (task graph, run, gate) on the plan's inputs, loaded once.
 
 The run manifest gets a ``walk`` record (``info.walk``): each level visited, its leaves and the nodes it
 trained, each leaf's verdict per requirement and target, the recommended leaf and why the walk stopped.
@@ -19,20 +21,19 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from edgedeploy.pipeline.compile import CompileOptions
 from edgedeploy.errors import BudgetExceededError, UsageError
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.manifest import now_iso
 from edgedeploy.report import Requirements, build_report, leaf_level
 from edgedeploy.report.judge import judge_leaves, meets_everywhere, pick, shortfalls
 from edgedeploy.core.stage import RunContext
-from edgedeploy.config.targets import Target
+from edgedeploy.pipeline.run_plan import levels_of
 
 if TYPE_CHECKING:
-    from edgedeploy.pipeline.runners import StageRunner
-    from edgedeploy.pipeline.tree_run import TreeInputs
+    from edgedeploy.pipeline.run_plan import Plan
+    from edgedeploy.pipeline.tree_run import OptimizeOutcome
 
 log = logging.getLogger("edgedeploy")
 
@@ -50,40 +51,17 @@ class WalkOutcome:
         return self.record.get("recommended")
 
 
-def levels_of(leaves: Sequence[str]) -> dict[int, list[str]]:
-    """The leaves grouped by tree level, least optimized first (the recipe's order within a level)."""
-    out: dict[int, list[str]] = {}
-    for leaf in leaves:
-        level = leaf_level(leaf)
-        if level is None:
-            raise UsageError(f"leaf '{leaf}' has no level in the deployment tree", "walk only the tree's leaves")
-        out.setdefault(level, []).append(leaf)
-    return dict(sorted(out.items()))
-
-
-def walk(
-    inputs: TreeInputs,
-    out: Path,
-    recipe: Recipe,
-    targets: Sequence[Target],
-    requirements: Requirements,
-    options: CompileOptions | None = None,
-    *,
-    runner: StageRunner | None = None,
-) -> WalkOutcome:
-    """Train, convert, compile and judge the recipe's leaves level by level on the model and data of ``inputs``
-    (loaded once, :func:`edgedeploy.pipeline.tree_run.load_inputs`); stop at the first level that meets.
-    ``runner`` (:func:`edgedeploy.pipeline.tree_run.make_runner`): where the stages run, shared with the caller (who
-    closes it); by default one for this walk."""
-    from edgedeploy.pipeline.tree_run import make_runner
-
+def walk(plan: Plan, run_level: Callable[[Recipe], OptimizeOutcome]) -> WalkOutcome:
+    """Train, convert, compile and judge ``plan``'s leaves level by level, and stop at the first level that meets
+    its requirements. ``run_level``: the driver's run of one tree (its task graph, run and gate) on the plan's
+    inputs, loaded once (:func:`edgedeploy.pipeline.driver.run`), for a recipe of the leaves walked so far."""
+    out, targets, requirements = Path(plan.out), plan.targets, plan.requirements
     if not targets:
         raise UsageError("a walk compiles each leaf for its targets, and none was given",
                          "name targets in the project file or with --target")
-    options = options or CompileOptions()
-    options.check()
+    plan.options.check()
     target_names = [t.name for t in targets]
-    recipe = thin_toward(recipe, requirements, target_names)
+    recipe = thin_toward(plan.recipe, requirements, target_names)
     state = _WalkState(levels_of(recipe.leaves), now_iso(), {
         "schema_version": WALK_SCHEMA_VERSION,
         "requirements": requirements.to_dict(),
@@ -91,16 +69,9 @@ def walk(
         "leaves_asked": list(recipe.leaves),
         "levels": [],
     })
-    own_runner = runner is None
-    if runner is None:  # one per walk (or the caller's): Ray starts once
-        runner = make_runner(options.executor, options.ray_address, recipe.jobs)
-    try:
-        for level, new in state.levels.items():
-            if _walk_level(state, level, new, inputs, out, recipe, targets, requirements, options, runner):
-                break
-    finally:
-        if own_runner:
-            runner.close()
+    for level, new in state.levels.items():
+        if _walk_level(state, level, new, out, recipe, target_names, requirements, run_level):
+            break
     _conclude(state, requirements, target_names)
     ctx = RunContext.open(out)
     ctx.manifest.info["walk"] = state.record
@@ -127,18 +98,14 @@ class _WalkState:
     t_start: float = field(default_factory=time.perf_counter)
 
 
-def _walk_level(state: _WalkState, level: int, new: list[str], inputs: TreeInputs, out: Path, recipe: Recipe,
-                targets: Sequence[Target], requirements: Requirements, options: CompileOptions,
-                runner: StageRunner) -> bool:
+def _walk_level(state: _WalkState, level: int, new: list[str], out: Path, recipe: Recipe, target_names: list[str],
+                requirements: Requirements, run_level: Callable[[Recipe], OptimizeOutcome]) -> bool:
     """One level: train, convert and compile its leaves as one task graph (each leaf compiled as soon as it
     exists), judge every leaf walked so far, and record the level; whether a leaf meets everywhere."""
-    from edgedeploy.pipeline.tree_run import run_tree
-
-    t0, target_names = time.perf_counter(), [t.name for t in targets]
+    t0 = time.perf_counter()
     state.walked += new
     log.info("walk: level %d (%s)", level, ", ".join(new))
-    result = run_tree(inputs, out, replace(recipe, leaves=tuple(state.walked)), runner, targets=targets,
-                      compile_options=options)
+    result = run_level(replace(recipe, leaves=tuple(state.walked)))
     state.compiled += [rec for rec in result.compiled.records if rec.variant in new]
     doc = build_report(out, requirements, compression=False)
     state.verdicts = verdicts = judge_leaves(doc, state.walked, target_names)

@@ -48,7 +48,7 @@ def test_help_shows_the_typed_parameters_and_importing_the_package_stays_light()
             "assert \"model: 'str | os.PathLike[str] | tf_keras.Model | keras.Model'\" in text, text; "
             "assert \"calibration: 'Callable[[], Iterable[Any]] | Iterable[Any] | None' = None\" in text; "
             "assert 'Returns:' in text; "
-            "from edgedeploy.pipeline.tree_run import make_runner; "
+            "from edgedeploy.pipeline.runners import open_runner; "
             "assert callable(edgedeploy.optimize) and not isinstance(edgedeploy.optimize, type(sys)); "
             "assert 'tensorflow' not in sys.modules and 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

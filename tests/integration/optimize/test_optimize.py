@@ -140,10 +140,12 @@ def test_manifest_holds_the_tree(kws_tree, trained_tree):
 
 def test_rerun_reuses_every_stage(kws_tree, trained_tree, tmp_path):
     """The same recipe in Python over a copy of the folder `edgedeploy optimize` wrote: nothing is redone."""
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     before = {k: v.started for k, v in kws_tree.leaves.items()}
-    again = optimize(trained_tree.model, trained_tree.data, trained_tree.copy(tmp_path / "run"), trained_tree.recipe())
+    again = drive(Plan(trained_tree.model, trained_tree.data, trained_tree.copy(tmp_path / "run"),
+                       trained_tree.recipe())).tree
     assert {k: v.started for k, v in again.leaves.items()} == before
 
 
@@ -156,7 +158,8 @@ def test_a_leaf_converted_again_on_its_own_is_the_same_file(kws_tree, trained_tr
 
     from edgedeploy.core.manifest import Manifest
     from edgedeploy.keras import tfenv
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     keras = tfenv.load().keras
     run = trained_tree.copy(tmp_path / "run")
@@ -165,7 +168,7 @@ def test_a_leaf_converted_again_on_its_own_is_the_same_file(kws_tree, trained_tr
     manifest.save()
     shutil.rmtree(run / "convert" / "pcqat")
     counted = keras.backend.get_uid("dense")  # this process's count of automatic "dense" names (one more)
-    again = optimize(trained_tree.model, trained_tree.data, run, trained_tree.recipe(leaves=["pcqat"]))
+    again = drive(Plan(trained_tree.model, trained_tree.data, run, trained_tree.recipe(leaves=["pcqat"]))).tree
     assert keras.backend.get_uid("dense") == counted + 1  # the stage's own count was not left behind here
     assert again.nodes["pcqat"].started == kws_tree.nodes["pcqat"].started  # the node reused, not trained again
     first, second = kws_tree.leaves["pcqat"], again.leaves["pcqat"]
@@ -248,11 +251,12 @@ def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models,
 
 
 def test_keras3_model_through_the_tree(keras3_models, tmp_path):
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": ["ptq", "pcqat"]})
-    outcome = optimize(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)
+    outcome = drive(Plan(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)).tree
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
     assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
     assert not outcome.nodes["pcqat"].warnings
@@ -291,7 +295,8 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
 
 def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
     """Train ``model`` for 2 epochs on the fine-tune split of ``data``, then run the tree on it (1 epoch a stage)."""
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     d = np.load(data)
     fit = d["split"] == 0
@@ -301,7 +306,7 @@ def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
     model.save(path)
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
                                     "leaves": list(leaves), **recipe_keys})
-    return optimize(path, data, tmp_path / "run", recipe)
+    return drive(Plan(path, data, tmp_path / "run", recipe)).tree
 
 
 def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_path, kws_data):
@@ -453,7 +458,8 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     (recipe qat_ranges = "calibrated", the default); with TFMOT's start the conversion is refused."""
     from edgedeploy.keras import tfenv
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     keras = tfenv.load().keras
     keras.utils.set_random_seed(19)
@@ -476,7 +482,7 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     recipe = load_recipe(table={"training": {"qat_ranges": "tfmot"}},
                          overrides={"epochs": 1, "min_steps": 0, "seed": 7, "leaves": ["qat"]})
     with pytest.raises(ToolFailedError, match="quantized the bias of .* for another input scale"):
-        optimize(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe)
+        drive(Plan(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe))
 
 
 def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(tmp_path, kws_data):

@@ -66,14 +66,15 @@ def _small_npz(src: Path, out: Path, fit: int, ev: int, seed: int = 0) -> Path:
 
 @pytest.mark.requires_data
 def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_data, tmp_path):
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.tflite.reader import read_weight_tensors
 
     data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", tmp_path / "kws.npz", 640, 400)
     recipe = load_recipe(overrides={"leaves": ["pruned_clustered", "pcqat"], "epochs": 1, "min_steps": 0, "seed": 3,
                                     "sparsity_pattern": "2:4"})
-    outcome = optimize(shared_data / "kws" / "dscnn_mlperf_float.h5", data, tmp_path / "run", recipe)
+    outcome = drive(Plan(shared_data / "kws" / "dscnn_mlperf_float.h5", data, tmp_path / "run", recipe)).tree
     pruned = outcome.nodes["pruned"].details
     assert pruned["training"]["pruning"]["structured"]["left_out"] == {"conv2d": "1 input channels, not a multiple of 4"}
     for leaf in ("pruned_clustered", "pcqat"):
@@ -107,13 +108,14 @@ def test_a_stage_that_breaks_the_pattern_fails_with_the_layer_named():
 @pytest.mark.requires_data("kws/ds_cnn_s_arm_float.h5", "kws/speech_commands_v2_test_mfcc_arm.npz")
 def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_data, tmp_path):
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.tflite.reader import read_tflite
 
     data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz", tmp_path / "kws.npz", 300, 300)
     recipe = load_recipe(overrides={"leaves": ["ptq", "ptq_16x8"], "calibration_samples": 200})
-    outcome = optimize(shared_data / "kws" / "ds_cnn_s_arm_float.h5", data, tmp_path / "run", recipe)
+    outcome = drive(Plan(shared_data / "kws" / "ds_cnn_s_arm_float.h5", data, tmp_path / "run", recipe)).tree
     rec = outcome.leaves["ptq_16x8"]
     model = read_tflite(outcome.run_dir / rec.output("int8_model").path)
     assert model.is_integer()

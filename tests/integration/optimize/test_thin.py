@@ -136,12 +136,13 @@ def _thinned_within_budget(model, data, out: Path, speedup: float, channel_rows:
     leaf within ``speedup`` of ptq's NPU cycles and within 2% of the node's own estimate. Returns the node's
     thinning record."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
 
     recipe = load_recipe(overrides={"leaves": ["ptq", "thinned"], "epochs": 1, "min_steps": 0, "seed": SEED,
                                     "thin_speedup": speedup, "calibration_samples": 64, **recipe_keys})
-    outcome = optimize(model, data, out, recipe)
+    outcome = drive(Plan(model, data, out, recipe)).tree
     thinning = outcome.nodes["thinned"].details["thinning"]
     print("widths", thinning["widths"], "cycles", thinning["npu"]["npu_cycles"])
     assert thinning["not_thinned"] == {"fc": "it is a model output"}
@@ -225,14 +226,15 @@ def test_a_cycle_requirement_only_a_thinned_leaf_meets_stops_the_walk_there(tmp_
     """ptq, qat and pruned keep the full model's cycles on Ethos-U55; the thinned leaf, aimed by the walk at the
     requirement itself, meets it, is recommended, and the deeper pcqat is never trained."""
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy import api
     from edgedeploy.report.judge import requirements_from_options
 
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(blocks=0, width=64)
-    probe = optimize(model, data, tmp_path / "probe", load_recipe(overrides={"leaves": ["ptq"]}))
+    probe = drive(Plan(model, data, tmp_path / "probe", load_recipe(overrides={"leaves": ["ptq"]}))).tree
     full = compile_run(probe.run_dir, ["ethos-u55-128"], CompileOptions(jobs=1)).records[0].metrics["npu_cycles"].value
     recipe = load_recipe(overrides={"leaves": ["ptq", "qat", "pruned", "thinned", "pcqat"], "epochs": 1,
                                     "min_steps": 0, "seed": SEED, "calibration_samples": 64})
@@ -254,7 +256,8 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
     2:4 model) keeps its pattern, channels and cycles."""
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.pipeline.compile import CompileOptions, compile_run
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(blocks=1, width=64)
@@ -263,7 +266,7 @@ def test_under_2_of_4_the_widths_are_chosen_on_the_cycles_of_the_thinned_model_p
                                     "min_steps": 0,
                                     "seed": SEED, "sparsity_pattern": "2:4", "thin_speedup": speedup,
                                     "thin_targets": [target], "calibration_samples": 64})
-    outcome = optimize(model, data, tmp_path / "run", recipe)
+    outcome = drive(Plan(model, data, tmp_path / "run", recipe)).tree
     npu = outcome.nodes["thinned"].details["thinning"]["npu"]
     assert npu["cycles_of"] == "the thinned model pruned 2:4" and npu["met"], npu
     assert all(w % 4 == 0 for w in outcome.nodes["thinned"].details["thinning"]["widths"].values())
@@ -290,7 +293,8 @@ def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, bud
     cycles (which no width removes) is refused with one line (exit 8) once the grid has measured it."""
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.errors import BudgetExceededError
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(blocks=0, width=64)
@@ -298,12 +302,12 @@ def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, bud
                                     "calibration_samples": 64, **budget})
     if refused:
         with pytest.raises(BudgetExceededError) as err:
-            optimize(model, data, tmp_path / "run", recipe)
+            drive(Plan(model, data, tmp_path / "run", recipe))
         line = err.value.one_line()
         print(line)
         assert err.value.exit_code == 8 and refused in line and "ask for more than" in line
         return
-    node = optimize(model, data, tmp_path / "run", recipe).nodes["thinned"]
+    node = drive(Plan(model, data, tmp_path / "run", recipe)).tree.nodes["thinned"]
     npu = node.details["thinning"]["npu"]
     print(npu["budget"], npu["npu_cycles"])
     assert npu["met"] is False and npu["budget"]["ethos-u55-128"]["npu_cycles"] == 1

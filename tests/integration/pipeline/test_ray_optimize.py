@@ -24,15 +24,16 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
     from edgedeploy.pipeline.compile import CompileOptions, resolve_targets
     from edgedeploy.core.manifest import Manifest
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     model, data = EXAMPLE / "dscnn_mlperf_float.h5", EXAMPLE / "speech_commands_subset.npz"
     recipe = load_recipe(overrides={"leaves": ["ptq", "pruned", "qat"], "epochs": 1, "min_steps": 0,
                                     "batch_size": 64, "seed": 3})
     targets = resolve_targets(["ethos-u55-128"])
-    local = optimize(model, data, tmp_path / "local", recipe, targets=targets)
-    on_ray = optimize(model, data, tmp_path / "ray", recipe, executor="ray", targets=targets,
-                      compile_options=CompileOptions(executor="ray"))
+    local = drive(Plan(model, data, tmp_path / "local", recipe, targets=targets)).tree
+    on_ray = drive(Plan(model, data, tmp_path / "ray", recipe, targets=targets,
+                        options=CompileOptions(executor="ray"))).tree
     for leaf in ("ptq", "pruned", "qat"):
         a, b = local.leaves[leaf], on_ray.leaves[leaf]
         assert b.metric("int8_accuracy") == a.metric("int8_accuracy")
@@ -60,8 +61,8 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
     # an unchanged re-run reuses every stage without starting Ray
     import ray
 
-    again = optimize(model, data, tmp_path / "ray", recipe, executor="ray", targets=targets,
-                     compile_options=CompileOptions(executor="ray"))
+    again = drive(Plan(model, data, tmp_path / "ray", recipe, targets=targets,
+                       options=CompileOptions(executor="ray"))).tree
     assert not ray.is_initialized()
     assert {r.id for r in again.leaves.values()} == {r.id for r in on_ray.leaves.values()}
     assert {r.id for r in again.compiled.records} == again.compiled.cached_ids

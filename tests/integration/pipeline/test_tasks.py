@@ -43,11 +43,12 @@ def autoencoder() -> Path:
 
 @pytest.fixture(scope="module")
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
                                     "seed": SEED})
-    return optimize(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)
+    return drive(Plan(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)).tree
 
 
 def test_inputs_only_train_with_a_reconstruction_loss(ad_tree):
@@ -141,11 +142,12 @@ def denoiser(tmp_path_factory):
 
 
 def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(denoiser, tmp_path):
-    from edgedeploy.pipeline.tree_run import optimize
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
 
     model, data = denoiser
     recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
-    outcome = optimize(model, data, tmp_path / "tree", recipe)
+    outcome = drive(Plan(model, data, tmp_path / "tree", recipe)).tree
     info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
     assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]
     assert info["task"]["kind"] == "regression" and "auc" not in info["task"]["metrics"]

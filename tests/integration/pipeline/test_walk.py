@@ -39,7 +39,7 @@ class Reads:
 
     def __init__(self, mp: pytest.MonkeyPatch) -> None:
         import edgedeploy.core.files as files
-        from edgedeploy.pipeline import tree_run
+        from edgedeploy.pipeline import run_plan
 
         self.files: dict[Path, int] = {}
         self.calls: dict[str, int] = {}
@@ -54,7 +54,7 @@ class Reads:
             if name.startswith("edgedeploy") and getattr(module, "check_input_file", None) is real_check:
                 mp.setattr(module, "check_input_file", check)
         for loader in ("load_model", "read_data_file", "load_dataset", "teacher_targets", "decide"):
-            mp.setattr(tree_run, loader, self._counted(loader, getattr(tree_run, loader)))
+            mp.setattr(run_plan, loader, self._counted(loader, getattr(run_plan, loader)))
 
     def _counted(self, name, fn):
         def counted(*args, **kwargs):

@@ -140,7 +140,7 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
     """Each technique of the default fine-tuning can be turned off from the command line."""
     import importlib
 
-    optimize_module = importlib.import_module("edgedeploy.pipeline.tree_run")  # the subpackage (edgedeploy.optimize is the API's function)
+    driver = importlib.import_module("edgedeploy.pipeline.driver")  # every run of a tree goes through driver.run
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app
@@ -148,11 +148,11 @@ def test_fine_tuning_flags_reach_the_recipe(tmp_path, monkeypatch):
 
     seen = []
 
-    def capture(model, data, out, recipe, **kwargs):
-        seen.append(recipe)
+    def capture(plan, runner):
+        seen.append(plan.recipe)
         raise UsageError("stop here", "after the recipe was built")
 
-    monkeypatch.setattr(optimize_module, "optimize", capture)
+    monkeypatch.setattr(driver, "run", capture)
     args = ["optimize", str(tmp_path / "m.h5"), "--data", str(tmp_path / "d.npz"), "-o", str(tmp_path / "out")]
     off = ["--no-distill", "--pruning-schedule", "constant", "--lr-schedule", "constant", "--train-batch-norm",
            "--validation-fraction", "0"]
@@ -171,7 +171,7 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     """Messages name recipe tables such as [training]; the terminal prints them as they are, not as markup."""
     import importlib
 
-    optimize_module = importlib.import_module("edgedeploy.pipeline.tree_run")  # the subpackage (edgedeploy.optimize is the API's function)
+    driver = importlib.import_module("edgedeploy.pipeline.driver")  # every run of a tree goes through driver.run
     from typer.testing import CliRunner
 
     from edgedeploy.cli.app import app
@@ -180,7 +180,7 @@ def test_error_and_warning_text_is_printed_as_written(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise UsageError("set [training] qat_ranges", 'e.g. [training] qat_ranges = "calibrated" [/]')
 
-    monkeypatch.setattr(optimize_module, "optimize", fail)
+    monkeypatch.setattr(driver, "run", fail)
     result = CliRunner().invoke(app, ["optimize", str(tmp_path / "m.h5"), "--data", str(tmp_path / "d.npz")])
     assert result.exit_code == 2
     assert 'set [training] qat_ranges. e.g. [training] qat_ranges = "calibrated" [/]' in " ".join(result.output.split())

@@ -38,7 +38,7 @@ def test_every_public_name_has_a_docstring_and_a_typed_signature(name):
 
 def test_the_public_names_exist_once_and_include_each_command_s_entry_point():
     assert len(PUBLIC) == len(set(PUBLIC))
-    for name in ("optimize", "optimize_tree", "build_report", "export_bundle", "emulate_bundle", "serve_bundle",
+    for name in ("optimize", "walk", "build_report", "export_bundle", "emulate_bundle", "serve_bundle",
                  "verify_run", "fvp_run", "doctor", "list_targets", "get_target", "read_tflite", "load_recipe"):
         assert name in PUBLIC
 
@@ -121,8 +121,11 @@ def _walk(model):
     (lambda: edgedeploy_optimize("m.h5", "d.npz", "out", labels="yes,no"), "labels is a str, not a list of class"),
     (lambda: edgedeploy_optimize("m.h5", "d.npz", "out", batched="yes"), "batched is a str, not True, False or None"),
     (lambda: _walk({"layers": []}), "model is a dict, not the path of a .h5 or .keras file"),
-    (lambda: api.optimize_tree(None, "d.npz", "out", api.load_recipe()), "model is None, not the path of a .h5"),
-    (lambda: api.optimize_tree("m.h5", 7, "out", api.load_recipe()), "data is an int, not the path of an .npz file"),
+    (lambda: api.optimize(None, "d.npz", "out", recipe=api.load_recipe()), "model is None, not a Keras model or the"),
+    (lambda: api.optimize("m.h5", 7, "out", recipe=api.load_recipe()), "data is an int, not (x, y) arrays"),
+    (lambda: api.optimize("m.h5", "d.npz", "out", recipe=api.load_recipe(), settings={"epochs": 1}),
+     "a loaded Recipe is given with settings beside it"),
+    (lambda: api.optimize("m.h5", "d.npz", "out", executor="spark"), "--executor is 'spark'"),
     (lambda: api.compile(5, ["ethos-u55-128"], "out"), "sources is an int, not a list of paths (each a model file"),
     (lambda: api.compile([None], ["ethos-u55-128"], "out"), "sources[0] is None, not a model file, a run folder"),
     (lambda: api.compile(["m.tflite"], 5, "out"), "targets is an int, not a list of target names or files"),

@@ -1,15 +1,17 @@
 """Where stage work runs: in this process or a process pool (:mod:`.local`) or on Ray (:mod:`.ray`).
 
-Every runner is a :class:`StageRunner`; the driver makes one per command
-(:func:`edgedeploy.pipeline.tree_run.make_runner`) and passes it to whatever runs stages: the tree, each level of a
-walk, each model of a sweep. Compiles run on the runner's Vela executor (:class:`edgedeploy.vela.VelaExecutor`).
+Every runner is a :class:`StageRunner`, made and closed in one place, :func:`open_runner`: once per command (by the
+driver, :mod:`edgedeploy.pipeline.driver`, or once per sweep) and passed to whatever runs stages: the tree, each
+level of a walk, each model of a sweep. Compiles run on the runner's Vela executor
+(:class:`edgedeploy.vela.VelaExecutor`).
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from edgedeploy.vela import VelaExecutor
 
@@ -34,3 +36,23 @@ class StageRunner(Protocol):
 
     def close(self) -> None:
         """Stop the runner's workers and its Vela executor."""
+
+
+@contextmanager
+def open_runner(executor: str = "local", ray_address: str | None = None, jobs: int = 1) -> Iterator[StageRunner]:
+    """Where the stages' work runs, for the ``with`` block: this process or ``jobs`` local workers
+    (:mod:`.local`), or Ray tasks (:mod:`.ray`, at ``ray_address``); closed (its workers and Vela executor
+    stopped) when the block ends, however it ends."""
+    runner: StageRunner
+    if executor == "ray":
+        from edgedeploy.pipeline.runners.ray import RayStages
+
+        runner = RayStages(ray_address)
+    else:
+        from edgedeploy.pipeline.runners.local import LocalStages
+
+        runner = LocalStages(jobs)
+    try:
+        yield runner
+    finally:
+        runner.close()
