@@ -202,6 +202,7 @@ def optimize(
     model_path = save_model_object(model, out) if _keras_flavour(model) is not None else Path(model)
     source: Path | Samples
     if in_place:
+        assert isinstance(data, (str, os.PathLike))  # (what in_place says)
         source = Path(data)
     else:
         source = _in_memory(data, model, model_path, r, calibration, labels, batched, preprocess, trust_lambda)

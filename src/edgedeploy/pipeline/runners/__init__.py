@@ -8,34 +8,12 @@ level of a walk, each model of a sweep. Compiles run on the runner's Vela execut
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Iterator
 
-from edgedeploy.vela import VelaExecutor
+from edgedeploy.pipeline.runners.protocol import StageRunner
 
-
-class StageRunner(Protocol):
-    """The one protocol of a stage runner."""
-
-    def submit(self, fn: Callable[..., Any], name: str, inputs: dict[str, Path], out: Path, *args: Any,
-               after: Future | None = None) -> Future:
-        """Start ``fn(env, name, inputs, out, *args)``, the work of one node or leaf writing into ``out``; the
-        future gives ``(StageResult, started, seconds)``. ``after``: the future of the node stage whose model this
-        leaf converts (a runner may run the leaf where that model still is)."""
-
-    def start_queued(self) -> None:
-        """Start submitted work the runner holds back until its driver waits (nothing, for most runners)."""
-
-    def collect(self, future: Future, out: Path) -> tuple[Any, str | None, float | None]:
-        """The stage's result with its files in ``out``, or its error raised."""
-
-    def vela(self, options: Any, n_tasks: int) -> VelaExecutor:
-        """The Vela executor of this command's compiles, started on first use."""
-
-    def close(self) -> None:
-        """Stop the runner's workers and its Vela executor."""
+__all__ = ["StageRunner", "open_runner"]
 
 
 @contextmanager

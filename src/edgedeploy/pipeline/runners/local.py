@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError
 from edgedeploy.core.manifest import now_iso
-from edgedeploy.pipeline.runners import StageRunner
+from edgedeploy.pipeline.runners.protocol import StageRunner
 from edgedeploy.vela import VelaExecutor
 
 MAX_STAGE_JOBS = 64

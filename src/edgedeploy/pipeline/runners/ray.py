@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError
-from edgedeploy.pipeline.runners import StageRunner
+from edgedeploy.pipeline.runners.protocol import StageRunner
 from edgedeploy.vela.ray import RayExecutor, import_ray, join_ray
 
 SHIPPED_ROLES_SKIP = ("data",)  # the data set travels as the loaded object, not as its file
