@@ -8,9 +8,9 @@ parameter (DOUBLE_SYMMETRIC is TFLite's two-step rounding, as the U55's TFL), pe
 OFM_PRECISION bit 8 and the activation function from ACTIVATION bits 0-4.
 
 What is not executed stops, before the stream runs, with the first operation that needs it (:func:`check`):
-BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or read from
-IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8 and LUT_S8_S32, IFM up-scaling,
-transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
+BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or
+read from IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8, LUT_S8_S32, LUT_S16_S16
+(table 0), TANH and SIGMOID (16-bit outputs), IFM up-scaling, transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
 TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
 """
 
@@ -26,7 +26,7 @@ from .commands import Operation
 from .featuremap import FeatureMap, feature_map, read, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
-from .u85_elementwise import LUTS, SHRAM, elementwise, lookup, scale
+from .u85_elementwise import LUT_S16_S16, LUTS, SHRAM, TANH_SIGMOID, elementwise, lookup, scale, tanh_sigmoid
 from .u85_weights import scales, weights
 from .weights import kernel
 
@@ -67,8 +67,11 @@ def why_not(op: Operation) -> str | None:
     if op.r0.get("IFM_UPSCALE", 0):
         return "IFM up-scaling is not modelled"
     activation = op.r0.get("ACTIVATION", 0)
-    if activation & 0x1F and (activation & 0x1F not in LUTS or (activation & 0x1F == 7 and activation & 0xE0)):
-        return f"activation function {activation & 0x1F} is not modelled (LUT_S8_S8 and LUT_S8_S32 are)"
+    function, table = activation & 0x1F, (activation >> 5) & 0x7
+    if function and function not in TANH_SIGMOID and (function not in (*LUTS, LUT_S16_S16)
+                                                      or (function in (7, LUT_S16_S16) and table)):
+        return (f"activation function {function} is not modelled (LUT_S8_S8, LUT_S8_S32, LUT_S16_S16, TANH and "
+                "SIGMOID are)")
     param = op.r1.get("OFM_SCALE", 0) >> 32
     if op.kind not in ("ELEMENTWISE", "RESIZE") and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"
@@ -210,8 +213,8 @@ def _ofm_scale(op: Operation) -> tuple[np.ndarray, np.ndarray]:
 def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, shift, chain: dict) -> None:
     """Scale with OFM_SCALE's rounding mode, add the zero point, clamp, saturate and store."""
     rounding = ROUNDING.get((op.reg32("OFM_SCALE") >> 45) & 0x7, "TFL")  # RESIZE: scaled already, shift 0
-    value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
-    function = op.reg("ACTIVATION") & 0x1F
+    value, function = tanh_sigmoid(op, arith.scale(acc, mult, shift, rounding), 8 * ofm.size)
+    value = value + ofm.zero_point
     if ofm.size < 4 or function:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
     if function:
