@@ -23,7 +23,7 @@ Memory = Callable[[int], np.ndarray]
 SHRAM = -1
 H, W, C, SCALAR = 1, 2, 4, 8  # broadcast flags
 CHAINED, NO_STORAGE = 2, 3
-UNARY = ("CLZ", "ABS", "NOT")
+UNARY = ("CLZ", "ABS", "NOT", "LRELU")
 
 
 def scale(x, mult, shift, mode: int, double: int = 0) -> np.ndarray:
@@ -112,9 +112,11 @@ def elementwise(op: Operation, mem: Memory, chain: dict) -> None:
         acc = np.abs(a)
     elif mode == "CLZ":
         acc = np.vectorize(lambda x: 32 - (int(x) & 0xFFFFFFFF).bit_length(), otypes=[object])(a)
+    elif mode == "LRELU":  # negative inputs scaled by IFM2_SCALE (alpha folded in), the others by IFM_SCALE
+        acc = np.where(a < 0, _ifm_scale(op, "IFM2_SCALE", a), _ifm_scale(op, "IFM_SCALE", a))
     else:
         raise NpuModelError(f"{op.title}: elementwise {mode} is not modelled on the Ethos-U85",
-                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, ABS and CLZ are")
+                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, ABS, CLZ and LRELU are")
     acc = np.broadcast_to(acc, (mem(1).shape[0], h, w, c))
     if mode not in ("SHR", "SHL", "CLZ", "MIN", "MAX"):
         v = op.reg32("OFM_SCALE")

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import NpuModelError
 from . import arith
 from .commands import Operation
-from .featuremap import FeatureMap, feature_map, read, write
+from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
 from .u85_elementwise import LUT_S16_S16, LUTS, SHRAM, TANH_SIGMOID, elementwise, lookup, scale, tanh_sigmoid
@@ -34,7 +34,7 @@ Memory = Callable[[int], np.ndarray]
 ROUNDING = {0: "TFL", 1: "NATURAL", 4: "TRUNCATE"}  # OFM_SCALE rounding mode -> arith's name
 EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL", "ELEMENTWISE", "RESIZE")
 RESIZE_MODES = {2: "NEAREST"}  # BILINEAR (0) and REPLICATE (1) are not modelled
-ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ")
+ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ", "LRELU")
 POOLS = ("MAX", "SUM", "AVERAGE", "REDUCE_SUM")
 
 
@@ -125,7 +125,7 @@ def _dma(op: Operation, mem: Memory) -> None:
 
 def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
     depthwise = op.kind == "DEPTHWISE"
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
     in_depth = od if depthwise else op.reg("IFM_DEPTH_M1") + 1
@@ -148,7 +148,7 @@ def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
 
 def _pooling(op: Operation, mem: Memory, chain: dict) -> None:
     mode = op.sub_op
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
     if mode == "REDUCE_SUM":
@@ -188,7 +188,7 @@ def _source_index(op: Operation, axis: str, size: int) -> np.ndarray:
 
 
 def _resize(op: Operation, mem: Memory, chain: dict) -> None:
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     oh, ow, od = ofm_shape(op)
     ih, iw = op.reg("IFM_HEIGHT0_M1") + 1, op.reg("IFM_WIDTH0_M1") + 1
     ys = np.clip(_source_index(op, "Y", oh), 0, ih - 1)
@@ -199,6 +199,18 @@ def _resize(op: Operation, mem: Memory, chain: dict) -> None:
     param = v >> 32
     value = np.asarray(scale(acc, v & 0x7FFFFFFF, param & 0x3F, (param >> 13) & 0x7, (param >> 6) & 0x1F), np.int64)
     _output(op, mem, ofm, value, np.ones(1, np.int64), np.zeros(1, np.int64), chain)
+
+
+def _ofm(op: Operation) -> FeatureMap:
+    """The OFM; a chained one has no address registers (Vela sets none), only its type and zero point."""
+    if not chained_output(op):
+        return feature_map(op, "OFM")
+    prec = op.reg("OFM_PRECISION")
+    size = OFM_SIZES.get((prec >> 1) & 0x3)
+    if size is None:
+        raise NpuModelError(f"{op.title}: OFM_PRECISION {prec:#x} is not modelled", "int8/int16/int32 are")
+    return FeatureMap("OFM", op.reg("OFM_REGION"), (0, 0, 0, 0), 1, 1, 1, (0, 0, 0), size, bool(prec & 1), False,
+                      op.signed("OFM_ZERO_POINT"))
 
 
 def _global(op: Operation) -> bool:
