@@ -273,7 +273,7 @@ class _TreeGraph:
                 self.compiled.cached_ids.add(got.id)
                 return None
             self.pending[task.id] = got
-            return got.job
+            return got.run.job
         spec, inputs, fn, args = self.stage_of(task)
         got = begin_stage(self.ctx, spec, inputs, reuse=self.reuse)
         if isinstance(got, StageRecord):
