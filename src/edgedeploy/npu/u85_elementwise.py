@@ -161,7 +161,7 @@ def tanh_sigmoid(op: Operation, scaled, bits: int) -> tuple[np.ndarray, int]:
     if function not in TANH_SIGMOID:
         return scaled, function
     if bits != 16:
-        raise NpuModelError(f"{op.title}: activation function {function} on a {bits}-bit output is not modelled",
+        raise NpuModelError(f"{op.title}: activation function {function} is not modelled on {bits}-bit outputs",
                             "TANH and SIGMOID on 16-bit outputs are")
     return sigmoid16.FUNCTIONS[TANH_SIGMOID[function]](np.asarray(scaled, dtype=np.int64)), 0
 
