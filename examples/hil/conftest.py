@@ -11,8 +11,8 @@ Here the device is the one `--edgedeploy-device` names (the `edgedeploy_device` 
           --edgedeploy-tflm-dir TFLM_DIR   # or set EDGEDEPLOY_TFLM_DIR
 
 - `npu`: the bundle's compiled model (NAME_vela.tflite, Vela's command stream and weights) on
-  edgedeploy's functional model of the Ethos-U55/U65, so the tests check what ships to the NPU
-  without a board or an FVP (results only, not timing; Ethos-U85 bundles are refused):
+  edgedeploy's functional model of the Ethos-U55/U65/U85, so the tests check what ships to the NPU
+  without a board or an FVP (results only, not timing):
 
       pytest examples/hil --edgedeploy-bundle FWDIR --edgedeploy-device npu
 

@@ -56,7 +56,7 @@ def print_result(doc: dict[str, Any], json_out: bool) -> None:
 
 
 def verify_compiled(run_dir: Path, records: list, json_out: bool) -> list[dict[str, Any]]:
-    """``compile --verify``: each Ethos-U55/U65 leaf just compiled, on the NPU model (stops at the first failure);
+    """``compile --verify``: each Ethos-U (U55, U65, U85) leaf just compiled, on the NPU model (stops at the first failure);
     the results as JSON documents (printed as lines unless ``json_out``)."""
     from .. import api
 
@@ -64,7 +64,7 @@ def verify_compiled(run_dir: Path, records: list, json_out: bool) -> list[dict[s
     docs = []
     for r in records:
         family = str((manifest.targets.get(r.target) or {}).get("npu_family") or "")
-        if r.stage != "compile" or r.status not in ("ok", "cached") or family not in ("ethos-u55", "ethos-u65"):
+        if r.stage != "compile" or r.status not in ("ok", "cached") or not family.startswith("ethos-u"):
             continue
         result = api.verify_run(run_dir, api.verify_options(leaf=r.variant, target=r.target))
         docs.append(result.to_dict())

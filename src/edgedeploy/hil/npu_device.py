@@ -1,11 +1,11 @@
-"""``--edgedeploy-device npu``: the bundle's compiled model on the functional model of the Ethos-U55/U65.
+"""``--edgedeploy-device npu``: the bundle's compiled model on the functional model of the Ethos-U55/U65/U85.
 
 Each golden case runs through the command stream and weights Vela wrote (the bundle's ``NAME_vela.tflite``, the
 same bytes as the C array the firmware links), executed by :mod:`edgedeploy.npu` on this machine: the HIL tests
 written for a board check what ships to the NPU without a board or an FVP. It computes results, not time.
 
 :func:`npu_bundle_transport` builds the transport and raises :class:`~edgedeploy.errors.EdgeDeployError` on a
-bundle it cannot run (exported before the file was shipped, a changed file, an Ethos-U85 target, operators Vela
+bundle it cannot run (exported before the file was shipped, a changed file, a target of another NPU, operators Vela
 left on the CPU, a command the model does not implement); :func:`npu_device` is the pytest side, where each of
 those ends the test in one line naming the option.
 """
@@ -65,9 +65,9 @@ def npu_bundle_transport(bundle: GoldenBundle) -> Transport:
     if family not in MODELLED_FAMILIES:
         raise NpuModelError(
             f"{short(str(bundle.path))} is compiled for {target} ({family}); the NPU functional model covers the "
-            "Ethos-U55 and Ethos-U65",
+            "Ethos-U55, Ethos-U65 and Ethos-U85",
             "test it with --edgedeploy-device host, qemu or serial:PORT, or export a leaf compiled for an "
-            "ethos-u55-* or ethos-u65-* target")
+            "ethos-u55-*, ethos-u65-* or ethos-u85-* target")
     path = bundle_vela_model(bundle)
     transport = npu_transport(path)
     want = sum(t.nbytes for t in bundle.inputs)

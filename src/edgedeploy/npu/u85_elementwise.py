@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import NpuModelError
+from . import lut, sigmoid16
 from .commands import Operation
 from .featuremap import feature_map, read, write
 
@@ -22,7 +23,7 @@ Memory = Callable[[int], np.ndarray]
 SHRAM = -1
 H, W, C, SCALAR = 1, 2, 4, 8  # broadcast flags
 CHAINED, NO_STORAGE = 2, 3
-UNARY = ("CLZ", "ABS", "NOT")
+UNARY = ("CLZ", "ABS", "NOT", "LRELU")
 
 
 def scale(x, mult, shift, mode: int, double: int = 0) -> np.ndarray:
@@ -111,9 +112,11 @@ def elementwise(op: Operation, mem: Memory, chain: dict) -> None:
         acc = np.abs(a)
     elif mode == "CLZ":
         acc = np.vectorize(lambda x: 32 - (int(x) & 0xFFFFFFFF).bit_length(), otypes=[object])(a)
+    elif mode == "LRELU":  # negative inputs scaled by IFM2_SCALE (alpha folded in), the others by IFM_SCALE
+        acc = np.where(a < 0, _ifm_scale(op, "IFM2_SCALE", a), _ifm_scale(op, "IFM_SCALE", a))
     else:
         raise NpuModelError(f"{op.title}: elementwise {mode} is not modelled on the Ethos-U85",
-                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, ABS and CLZ are")
+                            "ADD, SUB, MUL, MIN, MAX, SHL, SHR, ABS, CLZ and LRELU are")
     acc = np.broadcast_to(acc, (mem(1).shape[0], h, w, c))
     if mode not in ("SHR", "SHL", "CLZ", "MIN", "MAX"):
         v = op.reg32("OFM_SCALE")
@@ -131,9 +134,8 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
     bits = {0: 8, 1: 16, 2: 32}.get((prec >> 1) & 0x3)
     if bits is None:
         raise NpuModelError(f"{op.title}: OFM precision {(prec >> 1) & 0x3} is not modelled", "8-, 16- and 32-bit are")
+    acc, function = tanh_sigmoid(op, acc, bits)
     value = np.asarray(acc, dtype=object) + op.signed("OFM_ZERO_POINT")
-    act = op.reg("ACTIVATION")
-    function = act & 0x1F
     if bits < 32 or function:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
     if function:
@@ -148,15 +150,36 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
 
 
 LUTS = {4: (1, "i1"), 7: (4, "<i4")}  # LUT_S8_S8, LUT_S8_S32: bytes per entry and type
+LUT_S16_S16 = 8  # the U55's interpolated 16-bit table (lut.interpolate16): 512 entries of 4 bytes, table 0
+TANH_SIGMOID = {10: sigmoid16.TANH, 11: sigmoid16.SIGMOID}  # the U85's numbers -> the U55's (sigmoid16)
+
+
+def tanh_sigmoid(op: Operation, scaled, bits: int) -> tuple[np.ndarray, int]:
+    """The scaled value through the TANH or SIGMOID function (the U55's 16-bit ones, on the value before the zero
+    point), and the activation function left to apply (0 after these)."""
+    function = op.reg("ACTIVATION") & 0x1F
+    if function not in TANH_SIGMOID:
+        return scaled, function
+    if bits != 16:
+        raise NpuModelError(f"{op.title}: activation function {function} is not modelled on {bits}-bit outputs",
+                            "TANH and SIGMOID on 16-bit outputs are")
+    return sigmoid16.FUNCTIONS[TANH_SIGMOID[function]](np.asarray(scaled, dtype=np.int64)), 0
 
 
 def lookup(op: Operation, mem: Memory, value) -> np.ndarray:
     """The activation's lookup table (loaded by DMA into the NPU's internal memory; table ``t`` of 256 entries at
-    ``t * 256 * entry size``), indexed by the int8 value + 128."""
+    ``t * 256 * entry size``), indexed by the int8 value + 128; or LUT_S16_S16, the 16-bit interpolated table at
+    the start of that memory, indexed and interpolated as on the U55."""
     function, table = op.reg("ACTIVATION") & 0x1F, (op.reg("ACTIVATION") >> 5) & 0x7
+    if function == LUT_S16_S16 and not table:
+        entries = np.ascontiguousarray(mem(SHRAM)[0, : 4 * lut.ENTRIES_16])
+        if entries.shape[0] != 4 * lut.ENTRIES_16:
+            raise NpuModelError(f"{op.title}: a 16-bit lookup table runs past the NPU's internal memory",
+                                "the command stream is corrupt; compile the model again with Vela")
+        return lut.interpolate16(entries.view("<i4"), np.asarray(value, dtype=np.int64), op.title)
     if function not in LUTS or (function == 7 and table):
         raise NpuModelError(f"{op.title}: activation function {function} (table {table}) is not modelled on the "
-                            "Ethos-U85", "LUT_S8_S8 and LUT_S8_S32 (table 0) are")
+                            "Ethos-U85", "LUT_S8_S8, LUT_S8_S32 and LUT_S16_S16 (table 0) are")
     size, dtype = LUTS[function]
     base = table * 256 * size
     entries = np.ascontiguousarray(mem(SHRAM)[:, base : base + 256 * size]).view(dtype).astype(np.int64)

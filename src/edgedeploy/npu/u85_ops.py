@@ -8,9 +8,9 @@ parameter (DOUBLE_SYMMETRIC is TFLite's two-step rounding, as the U55's TFL), pe
 OFM_PRECISION bit 8 and the activation function from ACTIVATION bits 0-4.
 
 What is not executed stops, before the stream runs, with the first operation that needs it (:func:`check`):
-BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or read from
-IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8 and LUT_S8_S32, IFM up-scaling,
-transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
+BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or
+read from IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8, LUT_S8_S32, LUT_S16_S16
+(table 0), TANH and SIGMOID (16-bit outputs), IFM up-scaling, transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
 TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
 """
 
@@ -23,10 +23,10 @@ import numpy as np
 from ..errors import NpuModelError
 from . import arith
 from .commands import Operation
-from .featuremap import FeatureMap, feature_map, read, write
+from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
-from .u85_elementwise import LUTS, SHRAM, elementwise, lookup, scale
+from .u85_elementwise import LUT_S16_S16, LUTS, SHRAM, TANH_SIGMOID, elementwise, lookup, scale, tanh_sigmoid
 from .u85_weights import scales, weights
 from .weights import kernel
 
@@ -34,7 +34,7 @@ Memory = Callable[[int], np.ndarray]
 ROUNDING = {0: "TFL", 1: "NATURAL", 4: "TRUNCATE"}  # OFM_SCALE rounding mode -> arith's name
 EXECUTED = ("DMA", "CONV", "DEPTHWISE", "POOL", "ELEMENTWISE", "RESIZE")
 RESIZE_MODES = {2: "NEAREST"}  # BILINEAR (0) and REPLICATE (1) are not modelled
-ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ")
+ELEMENTWISE = ("ADD", "SUB", "MUL", "MIN", "MAX", "SHL", "SHR", "ABS", "CLZ", "LRELU")
 POOLS = ("MAX", "SUM", "AVERAGE", "REDUCE_SUM")
 
 
@@ -67,8 +67,11 @@ def why_not(op: Operation) -> str | None:
     if op.r0.get("IFM_UPSCALE", 0):
         return "IFM up-scaling is not modelled"
     activation = op.r0.get("ACTIVATION", 0)
-    if activation & 0x1F and (activation & 0x1F not in LUTS or (activation & 0x1F == 7 and activation & 0xE0)):
-        return f"activation function {activation & 0x1F} is not modelled (LUT_S8_S8 and LUT_S8_S32 are)"
+    function, table = activation & 0x1F, (activation >> 5) & 0x7
+    if function and function not in TANH_SIGMOID and (function not in (*LUTS, LUT_S16_S16)
+                                                      or (function in (7, LUT_S16_S16) and table)):
+        return (f"activation function {function} is not modelled (LUT_S8_S8, LUT_S8_S32, LUT_S16_S16, TANH and "
+                "SIGMOID are)")
     param = op.r1.get("OFM_SCALE", 0) >> 32
     if op.kind not in ("ELEMENTWISE", "RESIZE") and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"
@@ -122,7 +125,7 @@ def _dma(op: Operation, mem: Memory) -> None:
 
 def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
     depthwise = op.kind == "DEPTHWISE"
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
     in_depth = od if depthwise else op.reg("IFM_DEPTH_M1") + 1
@@ -145,7 +148,7 @@ def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
 
 def _pooling(op: Operation, mem: Memory, chain: dict) -> None:
     mode = op.sub_op
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
     if mode == "REDUCE_SUM":
@@ -185,7 +188,7 @@ def _source_index(op: Operation, axis: str, size: int) -> np.ndarray:
 
 
 def _resize(op: Operation, mem: Memory, chain: dict) -> None:
-    ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
+    ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     oh, ow, od = ofm_shape(op)
     ih, iw = op.reg("IFM_HEIGHT0_M1") + 1, op.reg("IFM_WIDTH0_M1") + 1
     ys = np.clip(_source_index(op, "Y", oh), 0, ih - 1)
@@ -196,6 +199,18 @@ def _resize(op: Operation, mem: Memory, chain: dict) -> None:
     param = v >> 32
     value = np.asarray(scale(acc, v & 0x7FFFFFFF, param & 0x3F, (param >> 13) & 0x7, (param >> 6) & 0x1F), np.int64)
     _output(op, mem, ofm, value, np.ones(1, np.int64), np.zeros(1, np.int64), chain)
+
+
+def _ofm(op: Operation) -> FeatureMap:
+    """The OFM; a chained one has no address registers (Vela sets none), only its type and zero point."""
+    if not chained_output(op):
+        return feature_map(op, "OFM")
+    prec = op.reg("OFM_PRECISION")
+    size = OFM_SIZES.get((prec >> 1) & 0x3)
+    if size is None:
+        raise NpuModelError(f"{op.title}: OFM_PRECISION {prec:#x} is not modelled", "int8/int16/int32 are")
+    return FeatureMap("OFM", op.reg("OFM_REGION"), (0, 0, 0, 0), 1, 1, 1, (0, 0, 0), size, bool(prec & 1), False,
+                      op.signed("OFM_ZERO_POINT"))
 
 
 def _global(op: Operation) -> bool:
@@ -210,8 +225,8 @@ def _ofm_scale(op: Operation) -> tuple[np.ndarray, np.ndarray]:
 def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, shift, chain: dict) -> None:
     """Scale with OFM_SCALE's rounding mode, add the zero point, clamp, saturate and store."""
     rounding = ROUNDING.get((op.reg32("OFM_SCALE") >> 45) & 0x7, "TFL")  # RESIZE: scaled already, shift 0
-    value = arith.scale(acc, mult, shift, rounding) + ofm.zero_point
-    function = op.reg("ACTIVATION") & 0x1F
+    value, function = tanh_sigmoid(op, arith.scale(acc, mult, shift, rounding), 8 * ofm.size)
+    value = value + ofm.zero_point
     if ofm.size < 4 or function:
         value = np.clip(value, op.signed("ACTIVATION_MIN"), op.signed("ACTIVATION_MAX"))
     if function:

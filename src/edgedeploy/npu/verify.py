@@ -32,9 +32,7 @@ from .ops import ofm_shape
 from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
-MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
-# `verify` also takes Ethos-U85 leaves (compile --verify and the HIL device take MODELLED_FAMILIES only)
-VERIFIED_FAMILIES = MODELLED_FAMILIES + ("ethos-u85",)
+MODELLED_FAMILIES = ("ethos-u55", "ethos-u65", "ethos-u85")  # verify, compile --verify and the HIL npu device
 DOCUMENTED = {"FULLY_CONNECTED": (1, "TFLite's reference FULLY_CONNECTED rounds its output scaling once; the NPU "
                                       "(TFL rounding, as TFLite's CONV_2D) rounds twice")}
 SCHEMA = "edgedeploy.verify"
@@ -93,7 +91,7 @@ def verify_run(run_dir: Path, options: VerifyOptions) -> VerifyResult:
     if options.data is not None:
         check_given_data(src, options.data)
     family = str(src.target_info.get("npu_family") or "")
-    if family not in VERIFIED_FAMILIES:
+    if family not in MODELLED_FAMILIES:
         raise NpuModelError(f"target {src.target} is an {family or 'unknown'} NPU; the functional model covers "
                             "the Ethos-U55, Ethos-U65 and Ethos-U85",
                             "verify a leaf compiled for an ethos-u55-*, ethos-u65-* or ethos-u85-* target")

@@ -153,6 +153,15 @@ def test_int16_activation_functions_on_u65(name, tmp_path):
     assert json.loads(result.stdout)["status"] == "bit-exact"
 
 
+@pytest.mark.parametrize("name", MODELLED_16)
+def test_int16_activation_functions_on_u85(name, tmp_path):
+    run = _compile16(name, tmp_path, ["ethos-u85-256"])
+    result = CliRunner().invoke(app, ["verify", str(run), "-t", "ethos-u85-256", "-n", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "bit-exact" and doc["exact_cases"] == 40, doc
+
+
 def test_a_changed_16_bit_table_is_caught_and_named(tmp_path):
     from edgedeploy.npu.commands import decode
     from edgedeploy.npu.leaf import read_leaf

@@ -111,7 +111,9 @@ def test_damaged_command_stream_is_named(compiled, tmp_path):
 
 def test_an_ethos_u85_leaf_is_bit_exact_and_damaged_weights_are_named(kws, tmp_path):
     run = tmp_path / "u85"
-    assert cli("compile", kws["model"], "-t", U85, "-o", run).exit_code == 0
+    result = cli("compile", kws["model"], "-t", U85, "-o", run, "--verify")  # compile --verify takes U85 leaves
+    assert result.exit_code == 0, result.output
+    assert "bit-exact on 8 cases" in result.output and U85 in result.output
     result = cli("verify", run, "-t", U85, "--data", kws["data"], "--count", 6, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

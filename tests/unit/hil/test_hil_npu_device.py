@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from edgedeploy.errors import InvalidInputError, NpuModelError
+from edgedeploy.errors import EdgeDeployError, InvalidInputError, NpuModelError
 from edgedeploy.export.bundle import read_bundle_file, read_bundle_manifest
 from edgedeploy.core.files import sha256_bytes
 from edgedeploy.hil import testing as hil
@@ -129,11 +129,19 @@ def test_the_target_comes_from_the_manifest():
     assert bundle_target(bundle) == ("an unrecorded target", "unknown")
 
 
-def test_an_ethos_u85_bundle_is_refused_before_its_model_is_read(tmp_path):
-    bundle = hil.load_bundle(write(tmp_path, manifest(name="ethos-u85-256", npu_family="ethos-u85"), vela=None))
-    with pytest.raises(NpuModelError, match=r"compiled for ethos-u85-256 \(ethos-u85\); the NPU functional model "
-                                            r"covers the Ethos-U55 and Ethos-U65"):
+def test_a_bundle_of_another_npu_is_refused_before_its_model_is_read(tmp_path):
+    bundle = hil.load_bundle(write(tmp_path, manifest(name="arm-other-1", npu_family="arm-other"), vela=None))
+    with pytest.raises(NpuModelError, match=r"compiled for arm-other-1 \(arm-other\); the NPU functional model "
+                                            r"covers the Ethos-U55, Ethos-U65 and Ethos-U85"):
         npu_bundle_transport(bundle)
+
+
+def test_an_ethos_u85_bundle_passes_the_family_check(tmp_path):
+    """A U85 bundle gets past the family check to its compiled model file (here missing)."""
+    bundle = hil.load_bundle(write(tmp_path, manifest(name="ethos-u85-256", npu_family="ethos-u85"), vela=None))
+    with pytest.raises(EdgeDeployError, match=r"kws_vela.tflite is missing") as err:
+        npu_bundle_transport(bundle)
+    assert "covers the" not in str(err.value)
 
 
 def test_a_bundle_exported_before_the_file_was_shipped_is_told_to_export_again(tmp_path):
