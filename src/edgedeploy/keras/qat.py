@@ -160,7 +160,7 @@ def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT")
                                    "Default8BitOutputQuantizeConfig": Default8BitOutputQuantizeConfig,
                                    **(custom_objects or {})}):
             return quant.quantize_apply(annotated) if scheme is None else quant.quantize_apply(annotated, scheme)
-    except (RuntimeError, ValueError) as exc:  # what quantize_apply raises for layers and weights it cannot take
+    except (RuntimeError, ValueError, AttributeError, TypeError) as exc:  # layers and weights it cannot take
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         leave_out = "leave the QAT leaves out (e.g. --leaves ptq,pruned,pruned_clustered,clustered)"
         # TFMOT's model cloning misroutes TensorFlow math ops (TFOpLambda), e.g. an input scaling x / 255 - 0.5

@@ -2,11 +2,13 @@
 
 :func:`channel_groups` follows every tensor's last axis through the graph. A Conv2D or Dense layer starts a
 new *group* of channels; layers that keep channels apart (batch norm, activations, pooling, dropout, padding,
-a DepthwiseConv2D with depth multiplier 1, reshapes that keep the last axis) pass it through; element-wise
-merges (Add, Multiply, ...) join the groups of their inputs, so both branches of a residual keep the same
-channels; Concatenate lays its inputs' groups side by side; Flatten into Dense maps each channel to its rows
-of the Dense kernel. A group that reaches a model output, the model input, or a layer whose effect on
-channels is unknown is *held*, with the reason. :func:`thin_model` removes the channels not kept from every
+a DepthwiseConv2D with depth multiplier 1, reshapes that keep the last axis, a TensorFlow operation with a
+scalar such as hard-swish's ``x + 3``) pass it through; element-wise merges (Add, Multiply, ...) join the groups
+of their inputs, so both branches of a residual keep the same channels, and a squeeze-and-excitation gate's last
+Dense or Conv2D joins the channels it multiplies; Concatenate lays its inputs' groups side by side; Flatten into
+Dense maps each channel to its rows of the Dense kernel. A group that reaches a model output, the model input, a
+depthwise convolution with a depth multiplier over 1, an activation across the channels (softmax) or a layer
+whose effect on channels is unknown is *held*, with the reason. :func:`thin_model` removes the channels not kept from every
 held-apart group: the filters (and biases) of its Conv2D/Dense producers, the batch-norm and depthwise
 vectors it passes through, and the input rows of every layer that reads it.
 """
@@ -26,7 +28,22 @@ PASS_THROUGH = {
     "GlobalMaxPooling1D", "GlobalMaxPooling2D", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D",
     "UpSampling1D", "UpSampling2D", "ActivityRegularization", "Masking",
 }
+OUTPUT = "it is a model output"  # the reason named first: every output keeps its channels
 MERGES = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
+# layers that act on each value alone, so they keep a flattened tensor's layout as well
+ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "Dropout", "GaussianNoise",
+               "GaussianDropout", "AlphaDropout", "ActivityRegularization"}
+# activations that normalize across the channels: removing a channel changes the others
+ACROSS_CHANNELS = {"softmax", "log_softmax"}
+# TensorFlow operations of a TFOpLambda layer (x + 3.0, x * (1 / 6) in hard-swish) that act on each value alone;
+# with one tensor and scalar constants they pass the channels through
+TF_ELEMENTWISE = {
+    "__operators__.add", "__operators__.radd", "__operators__.sub", "__operators__.rsub", "__operators__.mul",
+    "__operators__.rmul", "__operators__.truediv", "__operators__.neg", "math.add", "math.subtract",
+    "math.multiply", "math.truediv", "math.divide", "math.maximum", "math.minimum", "math.negative", "math.abs",
+    "math.sigmoid", "math.tanh", "math.exp", "math.square", "math.sqrt", "nn.relu", "nn.relu6", "nn.silu",
+    "nn.swish", "nn.elu", "nn.leaky_relu", "clip_by_value", "cast", "identity",
+}
 
 
 @dataclass
@@ -70,9 +87,10 @@ class ChannelGraph:
         out = {}
         for r in sorted({self.root(g) for g in self.groups}):
             g = self.groups[r]
+            reason = OUTPUT if OUTPUT in g.held else (g.held[0] if g.held else None)
             for p in g.producers:
-                if g.held:
-                    out[p] = g.held[0]
+                if reason:
+                    out[p] = reason
         return out
 
     def group_of(self, layer: str) -> Group:
@@ -106,6 +124,38 @@ def _segments(layout) -> list[tuple[int, int]]:
     return list(layout[-1])
 
 
+def _scalar_operation(kind: str, cfg: dict, spec: dict) -> bool:
+    """A TFOpLambda of an element-wise TensorFlow operation on one tensor whose other operands are scalars."""
+    if kind != "TFOpLambda" or cfg.get("function") not in TF_ELEMENTWISE:
+        return False
+    calls = _inbound(spec)
+    if len(calls) != 1 or len(calls[0]) != 1:
+        return False
+    scalars = True
+
+    def check(obj, top=False):
+        nonlocal scalars
+        if isinstance(obj, list):
+            if len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int) and isinstance(obj[2], int):
+                for extra in obj[3:]:
+                    check(extra)
+                return
+            if not top:
+                scalars = False  # a constant tensor (a list of values): it may differ per channel
+                return
+            for v in obj:
+                check(v, top=True)
+        elif isinstance(obj, dict):
+            for key, v in obj.items():
+                if key != "name":
+                    check(v)
+        elif not (obj is None or isinstance(obj, (bool, int, float))):
+            scalars = False
+
+    check(spec.get("inbound_nodes") or [], top=True)
+    return scalars
+
+
 class _Builder:
     """Builds a :class:`ChannelGraph` layer by layer (:func:`channel_groups`)."""
 
@@ -131,10 +181,16 @@ class _Builder:
             g.groups[ra].producers += g.groups[rb].producers
             g.groups[ra].held += g.groups[rb].held
 
-    def visit(self, name: str, kind: str, cfg: dict, layer, ins: list, width: int, rank: int):
+    def visit(self, name: str, kind: str, cfg: dict, layer, ins: list, width: int, rank: int, scalar_op=False):
         """The layout of ``name``'s output, given its inputs' layouts ``ins``."""
         x = ins[0] if ins else None
         last_axis = cfg.get("axis") in (-1, [-1], rank - 1, [rank - 1])
+        if kind == "Activation" and cfg.get("activation") in ACROSS_CHANNELS:
+            reason = f"{name} ({kind} {cfg.get('activation')}) normalizes across the channels"
+            self.hold(x, reason)
+            return x  # the same channels, held together
+        if x is not None and (kind in ELEMENTWISE or scalar_op):
+            return x  # a channel (or a flattened position) keeps its place
         if kind in PRODUCERS:
             if kind == "Conv2D" and int(cfg.get("groups", 1)) != 1:
                 self.hold(x, f"{name} is a grouped convolution")
@@ -151,6 +207,11 @@ class _Builder:
                 return x
             if kind in PASS_THROUGH:
                 return x
+            if kind == "DepthwiseConv2D":
+                reason = (f"{name} (DepthwiseConv2D) has depth_multiplier {cfg.get('depth_multiplier')}: each "
+                          "input channel feeds several output channels, which are kept together with it")
+                self.hold(x, reason)
+                return self.new(width, held=reason)
             if kind == "Reshape" and tuple(cfg.get("target_shape", ()))[-1:] == (width,) \
                     and int(layer.input_shape[-1]) == width:
                 return x  # (the Conv1D rewrite's reshapes keep the channel axis)
@@ -196,11 +257,12 @@ def channel_groups(model) -> ChannelGraph:
                 build.hold(lay, reason)
             graph.layouts[name] = build.new(width, name if kind in PRODUCERS else None, reason)
             continue
-        graph.layouts[name] = build.visit(name, kind, cfg, layer, ins, width, len(out_shape))
+        graph.layouts[name] = build.visit(name, kind, cfg, layer, ins, width, len(out_shape),
+                                          _scalar_operation(kind, cfg, spec))
     for out in config["output_layers"]:
         names = [out[0]] if isinstance(out[0], str) else [o[0] for o in out]
         for n in names:
-            build.hold(graph.layouts[n], "it is a model output")
+            build.hold(graph.layouts[n], OUTPUT)
     # consumers were filed under their group's name when read; file them under the group it was joined to
     merged: dict[str, list[str]] = {}
     first = {g.producers[0]: g.gid for g in graph.groups.values() if g.producers}
@@ -239,6 +301,10 @@ def thin_model(model, graph: ChannelGraph, keep: Mapping[str, Any]):
             root = graph.root(graph.layouts[name][1][0][0])
             if root in by_root:
                 spec["config"]["filters" if graph.kinds[name] == "Conv2D" else "units"] = int(len(by_root[root]))
+        elif graph.kinds[name] == "Reshape" and graph.layouts.get(name, ("",))[0] == "ch":
+            # a reshape that keeps the channel axis (a squeeze-and-excitation gate to (1, 1, C)) keeps the kept ones
+            target = list(spec["config"]["target_shape"])
+            spec["config"]["target_shape"] = [*target[:-1], int(len(_index(graph, graph.layouts[name], by_root)))]
     new = keras.Model.from_config(config)
     for layer in new.layers:
         weights = model.get_layer(layer.name).get_weights()

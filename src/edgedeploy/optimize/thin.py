@@ -234,6 +234,7 @@ def thin_node(run) -> Any:
                          'name the targets whose NPU cycles choose the widths, e.g. thin_targets = ["ethos-u55-128"]')
     for name in recipe.thin_targets:  # (a wrong name fails before any work)
         get_target(name)
+    clock = _Clock()
     model = run.parent()
     graph = channel_groups(model)
     groups = graph.thinnable()
@@ -252,8 +253,11 @@ def thin_node(run) -> Any:
     classifier = getattr(run.loss, "classifier", True)
     drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
                         bool(getattr(run.loss, "from_logits", False)))
+    clock.lap("sensitivity")
     values, npu, choices = npu_widths(model, graph, scores, drops, widths, recipe, data, run.out)
+    clock.lap("candidate_compiles")
     trials, kept = _trials(run, model, graph, scores, widths, choices, x_fit) if len(choices) > 1 else ([], 0)
+    clock.lap("trials")
     if recipe.thin_trials > 1 and len(choices) == 1:
         log.info("thinned: no trial, no other choice is within the budget by Vela")
     if trials:
@@ -262,6 +266,7 @@ def thin_node(run) -> Any:
     keep = _keep(scores, widths, values)
     thinned = thin_model(model, graph, keep) if keep else model
     refitted = refit(model, thinned, graph, keep, x_fit, seed=recipe.seed) if keep else {}
+    clock.lap("refit")
     run.details["thinning"] = {
         "widths": {g: int(len(keep[g])) if g in keep else groups[g].size for g in groups},
         "full_widths": {g: groups[g].size for g in groups},
@@ -276,6 +281,7 @@ def thin_node(run) -> Any:
         **({"trials": trials} if recipe.thin_trials > 1 else {}),  # (empty: nothing but the search's was tried)
         "refit": refitted,
         "kernel_channels": {k: list(v) for k, v in kernel_channels(thinned).items()},
+        "seconds": clock.laps,  # where the node's time went, by step (fine_tuning added below)
     }
     log.info("thinned: widths %s; %s NPU cycles on %s (budget held there: %s)",
              ", ".join(f"{g} {w}/{groups[g].size}" for g, w in run.details["thinning"]["widths"].items()),
@@ -289,7 +295,24 @@ def thin_node(run) -> Any:
         tfenv_seed(recipe.seed)
     fine_tune(env, thinned, data, recipe, "thin", run.loss, run.node.name, record=run.training,
               mirrored=mirrored(run))
+    clock.lap("fine_tuning")
     return thinned
+
+
+class _Clock:
+    """Seconds per step of the thinned node: each :meth:`lap` records the time since the one before."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._now = time.monotonic
+        self._last = self._now()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, step: str) -> None:
+        now = self._now()
+        self.laps[step] = round(now - self._last, 1)
+        self._last = now
 
 
 def _keep(scores, widths, values: dict[str, int]) -> dict[str, np.ndarray]:

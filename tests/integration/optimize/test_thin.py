@@ -4,6 +4,7 @@ Vela's cycles chose, compiled for Ethos-U55."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -315,3 +316,86 @@ def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, bud
     assert npu["npu_cycles"]["ethos-u55-128"] == min(c["npu_cycles"]["ethos-u55-128"] for c in npu["checks"])
     assert node.details["thinning"]["widths"] == {"conv": 32}  # the narrowest candidate width
     assert any("miss the cycle budget on ethos-u55-128" in w for w in node.warnings)
+
+
+def _se_hard_swish_model(keras):
+    """Hard-swish (x * relu6(x + 3) / 6, as two TFOpLambda operations with scalars), a depthwise convolution and a
+    squeeze-and-excitation gate (GlobalAveragePooling -> Dense -> Dense -> Reshape -> Multiply)."""
+    keras.utils.set_random_seed(SEED)
+    L = keras.layers
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(8, 3, padding="same", name="c0")(inp)
+    x = L.Multiply(name="hswish")([x, L.ReLU(6.0, name="r6")(x + 3.0) * (1.0 / 6.0)])
+    x = L.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    s = L.GlobalAveragePooling2D(name="squeeze")(x)
+    s = L.Dense(4, activation="relu", name="se_reduce")(s)
+    s = L.Dense(8, activation="sigmoid", name="se_expand")(s)
+    x = L.Multiply(name="excite")([x, L.Reshape((1, 1, 8), name="se_reshape")(s)])
+    x = L.Conv2D(6, 1, name="c1")(x)
+    x = L.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(inp, L.Dense(3, name="out")(x))
+
+
+def test_thinning_through_squeeze_excitation_and_hard_swish_computes_the_masked_model():
+    """The gate's second Dense is tied to the channels it multiplies; hard-swish's scalar operations pass the
+    channels through; the thinned model computes what the full one does with the removed channels at zero."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+
+    keras = tfenv.load().keras
+    model = _se_hard_swish_model(keras)
+    graph = channel_groups(model)
+    groups = graph.thinnable()
+    assert sorted(groups) == ["c0", "c1", "se_reduce"]
+    assert groups["c0"].producers == ["c0", "se_expand"]
+    assert graph.held() == {"out": "it is a model output"}
+    keep = {"c0": [0, 2, 5, 7], "se_reduce": [1, 3], "c1": [0, 1, 4]}
+    thinned = thin_model(model, graph, keep)
+    assert kernel_channels(thinned) == {"c0": (3, 4), "dw": (4, 4), "se_reduce": (4, 2), "se_expand": (2, 4),
+                                        "c1": (4, 3), "out": (3, 3)}
+    masked = keras.models.clone_model(model)
+    masked.set_weights(model.get_weights())
+    for name, group in (("c0", "c0"), ("se_reduce", "se_reduce"), ("c1", "c1"), ("dw", "c0")):
+        layer = masked.get_layer(name)
+        w = layer.get_weights()
+        mask = np.zeros(w[-1].shape[-1], np.float32)
+        mask[keep[group]] = 1
+        layer.set_weights([w[0] if name == "dw" else w[0] * mask, w[1] * mask])
+    x = np.random.default_rng(SEED).normal(size=(4, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(thinned.predict(x, verbose=0), masked.predict(x, verbose=0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case, held", [
+    ("depth_multiplier", {"c0": "dw (DepthwiseConv2D) has depth_multiplier 2: each input channel feeds several "
+                                "output channels, which are kept together with it", "out": "it is a model output"}),
+    ("softmax", {"c0": "norm (Activation softmax) normalizes across the channels", "out": "it is a model output"}),
+    ("tensor_constant", {"c0": "TFOpLAMBDA", "out": "it is a model output"}),
+    ("flat_activation", {"out": "it is a model output"}),
+])
+def test_layers_that_tie_channels_hold_them_with_the_reason(case, held):
+    from edgedeploy.keras import tfenv
+    from edgedeploy.keras.thin import channel_groups
+
+    keras = tfenv.load().keras
+    L = keras.layers
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(4, 3, padding="same", name="c0")(inp)
+    if case == "depth_multiplier":
+        x = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="dw")(x)
+    elif case == "softmax":
+        x = L.Activation("softmax", name="norm")(x)
+    elif case == "tensor_constant":
+        x = x * np.arange(4, dtype=np.float32)  # a different factor per channel
+    else:
+        x = L.ReLU(name="relu")(L.Flatten(name="flat")(x))
+    x = L.Conv2D(4, 1, name="c1")(x) if case != "flat_activation" else L.Dense(5, name="hidden")(x)
+    out = L.Dense(2, name="out")(L.Flatten(name="flat_out")(x) if case != "flat_activation" else x)
+    graph = channel_groups(keras.Model(inp, out))
+    found = graph.held()
+    if held["c0" if "c0" in held else "out"] == "TFOpLAMBDA":  # the operation's name counts up in one process
+        assert re.fullmatch(r"tf\.math\.multiply(_\d+)? \(TFOpLambda\) has an unknown effect on channels", found["c0"])
+        held = {**held, "c0": found["c0"]}
+    assert found == held
+    assert "c1" in graph.thinnable() or "hidden" in graph.thinnable()
+    if case == "flat_activation":
+        assert sorted(graph.thinnable()) == ["c0", "hidden"]  # through Flatten and the element-wise ReLU

@@ -122,7 +122,15 @@ def test_channel_check_fails_on_a_changed_width():
 def test_int8_layouts_give_input_and_output_channels():
     found = [WeightStats("c", "Conv2D", (16, 3, 3, 8), 0, 1, 1, 16), WeightStats("d", "DepthwiseConv2D", (1, 3, 3, 16),
              0, 1, 1, 16), WeightStats("f", "Dense", (12, 64), 0, 1, 1, 12)]
-    assert int8_channels(found) == {"c": (8, 16), "d": (16, 16), "f": (64, 12)}
+    assert int8_channels(found) == {"c": (8, 16), "d": (None, 16), "f": (64, 12)}
+
+
+def test_a_depthwise_kernel_with_a_depth_multiplier_is_checked_on_its_output_channels():
+    """A depthwise kernel's int8 layout (1HWO) holds no input count: 16 inputs times multiplier 2 is 32 outputs."""
+    found = int8_channels([WeightStats("dw", "DepthwiseConv2D", (1, 3, 3, 32), 0, 1, 1, 32)])
+    assert not check_channels("thinned", "int8", {"dw": (16, 32)}, found).failures
+    verdict = check_channels("thinned", "int8", {"dw": (16, 24)}, found)
+    assert verdict.failures == ["thinned (int8): layer dw: channels (in, out) (None, 32) != thinned (16, 24)"]
 
 
 def test_the_staircase_rows_add_up_to_the_npu_cycles_the_budget_holds():

@@ -1,0 +1,287 @@
+"""The support matrix: each model of the zoo (tests/zoo.py) through every stage, as a user runs the commands.
+
+Per architecture and file format (tf_keras ``.h5``; Keras 3 ``.keras``, written by Keras 3 in a process of its own),
+the bench runs ``edgedeploy optimize`` once per leaf (--leaves; the pruned leaves again with ``--sparsity-pattern
+2:4``, --pattern-leaves) with a tiny recipe (one epoch, no minimum of steps: these check structure, not accuracy),
+``edgedeploy compile`` of the run for each target (--targets, with ``--allow-cpu-ops`` so that operators left on the
+CPU are named rather than refused), ``edgedeploy verify`` of each leaf on the Ethos-U55/U65 targets and ``edgedeploy
+export`` of each leaf for the first target. Every command runs in this process through the CLI (typer's runner: the
+same code as the console script, without importing TensorFlow again for each command).
+
+Each cell is ``ok``, the operators Vela left on the CPU, or the one-line reason the command gave, with the command's
+time and a reference to the command (listed under the model's table).
+
+Run: python bench/bench_models.py [--models mobilenet_v2,efficientnet_like] [--formats h5,keras]
+     [--leaves ptq,qat,...] [--pattern-leaves pruned,pqat] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256]
+     [--out DIR] [--markdown] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+import zoo  # noqa: E402  (the zoo's builders and data)
+
+VERIFY_FAMILIES = ("ethos-u55", "ethos-u65")  # verify's functional NPU model runs these
+TINY_RECIPE = """# the zoo's tiny recipe: structure, not accuracy
+epochs = 1
+batch_size = 16
+calibration_samples = 32
+[training]
+min_steps = 0
+[selection]
+validation_fraction = 0.0
+"""
+DEFAULT_LEAVES = ("ptq,qat,pruned,pqat,clustered,cqat,pruned_clustered,pcqat,clustered_palette,cqat_palette,"
+                  "thinned,thinned_qat,thinned_pruned,thinned_pqat,thinned_pcqat,ptq_16x8")
+
+
+def cli(*args) -> dict:
+    """``edgedeploy ARGS`` in this process: exit code, stdout, the error line (if any) and the seconds taken."""
+    from typer.testing import CliRunner
+
+    from edgedeploy.cli.app import app
+    from edgedeploy.core.files import release_run_dirs
+
+    argv = [str(a) for a in args]
+    start = time.perf_counter()
+    result = CliRunner().invoke(app, argv)
+    seconds = time.perf_counter() - start
+    release_run_dirs()  # a command holds its run folder's lock until the process ends
+    errors = [line for line in (result.stderr or "").splitlines() if line.startswith("error:")]
+    if result.exit_code and not errors:
+        errors = [f"error: exit {result.exit_code} ({type(result.exception).__name__}: {result.exception})"
+                  if result.exception else f"error: exit {result.exit_code}"]
+    return {"rc": result.exit_code, "stdout": result.stdout, "error": errors[0][len("error: "):] if errors else "",
+            "seconds": round(seconds, 1), "command": shlex.join(["edgedeploy", *argv])}
+
+
+def _cell(res: dict, status: str | None = None, text: str | None = None) -> dict:
+    status = status or ("ok" if res["rc"] == 0 else "failed")
+    return {"status": status, "text": text if text is not None else (res["error"] if status == "failed" else "ok"),
+            "seconds": res["seconds"], "command": res["command"]}
+
+
+def write_models(out: Path, names: list[str], formats: list[str]) -> dict[tuple[str, str], Path | str]:
+    """Each zoo model saved in each format; a format that cannot be written is the reason (a string)."""
+    from edgedeploy.keras import tfenv
+
+    paths: dict[tuple[str, str], Path | str] = {}
+    if "h5" in formats:
+        for name, path in zoo.write_zoo(tfenv.load().keras, out / "h5", names, ".h5").items():
+            paths[(name, "h5")] = path
+    if "keras" in formats:
+        env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+        proc = subprocess.run([sys.executable, str(REPO / "tests" / "zoo.py"), str(out / "keras"), "--keras3", *names],
+                              capture_output=True, text=True, env=env)
+        for name in names:
+            path = out / "keras" / f"{name}.keras"
+            paths[(name, "keras")] = path if path.is_file() else f"Keras 3 could not build it: {proc.stderr[-300:]}"
+    return paths
+
+
+def model_part(name: str, fmt: str, model: Path, args) -> dict:
+    """Every stage of one model in one format: {leaf: {stage: cell}}, and the stage times."""
+    data = model.parent / f"{name}.npz"
+    run = args.out / "runs" / f"{name}-{fmt}"
+    recipe = args.out / "tiny.toml"
+    rows: dict[str, dict] = {}
+    runs: dict[str, list[str]] = {}  # run folder -> leaves converted in it
+    plan = [(leaf, leaf, run, ()) for leaf in args.leaves.split(",") if leaf]
+    plan += [(f"{leaf} (2:4)", leaf, run.with_name(run.name + "-2of4"), ("--sparsity-pattern", "2:4"))
+             for leaf in args.pattern_leaves.split(",") if leaf]
+    for row, leaf, folder, extra in plan:
+        res = cli("optimize", model, "--data", data, "-o", folder, "--recipe", recipe, "--leaves", leaf, *extra,
+                  "--json")
+        rows[row] = {"optimize": _cell(res)}
+        if res["rc"] == 0:
+            runs.setdefault(str(folder), []).append(row)
+            detail = _not_thinned(folder, leaf)
+            if detail:
+                rows[row]["optimize"]["text"] = "ok; " + detail
+        print(f"{name} {fmt} {row}: optimize {rows[row]['optimize']['text']} ({res['seconds']} s)", file=sys.stderr,
+              flush=True)
+    targets = args.targets.split(",")
+    for folder, leaves in runs.items():
+        for target in targets:
+            res = cli("compile", folder, "-t", target, "--allow-cpu-ops", "--json")
+            results = {}
+            if res["rc"] == 0:
+                results = {r["variant"]: r for r in json.loads(res["stdout"])["results"]}
+            for row in leaves:
+                leaf = row.split(" ")[0]
+                r = results.get(leaf)
+                if r is None:
+                    rows[row][target] = _cell(res, "failed", res["error"] or "not compiled")
+                elif r.get("status") != "ok":
+                    rows[row][target] = _cell(res, "failed", r.get("error") or r.get("status"))
+                elif r.get("cpu_operators"):
+                    rows[row][target] = _cell(res, "cpu", cpu_text(r["cpu_operators"]))
+                else:
+                    npu = r["metrics"]["npu_cycles"]["value"]
+                    rows[row][target] = _cell(res, "ok", f"ok, {npu:,} NPU cycles")
+        for row in leaves:
+            leaf = row.split(" ")[0]
+            for target in targets:
+                if not target.startswith(VERIFY_FAMILIES) or rows[row][target]["status"] == "failed":
+                    continue
+                res = cli("verify", folder, "--leaf", leaf, "-t", target, "--data", data, "--count", "2", "--json")
+                rows[row][f"verify {target}"] = _cell(res)
+            if rows[row][targets[0]]["status"] != "failed":
+                res = cli("export", folder, "--leaf", leaf, "-t", targets[0], "-o",
+                          args.out / "export" / f"{name}-{fmt}" / row.replace(" ", "").replace(":", "of"),
+                          "--data", data, "--golden", "2", "--json")
+                rows[row]["export"] = _cell(res)
+    return {"name": name, "format": fmt, "what": zoo.ZOO[name][1], "rows": rows}
+
+
+def cpu_text(ops: list) -> str:
+    """"CPU: OP xN (Vela's reason), ..." for the operators Vela left on the CPU."""
+    counts: dict[str, list] = {}
+    for op in ops:
+        op = op if isinstance(op, dict) else {"op": str(op), "reason": ""}
+        counts.setdefault(op["op"], [0, op.get("reason") or ""])[0] += 1
+    return "CPU: " + ", ".join(f"{name} x{n}" + (f" ({why[:120]})" if why else "")
+                               for name, (n, why) in sorted(counts.items()))
+
+
+def _not_thinned(folder: Path, leaf: str) -> str:
+    """The thinned node's widths and the layers it left whole with the reason, from the run's manifest."""
+    from edgedeploy.config.tree import LEAVES, THINNED_NODES
+
+    if LEAVES.get(leaf) not in THINNED_NODES or leaf != "thinned":
+        return ""
+    doc = json.loads((folder / "manifest.json").read_text())
+    rec = next((r for r in doc.get("stages") or [] if r.get("id") == "optimize/thinned"), {})
+    thinning = (rec.get("details") or {}).get("thinning") or {}
+    npu = thinning.get("npu") or {}
+    left = thinning.get("not_thinned") or {}
+    full, widths = thinning.get("full_widths") or {}, thinning.get("widths") or {}
+    thinned = sum(1 for g, w in widths.items() if w < full.get(g, w))
+    reasons = sorted({f"{r}" for r in left.values()})
+    ratio = ", ".join(f"{v}x" for v in (npu.get("cycles_vs_ptq") or {}).values())
+    split = ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in (thinning.get("seconds") or {}).items())
+    return (f"{thinned} of {len(full)} groups thinned, {ratio} NPU cycles, budget "
+            f"{'met' if npu.get('met') else 'not met'} on {npu.get('held_on')}; left whole: {len(left)} "
+            f"({'; '.join(reasons)[:160]}); node time: {split}")
+
+
+def failed_part(name: str, fmt: str, reason: str) -> dict:
+    return {"name": name, "format": fmt, "what": zoo.ZOO[name][1],
+            "rows": {"(all)": {"optimize": {"status": "failed", "text": reason, "seconds": 0.0, "command": ""}}}}
+
+
+def render(doc: dict, markdown: bool) -> str:
+    from markdown_page import table
+
+    stages = ["optimize", *doc["targets"], *[f"verify {t}" for t in doc["targets"] if t.startswith(VERIFY_FAMILIES)],
+              "export"]
+    lines = ["## Overview", "",
+             "Per architecture and format, the leaves whose every stage is ok, those with operators left on the "
+             "CPU, and those that failed (with the first reason).", ""]
+    overview = []
+    for part in doc["models"]:
+        ok, cpu, failed = [], [], []
+        for row, cells in part["rows"].items():
+            bad = [c for c in (cells.get(s) for s in stages) if c and c["status"] == "failed"]
+            if bad:
+                failed.append(f"{row}: {bad[0]['text']}")
+            elif any(c["status"] == "cpu" for c in cells.values()):
+                cpu.append(row)
+            else:
+                ok.append(row)
+        overview.append([part["name"], part["format"], ", ".join(ok) or "none", ", ".join(cpu) or "none",
+                         "<br>".join(_esc(f) for f in failed) or "none"])
+    lines += table(["architecture", "format", "all stages ok", "CPU operators", "failed: reason"], overview, markdown)
+    for part in doc["models"]:
+        lines += [f"## {part['name']} ({part['format']})", "", part["what"], ""]
+        commands: list[str] = []
+        rows = []
+        for row, cells in part["rows"].items():
+            line = [row]
+            for stage in stages:
+                c = cells.get(stage)
+                if c is None:
+                    line.append("")
+                    continue
+                if c["command"] not in commands:
+                    commands.append(c["command"])
+                ref = commands.index(c["command"]) + 1 if c["command"] else ""
+                mark = {"ok": "", "cpu": "", "failed": "**failed**: "}[c["status"]]
+                line.append(f"{mark}{_esc(c['text'])} ({c['seconds']:.0f} s{f', [{ref}]' if ref else ''})")
+            rows.append(line)
+        lines += table(["leaf", *stages], rows, markdown)
+        lines += [f"{i}. `{c}`" for i, c in enumerate(commands, 1)] + [""]
+    return "\n".join(lines)
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(zoo.ZOO),
+                    help="zoo models, each in every --formats or as NAME@h5, NAME@keras or NAME@h5+keras")
+    ap.add_argument("--formats", default="h5,keras")
+    ap.add_argument("--leaves", default=DEFAULT_LEAVES)
+    ap.add_argument("--pattern-leaves", default="pruned,pqat,thinned_pruned",
+                    help="leaves built again with --sparsity-pattern 2:4")
+    ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
+    ap.add_argument("--out", type=Path, default=Path("bench-out") / "models")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    from markdown_page import header
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tiny.toml").write_text(TINY_RECIPE)
+    formats = [f for f in args.formats.split(",") if f]
+    wanted = [(m.split("@")[0], m.split("@")[1].split("+") if "@" in m else formats)
+              for m in args.models.split(",") if m]
+    names = [n for n, _ in wanted]
+    start = time.perf_counter()
+    paths = write_models(args.out / "models", names, sorted({f for _, fs in wanted for f in fs}))
+    doc = {"targets": args.targets.split(","), "models": []}
+    for name, fmts in wanted:
+        for fmt in fmts:
+            path = paths[(name, fmt)]
+            part = model_part(name, fmt, path, args) if isinstance(path, Path) else failed_part(name, fmt, path)
+            doc["models"].append(part)
+    doc["seconds"] = round(time.perf_counter() - start)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1))
+    page = render(doc, args.markdown)
+    if args.markdown:
+        page = (header("Support matrix: the model zoo through every stage", argv) + "\n" + PAGE_INTRO.format(
+            recipe=TINY_RECIPE.strip(), seconds=doc["seconds"]) + "\n" + page)
+    print(page)
+    return 0
+
+
+PAGE_INTRO = """The zoo (`tests/zoo.py`: `keras.applications` networks with `weights=None` and small hand-built ones, 32x32x3
+images, seeded random weights and data) through `edgedeploy optimize` (one command per leaf, the pruned leaves
+again with `--sparsity-pattern 2:4`), `edgedeploy compile --allow-cpu-ops` per target, `edgedeploy verify` on
+Ethos-U55/U65 and `edgedeploy export`. Each cell: `ok`, the operators Vela left on the CPU, or the reason the command
+gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
+its run folder, so its time is shared). Training is tiny, so accuracies mean nothing here; the matrix checks which
+stages each architecture goes through. The whole run took {seconds} s. The recipe (`--recipe`):
+
+```toml
+{recipe}
+```
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The model zoo (tests/zoo.py) through the commands, as a user runs them: structure, not accuracy.
+
+Each architecture (tf_keras ``.h5``, seeded random weights and data, a few training steps) goes through
+``edgedeploy optimize`` (ptq, a QAT-family leaf, and the thinned leaf where its search is cheap), ``edgedeploy compile``
+for Ethos-U55-128 and ``edgedeploy verify`` on it; what cannot go through stops with one line naming the reason. The
+whole matrix (every leaf, 2:4, three targets, Keras 3 files, export) is ``bench/bench_models.py``, run by the slow
+test at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import one_error_line, run_in_process
+
+import zoo
+
+REPO = Path(__file__).resolve().parents[3]
+TARGET = "ethos-u55-128"
+RECIPE = """epochs = 1
+batch_size = 16
+calibration_samples = 32
+[training]
+min_steps = 0
+[selection]
+validation_fraction = 0.0
+"""
+
+# architecture -> (leaves, the thinned node's layers left whole with the reason, where a thinned leaf is asked for:
+# only on the smallest nets, whose width search compiles few candidates)
+CASES = {
+    "mobilenet_v1": ("ptq,qat", None),
+    "mobilenet_v2": ("ptq,pqat", None),
+    "mobilenet_v3_small": ("ptq,qat", None),
+    "mobilenet_v3_small_minimalistic": ("ptq,qat", None),
+    "efficientnet_like": ("ptq,qat", None),  # thinned: in the slow matrix (its width search compiles many)
+    "resnet_like": ("ptq,cqat,thinned", {
+        "predictions": "it is a model output",
+        "stem_conv": "stem_dw (DepthwiseConv2D) has depth_multiplier 2: each input channel feeds several output "
+                     "channels, which are kept together with it"}),
+    "densenet_like": ("ptq,pcqat", None),
+    "conv1d_kws": ("ptq,qat,thinned", {"predictions": "it is a model output"}),
+    "dense_autoencoder": ("ptq,qat,thinned", {"reconstruction": "it is a model output"}),
+}
+REFUSED = {"two_outputs": (3, "two_outputs.h5 has 1 inputs and 2 outputs")}
+# architecture -> (exit code, what the one error line says) where a QAT-family leaf asked for stops today (ptq goes
+# through): TFMOT's cloning cannot take MobileNetV3's hard-swish TensorFlow operations (TFOpLambda); it has no QAT
+# config for a batch norm that follows a Concatenate (DenseNet's pre-activation); the EfficientNet-like net's
+# squeeze-and-excitation Dense, reading a GlobalAveragePooling, gets its int8 bias quantized for another input scale
+# (the conversion check refuses it)
+KNOWN = {
+    "mobilenet_v3_small": (3, "stage qat: TFMOT cannot build the quantization-aware model"),
+    "densenet_like": (3, "stage pcqat: TFMOT cannot build the quantization-aware model (Layer dense0_0_bn:"),
+    "efficientnet_like": (6, "leaf qat: int8 conversion quantized the bias of 1 operator(s) for another input scale "
+                             "(FULLY_CONNECTED 'efficientnet_like/quant_block3_se_reduce/MatMul'"),
+}
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory) -> Path:
+    from edgedeploy.keras import tfenv
+
+    out = tmp_path_factory.mktemp("zoo")
+    zoo.write_zoo(tfenv.load().keras, out)
+    (out / "tiny.toml").write_text(RECIPE)
+    return out
+
+
+def test_every_zoo_model_is_covered():
+    assert sorted([*CASES, *REFUSED]) == sorted(zoo.ZOO)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_zoo_model_through_optimize_compile_and_verify(zoo_dir, tmp_path, name):
+    leaves, not_thinned = CASES[name]
+    run = tmp_path / "run"
+    proc = run_in_process("optimize", zoo_dir / f"{name}.h5", "--data", zoo_dir / f"{name}.npz", "-o", run,
+                          "--recipe", zoo_dir / "tiny.toml", "--leaves", leaves, "--json")
+    if name in KNOWN:
+        assert (proc.returncode, KNOWN[name][1] in one_error_line(proc)) == (KNOWN[name][0], True), proc.stderr
+        leaves = "ptq"  # what was converted before it stopped
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = {r["id"]: r for r in json.loads((run / "manifest.json").read_text())["stages"]}
+    for leaf in leaves.split(","):
+        assert manifest[f"convert/{leaf}"]["status"] == "ok"
+    if not_thinned is not None:
+        thinning = manifest["optimize/thinned"]["details"]["thinning"]
+        assert thinning["not_thinned"] == not_thinned
+        assert any(w < thinning["full_widths"][g] for g, w in thinning["widths"].items())
+        checks = [r for r in manifest["convert/thinned"]["details"]["preservation"] if r.get("check") == "channels"]
+        assert checks and all(r["status"] == "ok" for r in checks)
+    proc = run_in_process("compile", run, "-t", TARGET, "--allow-cpu-ops", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = {r["variant"]: r for r in json.loads(proc.stdout)["results"]}
+    assert sorted(results) == sorted(leaves.split(","))
+    assert all(r["status"] == "ok" and r["metrics"]["npu_cycles"]["value"] > 0 for r in results.values())
+    for leaf in leaves.split(",")[:: 2]:  # ptq, and the thinned leaf where there is one
+        proc = run_in_process("verify", run, "--leaf", leaf, "-t", TARGET, "--count", "2", "--json")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_zoo_model_that_is_refused_names_the_reason(zoo_dir, tmp_path, name):
+    code, needle = REFUSED[name]
+    proc = run_in_process("optimize", zoo_dir / f"{name}.h5", "--data", zoo_dir / f"{name}.npz", "-o",
+                          tmp_path / "run", "--recipe", zoo_dir / "tiny.toml", "--leaves", "ptq")
+    assert proc.returncode == code
+    assert needle in one_error_line(proc)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_whole_support_matrix_names_a_reason_for_every_failing_cell(tmp_path):
+    """Every architecture, leaf (2:4 included), target and format through bench/bench_models.py: a cell that fails
+    says why, and MobileNet-v2 and the EfficientNet-like net get a thinned leaf within budget on U55-128."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_models
+
+    doc_path = tmp_path / "matrix.json"
+    assert bench_models.main(["--out", str(tmp_path / "bench"), "--json", str(doc_path)]) == 0
+    doc = json.loads(doc_path.read_text())
+    for part in doc["models"]:
+        for row, cells in part["rows"].items():
+            for stage, cell in cells.items():
+                assert cell["status"] != "failed" or len(cell["text"]) > 10, (part["name"], row, stage, cell)
+    for name in ("mobilenet_v2", "efficientnet_like"):
+        part = next(p for p in doc["models"] if p["name"] == name and p["format"] == "h5")
+        assert "budget met on ethos-u55-128" in part["rows"]["thinned"]["optimize"]["text"]
