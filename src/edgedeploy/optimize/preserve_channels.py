@@ -11,7 +11,7 @@ from edgedeploy.optimize.preserve import Verdict
 
 def int8_channels(found: Iterable[WeightStats]) -> dict[str, tuple[int | None, int]]:
     """(input, output) channels of each int8 kernel (TFLite layouts: Conv2D OHWI, depthwise 1HWO, FC OI)."""
-    out = {}
+    out: dict[str, tuple[int | None, int]] = {}
     for s in found:
         shape = s.shape
         if s.kind == "Conv2D" and len(shape) == 4:

@@ -74,7 +74,12 @@ def test_every_zoo_model_is_covered():
     assert sorted([*CASES, *REFUSED]) == sorted(zoo.ZOO)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# The default run takes the nets that bring the couplings the others share (squeeze-and-excitation, hard-swish,
+# Conv1D, a dense autoencoder's inputs-only data); the larger nets run with -m slow (and in bench/bench_models.py).
+DEFAULT = {"efficientnet_like", "mobilenet_v3_small", "conv1d_kws", "dense_autoencoder"}
+
+
+@pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
 def test_zoo_model_through_optimize_compile_and_verify(zoo_dir, tmp_path, name):
     leaves, not_thinned = CASES[name]
     run = tmp_path / "run"
