@@ -1,9 +1,12 @@
 """The Keras 3 transfer-learning pattern (a keras.applications base called as a layer under a new head, saved as
-.keras) through `edgedeploy optimize`, against its flat twin (input_tensor=) with the same weights."""
+.keras) through `edgedeploy optimize`, `compile`, `verify` and `export`, against its flat twin (input_tensor=)
+with the same weights: one run of each per module, compared at every step."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from helpers import run_cli
 
 SIZE = 32  # the smallest input MobileNetV2 takes
+TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
 
 
 def _head(L, x):
@@ -26,7 +30,8 @@ def _twins(keras, x):
     keras.utils.set_random_seed(3)
     inp = keras.Input((SIZE, SIZE, 3))
     base = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), alpha=0.35, include_top=False, weights=None)
-    nested = keras.Model(inp, _head(L, base(L.Rescaling(1 / 255, name="scale")(inp), training=False)))
+    nested = keras.Model(inp, _head(L, base(L.Rescaling(1 / 255, name="scale")(inp), training=False)),
+                         name="classifier")
     norms = [layer for layer in base.layers if layer.__class__.__name__ == "BatchNormalization"]
     for layer in norms:
         layer.momentum = 0.0  # one pass in training mode sets each moving statistic to the batch's
@@ -36,7 +41,7 @@ def _twins(keras, x):
     inp = keras.Input((SIZE, SIZE, 3))
     twin = keras.applications.MobileNetV2(input_tensor=L.Rescaling(1 / 255, name="scale")(inp), alpha=0.35,
                                           include_top=False, weights=None)
-    flat = keras.Model(inp, _head(L, twin.output))
+    flat = keras.Model(inp, _head(L, twin.output), name="classifier")  # the same scope in tensor names
     for layer in flat.layers:
         if layer.get_weights():
             source = nested if layer.name == "head" else base
@@ -71,33 +76,130 @@ def _int8_outputs(model_path, x) -> np.ndarray:
     return np.array(found, dtype=np.int32)
 
 
-def test_a_nested_keras3_application_gives_the_int8_outputs_of_its_flat_twin(shared_data, tmp_path):
+def _optimize(model: Path, data: Path, out: Path, leaves: str) -> dict:
+    proc = run_cli("optimize", model, "--data", data, "--leaves", leaves, "-o", out, "--epochs", "1",
+                   "--min-steps", "0", "--seed", "7")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def twins(shared_data, tmp_path_factory):
+    """The nested model and its flat twin saved as .keras, the data file, and one `optimize` run (ptq, qat) of
+    each."""
     from edgedeploy.keras import tfenv
 
     tfenv.load()  # TensorFlow with tf_keras as tf.keras first (the int8 outputs are read in this process)
     import keras  # Keras 3, as a user saves the model today
 
+    tmp = tmp_path_factory.mktemp("nested")
     x, y = _images(shared_data)
     nested, flat = _twins(keras, x[:64])
     np.testing.assert_allclose(nested.predict(x[:8], verbose=0), flat.predict(x[:8], verbose=0), atol=1e-6)
     split = np.r_[np.zeros(64, int), np.ones(32, int)]
-    np.savez(tmp_path / "d.npz", x=x, y=y, split=split)
+    np.savez(tmp / "d.npz", x=x, y=y, split=split)
     runs = {}
     for name, model in (("nested", nested), ("flat", flat)):
-        model.save(tmp_path / f"{name}.keras")
-        proc = run_cli("optimize", tmp_path / f"{name}.keras", "--data", tmp_path / "d.npz", "--leaves", "ptq,qat",
-                       "-o", tmp_path / name, "--epochs", "1", "--min-steps", "0", "--seed", "7")
+        model.save(tmp / f"{name}.keras")
+        runs[name] = _optimize(tmp / f"{name}.keras", tmp / "d.npz", tmp / name, "ptq,qat")
+    return SimpleNamespace(tmp=tmp, data=tmp / "d.npz", evaluation=x[split == 1], manifests=runs,
+                           base=nested.layers[2].name)
+
+
+@pytest.fixture(scope="module")
+def compiled(twins):
+    """Both runs' leaves compiled for U55-128, U65-256 and U85-256: {run: {(leaf, target): compile record}}."""
+    found = {}
+    for name in ("nested", "flat"):
+        proc = run_cli("compile", twins.tmp / name, *[a for t in TARGETS for a in ("-t", t)])
         assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[name] = json.loads((tmp_path / name / "manifest.json").read_text())
+        stages = json.loads((twins.tmp / name / "manifest.json").read_text())["stages"]
+        found[name] = {(s["variant"], s["target"]): s for s in stages if s["stage"] == "compile"}
+    return found
+
+
+def _compiled_figures(record: dict) -> dict:
+    """A compile record's measures of the compiled model (its timings differ from run to run)."""
+    return {k: v["value"] for k, v in record["metrics"].items() if "seconds" not in k}
+
+
+def test_a_nested_keras3_application_gives_the_int8_outputs_of_its_flat_twin(twins):
+    runs = twins.manifests
     record = runs["nested"]["info"]["optimize"]["flattened"]
-    assert record["models"] == [nested.layers[2].name]  # mobilenetv2_0.35_32
+    assert record["models"] == [twins.base]  # mobilenetv2_0.35_32
     assert record["checked_on"] == "32 evaluation samples of d.npz" and record["max_abs_difference"] <= 1e-5
     assert "flattened" not in runs["flat"]["info"]["optimize"]
     baseline = next(s for s in runs["nested"]["stages"] if s["id"] == "optimize/baseline")
     assert baseline["details"]["flattened"] == record["models"]
-    evaluation = x[split == 1]
     for leaf, lsb in (("ptq", 0), ("qat", 1)):
-        got = _int8_outputs(tmp_path / "nested" / "convert" / leaf / "model_int8.tflite", evaluation)
-        want = _int8_outputs(tmp_path / "flat" / "convert" / leaf / "model_int8.tflite", evaluation)
+        got = _int8_outputs(twins.tmp / "nested" / "convert" / leaf / "model_int8.tflite", twins.evaluation)
+        want = _int8_outputs(twins.tmp / "flat" / "convert" / leaf / "model_int8.tflite", twins.evaluation)
         assert np.ptp(want, axis=0).max() > 0  # the outputs differ from sample to sample
         assert np.abs(got - want).max() <= lsb, leaf
+    # the flat graph is the twin's, name for name: the ptq leaf is the same file
+    assert ((twins.tmp / "nested" / "convert" / "ptq" / "model_int8.tflite").read_bytes()
+            == (twins.tmp / "flat" / "convert" / "ptq" / "model_int8.tflite").read_bytes())
+
+
+def test_the_nested_model_compiles_as_its_flat_twin_on_three_npus(compiled):
+    assert set(compiled["nested"]) == set(compiled["flat"]) == {(leaf, t) for leaf in ("ptq", "qat") for t in TARGETS}
+    for key, flat in compiled["flat"].items():
+        nested = compiled["nested"][key]
+        assert flat["status"] == nested["status"] == "ok", key
+        assert _compiled_figures(nested) == _compiled_figures(flat), key
+        assert _compiled_figures(flat)["npu_cycles"] > 0
+    ptq = compiled["flat"][("ptq", "ethos-u55-128")]
+    assert _compiled_figures(compiled["flat"][("qat", "ethos-u55-128")])["npu_cycles"] <= 1.01 * _compiled_figures(
+        ptq)["npu_cycles"]  # the Rescaling input costs the QAT leaf nothing either
+
+
+def test_the_nested_model_verifies_as_its_flat_twin(twins, compiled):
+    found = {}
+    for name in ("nested", "flat"):
+        proc = run_cli("verify", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "--data", twins.data,
+                       "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found[name] = json.loads(proc.stdout)
+    assert found["flat"]["status"] == "bit-exact", found["flat"]
+    for doc in found.values():
+        del doc["seconds"]
+    assert found["nested"] == found["flat"]
+
+
+def test_the_nested_model_exports_the_golden_vectors_of_its_flat_twin(twins, compiled):
+    bundles = {}
+    for name in ("nested", "flat"):
+        fw = twins.tmp / f"fw_{name}"
+        proc = run_cli("export", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", fw, "--golden", 4)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        bundles[name] = {p.relative_to(fw).as_posix(): p.read_bytes() for p in fw.rglob("*")
+                         if p.is_file() and p.name != "manifest.json"}
+    assert sorted(bundles["nested"]) == sorted(bundles["flat"])
+    golden = [n for n in bundles["flat"] if "golden" in n]
+    assert golden, sorted(bundles["flat"])
+    for rel in bundles["flat"]:
+        assert bundles["nested"][rel] == bundles["flat"][rel], rel
+
+
+@pytest.mark.slow
+def test_the_thinned_leaf_of_the_nested_model_is_its_flat_twins(twins):
+    """The thinned branch on the flattened graph: the same channel groups (the inverted residuals' project
+    layers tied across their Adds), the same widths, the same int8 outputs and NPU cycles."""
+    found = {}
+    for name in ("nested", "flat"):
+        out = twins.tmp / f"thin_{name}"
+        _optimize(twins.tmp / f"{name}.keras", twins.data, out, "thinned")
+        proc = run_cli("compile", out, "-t", "ethos-u55-128")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stages = {s["id"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+        found[name] = {"optimize": stages["optimize/thinned"], "compile": stages["compile/thinned/ethos-u55-128"]}
+    thinning = {name: found[name]["optimize"]["details"]["thinning"] for name in found}
+    for key in ("full_widths", "coupled", "not_thinned", "widths", "kernel_channels"):
+        assert thinning["nested"][key] == thinning["flat"][key], key
+    assert any("project" in " ".join(producers) for producers in thinning["flat"]["coupled"].values())
+    assert thinning["flat"]["npu"]["met"]  # within thin_speedup of ptq on U55-128
+    assert thinning["nested"]["npu"]["cycles_vs_ptq"] == thinning["flat"]["npu"]["cycles_vs_ptq"]
+    got = _int8_outputs(twins.tmp / "thin_nested" / "convert" / "thinned" / "model_int8.tflite", twins.evaluation)
+    want = _int8_outputs(twins.tmp / "thin_flat" / "convert" / "thinned" / "model_int8.tflite", twins.evaluation)
+    assert np.ptp(want, axis=0).max() > 0 and np.abs(got - want).max() <= 1
+    assert _compiled_figures(found["nested"]["compile"]) == _compiled_figures(found["flat"]["compile"])
