@@ -57,6 +57,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
                  ("compile", run, "-t", TARGET)):
         proc = run_in_process(*args)
         assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _leftovers(root)  # (which lets go of the run folder: its copies hold no scratch folder of its own)
     return {"model": model, "data": data, "run": run, "clips_model": root / "m800.h5"}
 
 
@@ -270,6 +271,56 @@ def test_a_tampered_run_folder_is_refused_in_one_line_by_every_command_that_read
     out = tmp_path / "out"
     proc = run_in_process(command, run, *[str(out) if a == "OUT" else a for a in COMMANDS[command]])
     _refused(proc, 3, words.format(run=run), tmp_path, out)
+
+
+# --- compiled models whose driver payload lies (the manifest's hashes made to match, so verify reads it) ------------
+
+VELA = f"compile/ptq/{TARGET}/model_int8_vela.tflite"
+
+
+def _payload(edit):
+    """Rewrite the Ethos-U driver payload (``COP1``, then driver actions) of the run's compiled model with
+    ``edit(words, i)`` (``i``: the index of the command-stream action), and record the new bytes' hash."""
+    def make(run: Path) -> None:
+        import hashlib
+
+        path = run / VELA
+        data = bytearray(path.read_bytes())
+        at = data.find(b"COP1")
+        words = list(struct.unpack_from("<64I", data, at))
+        i = next(k for k in range(1, 64) if words[k] & 0xFF == 0x02)  # DA_CMD_STREAM
+        edit(words, i)
+        struct.pack_into("<64I", data, at, *words)
+        path.write_bytes(bytes(data))
+        _edit(lambda d: [a.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data)) for a in _outputs(d)
+                         if a["path"] == VELA])(run)
+    return make
+
+
+def _set(k: int, value: int):
+    return lambda words, i: words.__setitem__(i + k, value)
+
+
+PAYLOADS = [  # (case, edit, words of the line)
+    ("stream length past the buffer", lambda w, i: w.__setitem__(i, 0x02 | (0xFF << 8) | (0xFFFF << 16)),
+     "the command stream is truncated"),
+    ("stream length of one word too many", lambda w, i: w.__setitem__(i, w[i] + (1 << 16)),
+     "the command stream is truncated"),
+    ("unknown driver action", _set(0, 0x7F), "driver action 0x7f at word"),
+    ("no COP1 magic", lambda w, i: w.__setitem__(0, 0), "the command stream is not an Ethos-U driver payload"),
+]
+
+
+@pytest.mark.parametrize("edit, words", [c[1:] for c in PAYLOADS], ids=[c[0] for c in PAYLOADS])
+def test_verify_refuses_a_driver_payload_that_lies_about_itself(made, tmp_path, edit, words):
+    run = tmp_path / "run"
+    shutil.copytree(made["run"], run, symlinks=True)
+    _payload(edit)(run)
+    started = time.perf_counter()
+    proc = run_in_process("verify", run, "--leaf", "ptq", "-t", TARGET, "-n", "1")
+    line = _refused(proc, 11, words, tmp_path)
+    assert str(run / VELA) in line, line
+    assert time.perf_counter() - started < CASE_SECONDS
 
 
 # --- counts and Ray addresses ----------------------------------------------------------------------------------------
