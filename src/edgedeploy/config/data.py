@@ -142,6 +142,8 @@ def read_targets(path: Path | str, arrays: dict[str, Any] | None = None) -> tupl
         return (y[split == FIT] if split.shape == (len(y),) else y), anomaly
     if "y_train" in arrays:
         return arrays["y_train"], anomaly
+    if "y" in arrays:  # targets without the split that says which samples evaluate: not "no targets"
+        raise _fail(path, "has 'y' but no 'split' (which samples fine-tune and which evaluate)", _HINT_LAYOUT)
     return None, anomaly
 
 

@@ -294,14 +294,18 @@ class Manifest:
         from edgedeploy.core.files import short
 
         path = Path(recorded) if isinstance(recorded, str) and recorded and "\x00" not in recorded else None
+        link = ""
         if path is not None and not path.is_absolute():
             root = os.path.realpath(self.run_dir)
             real = os.path.realpath(self.run_dir / path)
             if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
                 return self.run_dir / path
+            if ".." not in path.parts:  # a path inside the folder that a link leads out of
+                link = f" (a link there leads to {short(real, 120)})"
         raise InvalidInputError(
-            f"{short(str(self.path))} records {what} at {short(repr(recorded), 120)}, outside the run folder",
-            "edgedeploy reads only files inside a run folder; re-run the command that wrote it")
+            f"{short(str(self.path))} records {what} at {short(repr(recorded), 120)}, outside the run folder{link}",
+            "edgedeploy reads only files inside a run folder; put the file itself there, or re-run the command "
+            "that wrote it")
 
     def to_dict(self, stages: bool = True) -> dict[str, Any]:
         out = {

@@ -68,7 +68,8 @@ def no_space_error(exc: BaseException, path: Path | str | None) -> DiskFullError
         return exc
     if not is_no_space(exc):
         return None
-    named = getattr(exc, "filename", None)
+    # a copy's or a rename's error names its source first and the file being written second (filename2)
+    named = getattr(exc, "filename2", None) or getattr(exc, "filename", None)
     return disk_full(os.fsdecode(named) if isinstance(named, (str, bytes)) else path, quota=_quota(exc))
 
 

@@ -96,9 +96,10 @@ def gather_data(data: Path | str | Samples, input_shape: Sequence[Any], options:
         else:
             samples = _from_npz(path)
     if pre is not None:
-        from .preprocess import apply
+        from .preprocess import apply, check_fits
 
         samples.x = apply(pre, samples.x, samples.files, "given")
+        check_fits(pre, samples.x, input_shape)
         if samples.x_calibration is not None:
             samples.x_calibration = apply(pre, samples.x_calibration, None, "calibration")
         samples.info["preprocess"] = pre.record()
@@ -154,9 +155,10 @@ def _from_folder(root: Path, input_shape: Sequence[Any], options: DataOptions, p
                             "resampler": "scipy.signal.resample_poly", "mono": "channels averaged"}
     names = [f"{root / f}" for f in listing.files]
     if pre is not None:
-        from .preprocess import apply
+        from .preprocess import apply, check_fits
 
         x = apply(pre, raw, names, "folder")
+        check_fits(pre, x, input_shape)
         info["preprocess"] = pre.record()
     else:
         x = _stack(raw, names)

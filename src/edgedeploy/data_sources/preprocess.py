@@ -121,6 +121,18 @@ def apply(pre: Preprocess, x: Sequence[np.ndarray] | np.ndarray, names: Sequence
     return np.stack(out)
 
 
+def check_fits(pre: Preprocess, x: np.ndarray, input_shape: Sequence[Any]) -> None:
+    """Features that cannot take the model's input shape (by adding or dropping size-1 axes) are the function's
+    doing: refused naming it, not the data it was given."""
+    if len(x) == 0 or any(not isinstance(d, (int, np.integer)) for d in input_shape):
+        return
+    squeeze = lambda s: tuple(int(d) for d in s if d != 1)  # noqa: E731
+    if squeeze(x.shape[1:]) != squeeze(input_shape):
+        raise InvalidInputError(f"preprocess {_named(pre)} returned features of shape {list(x.shape[1:])} but the "
+                                f"model's input is {[int(d) for d in input_shape]}",
+                                "return one sample's features shaped like the model's input (without the batch axis)")
+
+
 def _real(pre: Preprocess, got: np.ndarray, where: str) -> np.ndarray:
     """One sample's features as float32, refusing complex values (float32 would drop the imaginary part)."""
     if np.iscomplexobj(got):

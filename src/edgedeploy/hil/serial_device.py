@@ -160,9 +160,12 @@ class SerialDevice:
                     )
                 if ev.type == fr.ERROR:
                     code, text = fr.parse_error(ev.payload)
+                    known = code in fr.ERROR_NAMES  # (an unknown code: firmware of another runner version)
                     raise self._fail(
-                        f"refused {what}: {fr.ERROR_NAMES.get(code, f'error {code}')} ({fr.printable(text)})",
-                        "check the baud rate and the wiring" if code in (fr.ERR_CRC, fr.ERR_TIMEOUT) else None,
+                        f"refused {what}: {fr.ERROR_NAMES.get(code, f'error {code}, not a code the runner sends')} "
+                        f"({fr.printable(text) or 'no text'})",
+                        "check the baud rate and the wiring" if code in (fr.ERR_CRC, fr.ERR_TIMEOUT) else
+                        None if known else _REBUILD_HINT,
                     )
                 if ev.type == ftype | fr.REPLY and ev.seq == seq:
                     if len(ev.payload) > limit:
@@ -185,10 +188,10 @@ class SerialDevice:
         n = len(answer.payload)
         counters = answer.payload[1] if n >= 2 else None
         if counters is not None and counters != pmu:
-            raise self._fail(f"answered INFER with {n} payload bytes declaring {counters} PMU counters; its HELLO "
+            raise self._fail(f"answered INFER with {n:,} payload bytes declaring {counters} PMU counters; its HELLO "
                              f"announced {pmu}, so {want} bytes ({layout}) were expected", _REBUILD_HINT)  # fmt: skip
         if n != want:
-            raise self._fail(f"answered INFER with {n} payload bytes; expected {want} ({layout})", _REBUILD_HINT)
+            raise self._fail(f"answered INFER with {n:,} payload bytes; expected {want} ({layout})", _REBUILD_HINT)
         result = fr.parse_result(answer.payload)
         self.last = Timing(time.perf_counter() - start, result.cycles, result.device_ms, result.npu_cycles, result.pmu)
         return result

@@ -49,6 +49,29 @@ def target_names(targets: Any) -> list[str]:
     return [os.fspath(as_path(t, f"targets[{i}]", "a target name or file")) for i, t in enumerate(targets)]
 
 
+def as_text(value: Any, what: str, takes: str, example: str) -> str:
+    """The argument ``what`` as a string (a leaf or target name); anything else is a UsageError naming it."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(as_path(value, what, takes))
+    raise UsageError(f"{what} is {_kind(value)}, not {takes}", f"pass e.g. {example}")
+
+
+def as_names(values: Any, what: str, example: str) -> list[str]:
+    """A list of names (leaves); one name alone is a list of one."""
+    if isinstance(values, str):
+        return [values]
+    if not isinstance(values, (list, tuple)):
+        raise UsageError(f"{what} is {_kind(values)}, not a list of names", f"pass e.g. {example}")
+    return [as_text(v, f"{what}[{i}]", "a name", example) for i, v in enumerate(values)]
+
+
+def as_count(value: Any, what: str, takes: str) -> int:
+    """The argument ``what`` as a whole number (``bool`` is not one); its range is checked where it is used."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{what} is {_kind(value)}, not {takes}", f"pass {takes}")
+    return value
+
+
 def check_data_arguments(data: Any, calibration: Any = None, preprocess: Any = None, labels: Any = None,
                          batched: Any = None) -> None:
     """The data arguments of :func:`edgedeploy.optimize` checked before anything is imported or written: each one

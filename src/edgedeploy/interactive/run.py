@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from .arguments import as_path, check_data_arguments
+from .arguments import as_count, as_names, as_path, as_text, check_data_arguments, target_names
 from edgedeploy.config import DEFAULT_RUN_DIR
 from edgedeploy.core.nospace import ensure_room
 from edgedeploy.keras.saving import saved_bytes_bound
@@ -86,6 +86,9 @@ class OptimizeRun:
     compiled: list[str] = field(default_factory=list)  # targets compiled so far
     nodes: dict[str, "StageRecord"] = field(default_factory=dict, repr=False)  # trained node -> its record
 
+    def __post_init__(self) -> None:
+        self.run_dir = as_path(self.run_dir, "run_dir", "a run folder")
+
     def __repr__(self) -> str:
         return f"OptimizeRun({str(self.run_dir)!r}, leaves={list(self.leaves)}, compiled={self.compiled})"
 
@@ -94,8 +97,8 @@ class OptimizeRun:
         the run folder; ``jobs`` Vela worker processes (default: one per core)."""
         from edgedeploy.pipeline.compile import CompileOptions, compile_run
 
-        names = [targets] if isinstance(targets, str) else list(targets)
-        options = CompileOptions() if jobs is None else CompileOptions(jobs=jobs)
+        names = target_names(targets)
+        options = CompileOptions() if jobs is None else CompileOptions(jobs=as_count(jobs, "jobs", "a whole number"))
         outcome = compile_run(self.run_dir, names, options)
         self.compiled += [t for t in names if t not in self.compiled]
         return outcome
@@ -119,8 +122,12 @@ class OptimizeRun:
         ``golden`` golden vectors from the evaluation split (default 8 when the run has data)."""
         from ..export import ExportOptions, export_bundle
 
-        return export_bundle(self.run_dir, ExportOptions(out=Path(out), target=target, leaf=leaf, golden=golden,
-                                                         name=name, force=force))
+        leaf = as_text(leaf, "leaf", "a leaf name", '"ptq"')
+        target = as_text(target, "target", "a target name or file", '"ethos-u55-128"')
+        if golden is not None:
+            golden = as_count(golden, "golden", "a number of golden cases")
+        return export_bundle(self.run_dir, ExportOptions(out=as_path(out, "out", "a folder"), target=target,
+                                                         leaf=leaf, golden=golden, name=name, force=force))
 
     def _repr_html_(self) -> str:
         import html
@@ -225,7 +232,7 @@ def _recipe(recipe: Any, leaves: Sequence[str] | None, preprocess: Any, settings
         return recipe
     if recipe is not None and not isinstance(recipe, Mapping):
         as_path(recipe, "recipe", "a recipe .toml file or its table as a dict")
-    overrides = {**settings, "leaves": list(leaves) if leaves is not None else None}
+    overrides = {**settings, "leaves": as_names(leaves, "leaves", '["ptq"]') if leaves is not None else None}
     if isinstance(preprocess, str):
         overrides["preprocess"] = preprocess
     return load_recipe(Path(recipe) if isinstance(recipe, (str, os.PathLike)) else None, overrides,

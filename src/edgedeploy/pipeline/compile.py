@@ -200,12 +200,16 @@ def start_compile(ctx: RunContext, variant: str, model: Path, parent: str | None
     if isinstance(got, StageRecord):
         return got
     request = vela_runner.VelaRequest(model, target, got.staged, options.optimise, options.vela_extra())
-    pool = get_pool()
-    # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by the
-    # time Vela is, whichever worker takes it.
-    if misbiased is None:
-        misbiased = pool.call(misbiased_descriptions, str(model))
-    return PendingCompile(got, model, target, vela_runner.start(pool, request), misbiased)
+    try:  # the workers start here (a Ray address is joined): when they cannot, no staging folder is left
+        pool = get_pool()
+        # Read in a worker too, so this process never loads the flatbuffer reader; given first, it is done by
+        # the time Vela is, whichever worker takes it.
+        if misbiased is None:
+            misbiased = pool.call(misbiased_descriptions, str(model))
+        return PendingCompile(got, model, target, vela_runner.start(pool, request), misbiased)
+    except BaseException:
+        shutil.rmtree(got.staged, ignore_errors=True)
+        raise
 
 
 def finish_compile(ctx: RunContext, item: PendingCompile) -> StageRecord:

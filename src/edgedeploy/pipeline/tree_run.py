@@ -12,6 +12,7 @@ The functions that run a node's technique or a leaf's conversion are looked up i
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +132,13 @@ class TreeGraph:
         self.pending[task.id] = begun
         # a leaf asks for the worker that trained its node in this run, where that model still is
         after = self.futures.get(node_id(LEAVES[task.name])) if task.kind == "leaf" else None
-        future = self.futures[task.id] = self.runner.submit(fn, task.name, dict(inputs), begun.staged, *args,
-                                                            after=after)
+        try:  # (Ray is joined on the first submit: an address where nothing answers leaves no staging folder)
+            future = self.futures[task.id] = self.runner.submit(fn, task.name, dict(inputs), begun.staged, *args,
+                                                                after=after)
+        except BaseException:
+            del self.pending[task.id]
+            shutil.rmtree(begun.staged, ignore_errors=True)
+            raise
         return future
 
     def finish(self, task: GraphTask, future: Future | None) -> None:

@@ -54,7 +54,8 @@ def split_address(address: str) -> tuple[str, int] | None:
     rest = text[len(CLIENT_PREFIX) :] if text.lower().startswith(CLIENT_PREFIX) else text
     host, sep, port = rest.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+    if (not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or len(host) > 253
+            or any(c.isspace() or c in "[]/" for c in host)):  # (253: the longest DNS name)
         raise UsageError(f"Ray address {address[:80]!r} is not HOST:PORT, ray://HOST:PORT or auto",
                          "e.g. --ray-address 10.0.0.5:6379 (the head's GCS port)")  # fmt: skip
     return host, int(port)
@@ -70,8 +71,9 @@ def probe_ray_address(address: str, source: str, timeout: float | None = None) -
     host, port = where
     try:
         conn = socket.create_connection((host, port), timeout=timeout)
-    except socket.gaierror as exc:
-        raise ToolFailedError(f"Ray address {address} ({source}): unknown host {host!r} ({exc.strerror})", _HINT) from None
+    except (socket.gaierror, UnicodeError) as exc:  # (UnicodeError: a name the IDNA codec refuses, e.g. a long label)
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a valid host name"
+        raise ToolFailedError(f"Ray address {address} ({source}): unknown host {host!r} ({reason})", _HINT) from None
     except TimeoutError:
         raise ToolFailedError(f"nothing answers at Ray address {address} ({source}) within {timeout:g} s "
                               f"({TIMEOUT_ENV})", _HINT) from None  # fmt: skip

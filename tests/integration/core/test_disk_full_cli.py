@@ -66,6 +66,16 @@ def test_compile_on_a_full_disk(good_run, dscnn_int8, small_disk, args, leave, v
     assert GOOD_TARGET in _ok_targets(run)  # the manifest still records the good compile
 
 
+def test_compile_into_a_new_folder_names_the_copy_it_writes_not_the_model_it_reads(dscnn_int8, small_disk):
+    out = small_disk.path / "new"
+    small_disk.fill(2 * PAGE)  # room for the folder and its manifest, not for the copy of the model
+    done = run_cli("compile", dscnn_int8, "-t", GOOD_TARGET, "-o", out)
+    line = one_error_line(done)
+    assert done.returncode == 13, done.stderr
+    assert f"no space left on the device writing {out}" in line and str(dscnn_int8) not in line, line
+    assert leftovers(small_disk.path) == []
+
+
 # bytes left free for the second bundle; the first bundle takes about 330 KB, its C source 230 KB of that
 EXPORTS = [
     pytest.param(0, id="disk full: the scratch folder"),

@@ -178,6 +178,15 @@ CASES = [
      [f"refused HELLO: the model failed to run ({SANITIZED}"]),
     ("hello-name-and-hash-with-escapes", on_hello(lambda f: reply(f, hello_payload(b"\x1b[31mevil\n\rname", b"\x1b[2J\n" * 10))),
      "setup", ["runs model 'evil name' sha256 ..., not bundle 'tiny'"]),
+    ("hello-of-another-protocol", on_hello(lambda f: reply(f, bytes([fr.PROTOCOL_VERSION + 1]) + hello_payload()[1:])),
+     "setup", [f"speaks runner protocol {fr.PROTOCOL_VERSION + 1}, not {fr.PROTOCOL_VERSION}. {REBUILD}"]),
+    ("hello-answered-as-infer", on_hello(lambda f: fr.encode(fr.INFER | fr.REPLY, f.seq, hello_payload())), "setup",
+     [f"did not answer HELLO within 1 s (a frame of type 0x82 seq 1, not the answer to HELLO seq 1). {RUNNER}"]),
+    ("infer-error-of-an-unknown-code-and-no-text", on_infer(lambda f: fr.encode(fr.ERROR, f.seq, bytes([250]))), "call",
+     [f"refused INFER: error 250, not a code the runner sends (no text). {REBUILD}"]),
+    ("infer-255-pmu-counters-in-full", on_infer(lambda f: reply(f, result_payload(f.payload, 255)[:24] + bytes(4 * 255)
+                                                                 + fake_model(f.payload))), "call",
+     ["answered INFER with 1,049 payload bytes declaring 255 PMU counters; its HELLO announced 0"]),
     ("infer-hangs-up", on_infer(lambda f: None), "call",
      [f"closed the connection before answering INFER (expected an INFER answer of 29 bytes). {RUNNER}", LOST, LOST, LOST]),
     ("infer-255-pmu-counters-in-36-bytes", on_infer(lambda f: reply(f, result_payload(f.payload, 255) + bytes(7))), "call",
@@ -216,7 +225,7 @@ def test_a_misbehaving_device_fails_each_test_in_one_line(tmp_path, answer, stag
         device.stop()
     out = proc.stdout + proc.stderr
     prefix = f"--edgedeploy-device serial:{device.url}: the device on {device.url} "
-    if "runs model" in expected[0]:
+    if "runs model" in expected[0] or "speaks runner protocol" in expected[0]:
         prefix = f"--edgedeploy-device serial:{device.url}: the firmware on {device.url} "
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("--edgedeploy-device ")]
     assert proc.returncode == 1, out
