@@ -99,8 +99,8 @@ def recovery_part(part: dict, args) -> dict:
 
     from edgedeploy.keras import tfenv
     from edgedeploy.config.data import load_dataset
-    from edgedeploy.keras.thin import channel_groups, thin_model
-    from edgedeploy.optimize.thin_recover import channel_scores, outputs, refit, top_channels
+    from edgedeploy.keras.channel_surgery import channel_groups, thin_model
+    from edgedeploy.optimize.techniques.thin_recover import channel_scores, outputs, refit, top_channels
 
     keras = tfenv.load().keras
     if not part.get("widths"):

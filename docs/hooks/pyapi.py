@@ -41,7 +41,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 def resolve(dotted: str) -> Any:
     """``edgedeploy.optimize`` (an attribute of the package, before a subpackage of that name), or
-    ``edgedeploy.interactive.run.OptimizeRun`` ..."""
+    ``edgedeploy.interactive.optimize_run.OptimizeRun`` ..."""
     parts = dotted.split(".")
     obj = importlib.import_module(parts[0])
     for i, attr in enumerate(parts[1:], start=2):

@@ -21,7 +21,7 @@ __all__ = ["OptimizeRun", "Report", "__version__", "optimize"]
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
 # The Python API (edgedeploy.interactive), imported on first use.
-__getattr__ = lazy_exports(__name__, {"OptimizeRun": ".interactive.run", "Report": ".interactive.report_view"})
+__getattr__ = lazy_exports(__name__, {"OptimizeRun": ".interactive.optimize_run", "Report": ".interactive.report_view"})
 
 
 class _Package(types.ModuleType):
@@ -32,7 +32,7 @@ class _Package(types.ModuleType):
 
     @property
     def optimize(self):
-        from .interactive.run import optimize
+        from .interactive.optimize_run import optimize
 
         return optimize
 

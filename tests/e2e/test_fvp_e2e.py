@@ -9,7 +9,7 @@ import pytest
 from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.errors import ToolFailedError
 from edgedeploy.fvp.discovery import locate_fvp_binary, locate_runner
-from edgedeploy.fvp.run import fvp_run
+from edgedeploy.fvp.inference import fvp_run
 from edgedeploy.core.manifest import Manifest
 from edgedeploy.config.targets import get_target
 

@@ -31,15 +31,15 @@ if TYPE_CHECKING:
     from edgedeploy.config.targets import Target
     from edgedeploy.core.manifest import Manifest, Metric, StageRecord
     from edgedeploy.export.locate import ExportOptions
-    from edgedeploy.export.stage import ExportResult
-    from edgedeploy.fvp.run import FvpOutcome
-    from edgedeploy.hil.emulate.run import EmulationResult
+    from edgedeploy.export.bundle_stage import ExportResult
+    from edgedeploy.fvp.inference import FvpOutcome
+    from edgedeploy.hil.emulate.golden_run import EmulationResult
     from edgedeploy.hil.emulate.serve import ServeResult
     from edgedeploy.interactive.report_view import Report
-    from edgedeploy.interactive.run import OptimizeRun
+    from edgedeploy.interactive.optimize_run import OptimizeRun
     from edgedeploy.npu.verify import VerifyOptions, VerifyResult
     from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, compile_variants
-    from edgedeploy.pipeline.doctor import DoctorReport
+    from edgedeploy.pipeline.environment import DoctorReport
     from edgedeploy.pipeline.driver import DriverOutcome
     from edgedeploy.pipeline.tree_run import OptimizeOutcome
     from edgedeploy.report.limits import Requirements, Tolerance
@@ -67,15 +67,15 @@ _LAZY = {
     "edgedeploy.pipeline.compile": ("CompileOptions", "CompileOutcome", "compile_variants"),
     "edgedeploy.pipeline.driver": ("DriverOutcome",),
     "edgedeploy.report.render.tables": ("compile_columns", "compile_json", "compile_rows", "sweep_columns"),
-    "edgedeploy.pipeline.doctor": ("DoctorReport",),
-    "edgedeploy.hil.emulate.run": ("EmulationResult",),
+    "edgedeploy.pipeline.environment": ("DoctorReport",),
+    "edgedeploy.hil.emulate.golden_run": ("EmulationResult",),
     "edgedeploy.export.locate": ("ExportOptions",),
-    "edgedeploy.export.stage": ("ExportResult",),
-    "edgedeploy.fvp.run": ("FvpOutcome",),
+    "edgedeploy.export.bundle_stage": ("ExportResult",),
+    "edgedeploy.fvp.inference": ("FvpOutcome",),
     "edgedeploy.config.keys": ("Key",),
     "edgedeploy.core.manifest": ("Manifest", "Metric", "StageRecord"),
     "edgedeploy.pipeline.tree_run": ("OptimizeOutcome",),
-    "edgedeploy.interactive.run": ("OptimizeRun",),
+    "edgedeploy.interactive.optimize_run": ("OptimizeRun",),
     "edgedeploy.config.recipe": ("Recipe",),
     "edgedeploy.interactive.report_view": ("Report",),
     "edgedeploy.report.limits": ("Requirements", "Tolerance"),
@@ -200,7 +200,7 @@ def optimize(
     (``executor="local"``) or as Ray tasks (``"ray"``, at ``ray_address``). ``edgedeploy optimize`` calls it with
     its loaded recipe. Returns the run: its leaves' and trained nodes' records, ``.compile(targets)``,
     ``.report()``, ``.export(leaf, target, out)``."""
-    from edgedeploy.interactive.run import optimize as run
+    from edgedeploy.interactive.optimize_run import optimize as run
 
     return run(model, data, out, leaves=leaves, recipe=recipe, preprocess=preprocess, calibration=calibration,
                labels=labels, batched=batched, trust_lambda=trust_lambda, executor=executor, ray_address=ray_address,
@@ -282,7 +282,7 @@ def read_tflite(path: Path | str) -> TfliteModel:
 
 def doctor() -> DoctorReport:
     """What is installed: the required core (TensorFlow stack, Vela) and the optional FVPs, runners, compilers."""
-    from edgedeploy.pipeline.doctor import run_doctor
+    from edgedeploy.pipeline.environment import run_doctor
 
     return run_doctor()
 
@@ -296,7 +296,7 @@ def dumps(obj: Any) -> str:
 
 def walk_lines(record: Mapping[str, Any] | None) -> list[str]:
     """A walk's record (levels visited, verdicts, the leaf picked) as lines of text."""
-    from edgedeploy.report.render.walk import walk_lines as lines
+    from edgedeploy.report.render.walk_text import walk_lines as lines
 
     return lines(record)
 
@@ -319,7 +319,7 @@ def requirements(max_accuracy_drop: float | None = None, max_metric_drop: float 
 
 def is_sweep_folder(path: Path) -> bool:
     """Whether ``path`` is the folder of a sweep (a project with [[models]]) rather than one run folder."""
-    from edgedeploy.report.sweep import is_sweep_dir
+    from edgedeploy.report.sweep_report import is_sweep_dir
 
     return is_sweep_dir(path)
 
@@ -329,7 +329,7 @@ def build_report(run_dir: Path, requirements: Requirements | None = None, *, htm
     of a sweep's folder (its models compared, ``edgedeploy.sweep_report``), judged by ``requirements`` (default:
     those a walk recorded, if any); ``html`` also gathers what only the HTML page plots (one run folder)."""
     if is_sweep_folder(run_dir):
-        from edgedeploy.report.sweep import build_sweep_report
+        from edgedeploy.report.sweep_report import build_sweep_report
 
         return build_sweep_report(run_dir) if requirements is None else build_sweep_report(run_dir, requirements)
     from edgedeploy.report.build import build_report as build
@@ -340,7 +340,7 @@ def build_report(run_dir: Path, requirements: Requirements | None = None, *, htm
 def load_report_json(path: Path, *, sweep: bool = False) -> dict[str, Any]:
     """A report written earlier with ``--format json`` (a sweep's report with ``sweep``), checked."""
     from edgedeploy.report.regressions import load_report_json as load
-    from edgedeploy.report.sweep import load_sweep_report_json
+    from edgedeploy.report.sweep_report import load_sweep_report_json
 
     return load_sweep_report_json(path) if sweep else load(path)
 
@@ -392,7 +392,7 @@ def render_report(doc: Mapping[str, Any], fmt: str) -> str:
 def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     """The firmware bundle of one (leaf, target) of the run folder ``run_dir``: C source and header, CMake, golden
     vectors; ``options``: ``ExportOptions(out, target=, leaf=, name=, golden=, data=, section=, force=)``."""
-    from edgedeploy.export.stage import export_bundle as export
+    from edgedeploy.export.bundle_stage import export_bundle as export
 
     return export(run_dir, options)
 
@@ -404,7 +404,7 @@ def emulate_bundle(bundle: Path, *, tflm_dir: Path | str | None = None, build_di
     ``build_dir`` (default: a temporary folder), ``stack_bytes`` of stack (default 32 KiB), stopped after
     ``timeout`` seconds (default 120). Returns every vector's comparison and the measured arena and stack;
     ``.check()`` raises on a mismatch."""
-    from edgedeploy.hil.emulate.run import emulate_bundle as emulate
+    from edgedeploy.hil.emulate.golden_run import emulate_bundle as emulate
 
     given: dict[str, Any] = {k: v for k, v in (("timeout", timeout), ("stack_bytes", stack_bytes)) if v is not None}
     return emulate(bundle, tflm_dir=tflm_dir, build_dir=build_dir, **given)
@@ -446,7 +446,7 @@ def fvp_run(run_dir: Path | str, leaf: str, target: str, *, fvp: Path | str | No
     executable or its folder (default: found on the PATH); ``runner``: the board's inference runner ``.axf``;
     ``golden``: an ``export`` bundle whose first golden case is fed and compared. Returns the run's record and
     whether it was reused."""
-    from edgedeploy.fvp.run import fvp_run as run
+    from edgedeploy.fvp.inference import fvp_run as run
 
     given: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     return run(run_dir, leaf, target, fvp=fvp, runner=runner, golden=golden, **given)

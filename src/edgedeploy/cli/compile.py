@@ -84,7 +84,7 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
         done = api.compile(models, target, None if out == Path(DEFAULT_RUN_DIR) else out, options=options,
                            walk=walk, pool=pool)
         if done.sweep is not None:
-            from .sweep import print_sweep
+            from .compile_sweep import print_sweep
 
             print_sweep(done.sweep, json_out)
             done.sweep.raise_first_failure()

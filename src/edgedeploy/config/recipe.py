@@ -278,7 +278,7 @@ class Recipe:
     interpolation: str = _default("interpolation")
     crop_to_aspect_ratio: bool = _default("crop_to_aspect_ratio")
     max_samples: int = _default("max_samples")
-    # thinned leaves (edgedeploy.optimize.thin): the NPU cycle budget their widths are chosen for, and where
+    # thinned leaves (edgedeploy.optimize.techniques.thin): the NPU cycle budget their widths are chosen for, and where
     thin_speedup: float = _default("thin_speedup")
     thin_targets: tuple[str, ...] = _default("thin_targets")
     thin_max_npu_cycles: int = _default("thin_max_npu_cycles")

@@ -68,7 +68,7 @@ NODE_TABLE: Mapping[str, Node] = MappingProxyType({n.name: n for n in (
     Node("cqat_palette", "clustered_palette", "palette_qat", stage="qat", qat=True, keeps_palette=True, level=3),
     Node("pcqat_palette", "pruned_clustered_palette", "palette_qat", stage="qat", qat=True, keeps_palette=True,
          level=4),
-    # thinned: whole output channels removed, widths chosen from Vela's cycles (edgedeploy.optimize.thin)
+    # thinned: whole output channels removed, widths chosen from Vela's cycles (edgedeploy.optimize.techniques.thin)
     Node("thinned", "baseline", "thin", stage="thin", keeps_channels=True, level=2),
     Node("thinned_qat", "thinned", "qat", {"scheme": "default_8bit"}, stage="qat", qat=True, keeps_channels=True,
          level=3),

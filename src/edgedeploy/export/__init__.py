@@ -76,7 +76,7 @@ from .c_literals import (
     tensor_defines,
 )
 from .cmake import render_cmake_module, render_cmakelists
-from .common import (
+from .conventions import (
     ARENA_ALIGNMENT,
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
@@ -94,7 +94,7 @@ from .common import (
     check_section,
     default_name,
 )
-from .golden import (
+from .golden_vectors import (
     EvalData,
     _import_tflm,
     compare_outputs,
@@ -112,4 +112,4 @@ from .golden import (
 )
 from .locate import ExportOptions, ExportSource, locate
 from .outdir import OutDirState, _refuse_foreign, _write_bundle, inspect_out_dir
-from .stage import ExportResult, export_bundle, resolve_section
+from .bundle_stage import ExportResult, export_bundle, resolve_section

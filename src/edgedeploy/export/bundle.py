@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import EdgeDeployError, InvalidInputError
 from edgedeploy.core.files import read_input_bytes, read_input_text, sha256_bytes, short
 from edgedeploy.core.manifest import check_recorded_file
-from .common import _SECTION_RE, BUNDLE_MANIFEST, BUNDLE_SCHEMA, C_TYPES, check_c_name
+from .conventions import _SECTION_RE, BUNDLE_MANIFEST, BUNDLE_SCHEMA, C_TYPES, check_c_name
 
 _FILE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")

@@ -10,7 +10,7 @@ from ..errors import InvalidInputError
 from edgedeploy.core.names import c_comment
 from edgedeploy.tflite.reader import TensorInfo
 from .c_literals import c_bytes, c_numbers, c_string, c_type_of, guard_name, model_attribute, tensor_defines
-from .common import ARENA_ALIGNMENT
+from .conventions import ARENA_ALIGNMENT
 
 
 @dataclass(frozen=True)

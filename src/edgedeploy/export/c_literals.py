@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from ..errors import InvalidInputError, UsageError
 from edgedeploy.tflite.reader import TensorInfo
-from .common import ARENA_ALIGNMENT, C_TYPES, MODEL_ALIGNMENT, check_section
+from .conventions import ARENA_ALIGNMENT, C_TYPES, MODEL_ALIGNMENT, check_section
 
 
 def c_float(value: float) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from ..errors import InvalidInputError, TargetError, UsageError
 from edgedeploy.core.files import short
 from edgedeploy.core.manifest import Manifest, StageRecord, checked_artifact, file_mismatch
-from .common import check_c_name, check_section
+from .conventions import check_c_name, check_section
 
 
 @dataclass(frozen=True)

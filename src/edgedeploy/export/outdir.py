@@ -21,7 +21,7 @@ from edgedeploy.core.files import (
     sha256_file,
 )
 from edgedeploy.core.nospace import no_space_error, writing
-from .common import BUNDLE_MANIFEST, BUNDLE_SCHEMA
+from .conventions import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
 @dataclass

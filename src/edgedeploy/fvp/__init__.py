@@ -5,7 +5,7 @@ NPU. Arm distributes them under a EULA, so edgedeploy never ships or
 downloads one: it finds one the user installed (:mod:`.discovery`), builds the
 command line from the board target (:mod:`.command`), runs it through
 :func:`edgedeploy.core.proc.run_command` and reads the console output
-(:mod:`.parse`) into a ``fvp/<variant>/<target>`` stage (:mod:`.run`), fed with the
+(:mod:`.parse`) into a ``fvp/<variant>/<target>`` stage (:mod:`.inference`), fed with the
 input :mod:`.stimulus` chooses and measured by :mod:`.counters`.
 
 Importing this package is cheap; nothing here imports TensorFlow.
@@ -30,7 +30,7 @@ def __getattr__(name: str):
 
         return parse_fvp_log
     if name == "fvp_run":
-        from .run import fvp_run
+        from .inference import fvp_run
 
         return fvp_run
     raise AttributeError(name)

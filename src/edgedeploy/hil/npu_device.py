@@ -18,7 +18,7 @@ from typing import NoReturn
 from ..errors import EdgeDeployError, InvalidInputError, NpuModelError
 from edgedeploy.core.files import short
 from edgedeploy.core.manifest import check_recorded_file
-from .golden import GoldenBundle, Transport
+from .golden_compare import GoldenBundle, Transport
 
 SPEC = "npu"
 _REEXPORT = "export the bundle again with `edgedeploy export`"

@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from edgedeploy.errors import ToolMissingError
 from edgedeploy.hil.frame import LINE_LIMIT, printable
-from edgedeploy.hil.golden import (
+from edgedeploy.hil.golden_compare import (
     Comparison,
     GoldenBundle,
     GoldenCase,

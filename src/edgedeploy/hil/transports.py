@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InvalidInputError, ToolFailedError
-from .golden import GoldenBundle, Transport
+from .golden_compare import GoldenBundle, Transport
 
 
 def host_reference_transport(bundle: GoldenBundle) -> Transport:

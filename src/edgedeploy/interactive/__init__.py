@@ -1,3 +1,3 @@
-"""The Python API for notebooks and scripts: :func:`.run.optimize` and the objects it returns
-(:class:`.run.OptimizeRun`, :class:`.report_view.Report`). ``import edgedeploy`` exposes them without importing
+"""The Python API for notebooks and scripts: :func:`.optimize_run.optimize` and the objects it returns
+(:class:`.optimize_run.OptimizeRun`, :class:`.report_view.Report`). ``import edgedeploy`` exposes them without importing
 TensorFlow."""

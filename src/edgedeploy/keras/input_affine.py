@@ -138,7 +138,7 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
     With ``freeze`` the layers folded into are built not trainable: their kernels are now in the units of the raw
     input (x 1/255 for a ``Rescaling(1/255)``), where an optimizer step of about the learning rate, whatever the
     weight's size, would move them that much too far (a QAT model also needs
-    :func:`edgedeploy.keras.qat.freeze_quantized`). With ``uniform_only`` only a scaling by one value is folded:
+    :func:`edgedeploy.keras.qat_annotate.freeze_quantized`). With ``uniform_only`` only a scaling by one value is folded:
     one per channel would multiply the distinct values of a clustered kernel by the channels."""
     from edgedeploy.keras import tfenv
 

@@ -12,7 +12,7 @@ from edgedeploy.errors import InvalidInputError
 from edgedeploy.core.files import LIMITS, check_input_file
 from edgedeploy.keras.hdf5 import check_archive_sizes, check_datasets, keras_weights
 from edgedeploy.keras.keras3 import unique_name  # noqa: F401  (layer names are made unique the same way in both)
-from edgedeploy.core.weights import WeightStats, stats
+from edgedeploy.core.weight_stats import WeightStats, stats
 
 KERNEL_LAYERS = ("Conv2D", "DepthwiseConv2D", "Dense")
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from ..errors import NpuModelError, UsageError
 from .commands import Operation
 from .featuremap import IFM_SIZES, OFM_SIZES
-from .leaf import DTYPES, REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
+from .leaf_layout import DTYPES, REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
 from .ops import _padding, ofm_shape
-from .weights import kernel
+from .weight_streams import kernel
 
 MIB = 1 << 20
 CASES_LIMIT = 10_000  # verify --count

@@ -17,7 +17,7 @@ from .bounds import MEMORY_ENV, WORK_ENV, leaf_cost
 from . import u85_commands, u85_ops
 from .commands import Operation, decode_for
 from .elementwise import elementwise
-from .leaf import REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
+from .leaf_layout import REGION_SCRATCH, REGION_SCRATCH_FAST, REGION_WEIGHTS, Leaf
 from .ops import DUAL_CORE_MACS, convolution, pooling
 
 SHRAM = -1

@@ -15,7 +15,7 @@ from ..errors import NpuModelError
 from . import arith, lut, sigmoid16
 from .commands import Operation, regs
 from .featuremap import FeatureMap, feature_map, read, write
-from .weights import Kernel, kernel, scales, weights
+from .weight_streams import Kernel, kernel, scales, weights
 
 Memory = Callable[[int], np.ndarray]  # region -> (batch, bytes)
 ROUNDING = {0: "TFL", 1: "TRUNCATE", 2: "NATURAL"}

@@ -88,7 +88,7 @@ def recompiled_tables(int8_model: Path, target_name: str, record, commands: Sequ
     ``record`` used: (tables, "") when its command stream equals ``commands``, else (None, why not)."""
     from edgedeploy.config.targets import get_target
     from edgedeploy.errors import EdgeDeployError
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
     from edgedeploy.vela.outputs import OPTIMISE_CHOICES
     from edgedeploy.vela.runner import DEBUG_DB_FLAG, NEEDED, VelaRequest, run_all
 

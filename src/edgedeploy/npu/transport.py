@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import NpuModelError
 from . import u85_commands, u85_ops
 from .commands import decode_for
-from .leaf import read_leaf
+from .leaf_layout import read_leaf
 from .machine import run
 
 

@@ -28,7 +28,7 @@ from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kerne
 from .u85_commands import OFM_ROUNDING
 from .u85_elementwise import LUT_S16_S16, LUTS, SHRAM, TANH_SIGMOID, elementwise, lookup, scale, tanh_sigmoid
 from .u85_weights import scales, weights
-from .weights import kernel
+from .weight_streams import kernel
 
 Memory = Callable[[int], np.ndarray]
 ROUNDING = {0: "TFL", 1: "NATURAL", 4: "TRUNCATE"}  # OFM_SCALE rounding mode -> arith's name

@@ -1,7 +1,7 @@
 """Ethos-U85 weight and scale streams: decoded and put back in OHWI order.
 
 The U85's standard weight stream (weight format SWD) is compressed with the same bitstream as the U55's and is
-decoded with Vela's codec (:func:`edgedeploy.npu.weights.decoded`). What differs is the order the weights are
+decoded with Vela's codec (:func:`edgedeploy.npu.weight_streams.decoded`). What differs is the order the weights are
 laid out in, which :func:`order` follows as Vela 5.2's U85 weight encoder lays them out: over OFM blocks, IFM
 blocks (in alternating directions from one OFM block to the next), sub-kernels of at most 8x8 (fewer with
 dilation), IFM and OFM micro-blocks, kernel strides (part-kernel-first and depthwise only), kernel positions
@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import NpuModelError
 from .commands import Operation
-from .weights import decoded, kernel
+from .weight_streams import decoded, kernel
 
 SCALE_RECORD = 10
 GROUP_OFM = 4  # output channels interleaved in a group

@@ -25,7 +25,7 @@ from .bounds import CASES_LIMIT, MEMORY_ENV, MIB, WORK_ENV, Cost, leaf_cost, mem
 from . import u85_commands, u85_ops
 from .commands import Operation, counts, decode_for
 from .featuremap import feature_map, read
-from .leaf import Leaf, read_leaf
+from .leaf_layout import Leaf, read_leaf
 from .machine import run
 from .origin import describe, origins, recompiled_tables, recorded_tables
 from .ops import ofm_shape
@@ -225,7 +225,7 @@ def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
                kind: str = "classification") -> tuple[list[np.ndarray], str]:
     """``count`` input cases typed as the int8 model takes them: rows of the evaluation data, else seeded random
     integers (a model with float inputs needs data)."""
-    from ..export.golden import load_eval_data, prepare_inputs
+    from ..export.golden_vectors import load_eval_data, prepare_inputs
     from edgedeploy.tflite.reader import read_tflite
 
     model = read_tflite(int8_model)

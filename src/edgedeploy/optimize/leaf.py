@@ -17,12 +17,12 @@ from edgedeploy.tflite.convert import convert_int8, convert_qat_int8, gzip_size
 from edgedeploy.config.data import Dataset
 from edgedeploy.keras.model import base_name, keras_weight_stats
 from edgedeploy.core.manifest import Metric
-from edgedeploy.core.weights import WeightStats, stats
+from edgedeploy.core.weight_stats import WeightStats, stats
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
 from edgedeploy.config.tree import LEAVES, PRUNED_NODES, QAT_NODES, THINNED_NODES
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
-from .techniques import load_qat
+from .techniques.tfmot import load_qat
 
 FLOAT_MODEL = "model.h5"
 QAT_WEIGHTS = "weights.h5"
@@ -88,7 +88,7 @@ def int8_stats(model_bytes: bytes, keras_stats: list[WeightStats], tmp: Path,
 
 
 def keras_kernels(model, recipe: Recipe):
-    from edgedeploy.optimize.two_of_four import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
+    from edgedeploy.optimize.techniques.two_of_four import keras_kernels  # (2:4 only: the pattern's check reads the kernels)
 
     return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
 
@@ -100,7 +100,7 @@ def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels
                               per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
 
     if recipe.sparsity_pattern == "2:4" and node in PRUNED_NODES and kernels is not None:
-        from edgedeploy.optimize.two_of_four import pattern_verdict
+        from edgedeploy.optimize.techniques.two_of_four import pattern_verdict
 
         return pattern_verdict(node, where, found, kernels, recipe.skip_layers, check)
     return check(recipe.skip_layers)
@@ -190,7 +190,7 @@ def convert_leaf(env, leaf: str, inputs: dict[str, Path], out: Path, data: Datas
     preserve.raise_failures(found, f"{leaf} (int8)")
     rows = found.rows
     if node in THINNED_NODES:  # the int8 kernels keep the thinned widths
-        from edgedeploy.keras.thin import kernel_channels
+        from edgedeploy.keras.channel_surgery import kernel_channels
         from edgedeploy.optimize.preserve_channels import check_channels, int8_channels
 
         kept = check_channels(node, "int8", kernel_channels(model), int8_channels(int8_found))

@@ -46,7 +46,7 @@ class NodeRun:
 
 def channels_kept(env, node: str, parent_path: Path, model) -> list[dict[str, Any]]:
     """Rows of the check that ``model`` keeps its (float) parent's kernel channels; raises when one changed."""
-    from edgedeploy.keras.thin import kernel_channels
+    from edgedeploy.keras.channel_surgery import kernel_channels
     from edgedeploy.optimize.preserve_channels import check_channels
 
     expected = kernel_channels(env.keras.models.load_model(parent_path, compile=False))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from edgedeploy.core.weights import WeightStats
+from edgedeploy.core.weight_stats import WeightStats
 from edgedeploy.errors import PreservationError
 
 from edgedeploy.config.tree import CLUSTERED_NODES, PRUNED_NODES, QAT_CLUSTER_NODES  # what each node of the tree promises

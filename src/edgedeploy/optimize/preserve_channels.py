@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from edgedeploy.core.weights import WeightStats
+from edgedeploy.core.weight_stats import WeightStats
 from edgedeploy.optimize.preserve import Verdict
 
 

@@ -12,14 +12,14 @@ from .leaf import convert_leaf
 from .leaf16 import convert_leaf_16x8
 from .node import keras_node_stage
 from .palette import stages as palette_stages
-from .techniques import baseline_node, cluster_node, prune_node, qat_node
-from .thin import thin_node
+from .techniques.tfmot import baseline_node, cluster_node, prune_node, qat_node
+from .techniques.thin import thin_node
 
 
 def _palette_leaf(env, leaf, inputs, out, data, recipe) -> StageResult:
     result = palette_stages.convert_leaf(env, leaf, inputs, out, data, recipe)
     if recipe.sparsity_pattern == "2:4" and "pruned" in nodes_for([leaf]):  # its int8 kernels keep 2:4
-        from edgedeploy.optimize.two_of_four import check_int8_file
+        from edgedeploy.optimize.techniques.two_of_four import check_int8_file
 
         result.details["pattern_2of4"] = check_int8_file(result.outputs["int8_model"], leaf, recipe.skip_layers)
     return result

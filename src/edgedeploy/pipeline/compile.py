@@ -86,7 +86,7 @@ class CompileOutcome:
 def make_executor(options: CompileOptions, n_tasks: int) -> VelaExecutor:
     """Where Vela runs: the local worker pool (default) or Ray tasks."""
     if options.executor == "ray":
-        from edgedeploy.vela.ray import RayExecutor
+        from edgedeploy.vela.ray_pool import RayExecutor
 
         return RayExecutor(options.ray_address, options.jobs)
     return VelaPool(min(options.jobs, max(1, n_tasks)) if options.jobs else default_jobs(n_tasks))

@@ -10,7 +10,7 @@ What a failure does: a model whose run raises one of edgedeploy's errors is reco
 still run; the sweep ends with the first failed model's error (so its exit code), naming every model that
 failed. A walk that meets nothing (exit 8) is such a failure, with its walk recorded in the model's manifest.
 
-The sweep's own record, ``OUT/sweep.json`` (:mod:`edgedeploy.report.sweep`), lists the models, their folders
+The sweep's own record, ``OUT/sweep.json`` (:mod:`edgedeploy.report.sweep_report`), lists the models, their folders
 and each one's status, error and time; it is written atomically before the first model starts and after each
 model, so an interrupted sweep says how far it got. Facts about the models stay in their manifests.
 """
@@ -32,7 +32,7 @@ from edgedeploy.pipeline.project import ModelEntry, Project
 from edgedeploy.pipeline.run_plan import Plan
 from edgedeploy.pipeline.runners import StageRunner, open_runner
 from edgedeploy.report import Requirements
-from edgedeploy.report.sweep import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
+from edgedeploy.report.sweep_report import SWEEP_FILE, SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION
 
 log = logging.getLogger("edgedeploy")
 

@@ -85,7 +85,7 @@ def convert_qat_int8(model, calibration, float_io: bool = False, source: str | N
     """Convert a QAT model to full-int8 TFLite; returns (the model, what calibrated some of it, or None).
 
     A QAT model carries its own ranges. Layers TFMOT left without fake quantization (see
-    :func:`edgedeploy.keras.qat.unsupported_for_qat`) have none, and some (a SeparableConv2D, a batch norm it
+    :func:`edgedeploy.keras.qat_annotate.unsupported_for_qat`) have none, and some (a SeparableConv2D, a batch norm it
     cannot fold) then stay in float: only then is the model converted again with a representative dataset,
     ``calibration()`` -> (samples, description), which gives those tensors ranges and keeps every QAT range.
     """

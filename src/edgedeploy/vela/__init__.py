@@ -2,7 +2,7 @@
 the worker process, its pools and the compute analysis.
 
 Vela runs on an executor: the local process pool (:class:`edgedeploy.vela.pool.VelaPool`) or Ray tasks
-(:class:`edgedeploy.vela.ray.RayExecutor`), both :class:`VelaExecutor`.
+(:class:`edgedeploy.vela.ray_pool.RayExecutor`), both :class:`VelaExecutor`.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def rows(data: Path, n: int) -> np.ndarray:
 
 
 def reference(model: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from edgedeploy.export.golden import prepare_inputs
+    from edgedeploy.export.golden_vectors import prepare_inputs
     from edgedeploy.tflite.interpreter import make_interpreter
     from edgedeploy.tflite.reader import read_tflite
 

@@ -420,7 +420,7 @@ def _optimize(*args, **kwargs):
 
 
 def _run_of(run_dir):
-    from edgedeploy.interactive.run import OptimizeRun
+    from edgedeploy.interactive.optimize_run import OptimizeRun
 
     return OptimizeRun(run_dir, {})
 

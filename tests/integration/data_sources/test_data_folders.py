@@ -168,7 +168,7 @@ def test_spoken_wav_folder_through_a_user_mfcc_front_end_gives_golden_vectors_eq
 
     from edgedeploy.keras import tfenv
     from edgedeploy.data_sources.audio import to_float
-    from edgedeploy.export.golden import quantize
+    from edgedeploy.export.golden_vectors import quantize
     from edgedeploy.core.proc import check, run_command
     from edgedeploy.tflite.reader import read_tflite
 

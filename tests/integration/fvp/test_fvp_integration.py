@@ -11,7 +11,7 @@ from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.errors import ToolMissingError, UsageError
 from edgedeploy.fvp import discovery
 from edgedeploy.fvp.command import FvpInvocation, build_fvp_command
-from edgedeploy.fvp.run import _compiled, fvp_run
+from edgedeploy.fvp.inference import _compiled, fvp_run
 from edgedeploy.fvp.stimulus import choose_input, compare_outputs, golden_from_bundle, tensor_bytes
 from edgedeploy.core.manifest import Manifest, StageRecord
 from edgedeploy.config.targets import get_target

@@ -127,7 +127,7 @@ def test_an_arena_too_small_quotes_tflm_in_one_line(tflm_cache, bundle, build_di
 
 
 def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path):
-    from edgedeploy.hil.emulate.run import emulate_bundle
+    from edgedeploy.hil.emulate.golden_run import emulate_bundle
     from edgedeploy.errors import ToolFailedError
 
     with pytest.raises(ToolFailedError, match="hung: no exit within 0.01 s") as exc:

@@ -89,7 +89,7 @@ def test_the_sample_hil_test_passes_bit_exactly_on_the_npu_model(u55_bundle):
 def test_a_changed_weight_stream_fails_the_cases_it_changes(u55_bundle, tmp_path):
     """The device runs the file's command stream and weights: damage them (hashes updated to match, as if Vela had
     written them) and the cases no longer pass."""
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
 
     fw = copy_bundle(u55_bundle, tmp_path / "fw")
     path = fw / f"{NAME}_vela.tflite"

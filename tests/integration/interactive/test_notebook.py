@@ -53,7 +53,7 @@ def test_help_shows_the_typed_parameters_and_importing_the_package_stays_light()
             "assert 'tensorflow' not in sys.modules and 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
     from edgedeploy import api
-    from edgedeploy.interactive.run import OptimizeRun
+    from edgedeploy.interactive.optimize_run import OptimizeRun
 
     for name in ("compile", "report", "export"):
         sig = inspect.signature(getattr(OptimizeRun, name))

@@ -102,7 +102,7 @@ def test_a_folded_qat_model_converts_without_an_operator_over_the_input(keras, t
     """The quantization-aware twin of the folded model, trained a few steps, converts to the same operators as
     ptq (no MUL), its first convolution's int8 weights are not rounded away, and the layer folded into kept the
     weights it was given."""
-    from edgedeploy.keras.qat import freeze_quantized, quantize_for_qat
+    from edgedeploy.keras.qat_annotate import freeze_quantized, quantize_for_qat
     from edgedeploy.tflite.convert import convert_int8, convert_qat_int8
     from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
 

@@ -79,7 +79,7 @@ def test_kernel_stats_of_the_real_dscnn(keras, shared_data):
 def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     """Arm's DS-CNN-S reshapes with `tf.reshape` (TFOpLambda), which TFMOT's QAT registry refuses."""
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat_annotate import quantize_for_qat, unsupported_for_qat
 
     model = keras.models.load_model(shared_data / "kws" / "ds_cnn_s_arm_float.h5", compile=False)
     assert unsupported_for_qat(model) == ["tf.reshape", "tf.reshape_1"]
@@ -110,7 +110,7 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
 def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     """TFMOT folds a batch norm only into one linear Conv2D/DepthwiseConv2D/Dense before it; any other batch norm
     (here after a SeparableConv2D, a Conv2D with its own ReLU, and an Add) makes quantize_apply refuse the model."""
-    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat_annotate import quantize_for_qat, unsupported_for_qat
 
     keras.utils.set_random_seed(5)
     inp = keras.Input((12, 12, 3))
@@ -168,7 +168,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     from edgedeploy.keras import tfenv
     from edgedeploy.tflite.convert import convert_qat_int8
     from edgedeploy.errors import ToolFailedError
-    from edgedeploy.keras.qat import quantize_for_qat, unsupported_for_qat
+    from edgedeploy.keras.qat_annotate import quantize_for_qat, unsupported_for_qat
     from edgedeploy.tflite.reader import read_weight_tensors
     from edgedeploy.tflite.interpreter import make_interpreter
 
@@ -232,7 +232,7 @@ def test_qat_refusal_of_tensorflow_math_ops_says_how_to_write_them(keras):
     """TFMOT's cloning misroutes TensorFlow math ops (TFOpLambda) such as an input scaling ``x / 255 - 0.5``;
     the one-line error names them and the Keras layer that does the same."""
     from edgedeploy.errors import InvalidInputError
-    from edgedeploy.keras.qat import quantize_for_qat
+    from edgedeploy.keras.qat_annotate import quantize_for_qat
 
     inp = keras.Input((16, 16, 3))
     h = keras.layers.Conv2D(4, 3, strides=2, padding="same")(inp / 255.0 - 0.5)
@@ -300,7 +300,7 @@ def test_palette_qat_keeps_the_palette_of_a_layer_followed_by_relu6(keras, tmp_p
     separate ReLU and drop the convolution's weight quantizer (its palette with it). The palette node fuses it
     into the layer as relu6, which the palette QAT keeps as the layer's own activation."""
     from edgedeploy.optimize.palette.models import apply_plan, fold_batch_norm, kernel_layers
-    from edgedeploy.optimize.palette.qat import bake_palettes, palette_layers, palette_qat_model
+    from edgedeploy.optimize.palette.palette_qat import bake_palettes, palette_layers, palette_qat_model
     from edgedeploy.tflite.convert import convert_qat_int8
     from edgedeploy.keras.model import base_name
     from edgedeploy.tflite.reader import read_tflite, read_weight_tensors

@@ -41,7 +41,7 @@ def _hostile(run: Path, dest: Path, change, debug_db: str | None = None, int8_ch
     """A copy of ``run`` whose compiled model ``change(bytes, leaf)`` rewrote (its int8 model ``int8_change(bytes)``
     and its debug database is ``debug_db``, if given), with the manifest's hashes to match: only the declared
     sizes stand between the files and the NPU model."""
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
 
     shutil.copytree(run, dest)
     for path, edit in ((dest / VELA, lambda data: change(data, read_leaf(dest / VELA))), (dest / INT8, int8_change)):

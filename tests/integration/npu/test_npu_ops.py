@@ -164,7 +164,7 @@ def test_int16_activation_functions_on_u85(name, tmp_path):
 
 def test_a_changed_16_bit_table_is_caught_and_named(tmp_path):
     from edgedeploy.npu.commands import decode
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
     from edgedeploy.npu.machine import INTERNAL
 
     run = _compile16("softmax", tmp_path, ["ethos-u55-128"])

@@ -70,7 +70,7 @@ def test_damaged_weights_are_named(compiled, kws, tmp_path):
 
 
 def _damage_weights(run: Path, vela: Path = VELA, count: int = 40):
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
 
     weights = read_leaf(run / vela).weights
 
@@ -95,7 +95,7 @@ def test_a_compile_with_its_debug_database_names_the_operator_from_it(kws, tmp_p
 
 
 def test_damaged_command_stream_is_named(compiled, tmp_path):
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
 
     words = read_leaf(compiled / VELA).commands
 

@@ -54,7 +54,7 @@ def test_fold_records_each_kernels_factor_per_output_channel(node):
 
 def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, tmp_path):
     from edgedeploy.optimize.palette.projection import channels_last
-    from edgedeploy.optimize.palette.qat import (
+    from edgedeploy.optimize.palette.palette_qat import (
         bake_palettes,
         kernel_variable,
         load_palette_qat,
@@ -110,7 +110,7 @@ def test_palette_qat_trains_unfolded_units_and_computes_the_same_function(node, 
 
 def effective_kernels(model) -> dict[str, np.ndarray]:
     """Per palette layer, its weight quantizer's output in inference mode (what the layer multiplies with)."""
-    from edgedeploy.optimize.palette.qat import palette_layers
+    from edgedeploy.optimize.palette.palette_qat import palette_layers
     from edgedeploy.keras.model import base_name
 
     out = {}

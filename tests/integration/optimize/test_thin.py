@@ -61,7 +61,7 @@ def _masked(keras, model, keep):
 
 def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model():
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+    from edgedeploy.keras.channel_surgery import channel_groups, kernel_channels, thin_model
 
     keras = tfenv.load().keras
     model = _coupled_model(keras)
@@ -84,7 +84,7 @@ def test_thinning_through_add_concat_depthwise_flatten_computes_the_masked_model
 def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
     from edgedeploy.keras import tfenv
     from edgedeploy.keras.rewrites import conv1d_as_conv2d
-    from edgedeploy.keras.thin import channel_groups
+    from edgedeploy.keras.channel_surgery import channel_groups
 
     keras = tfenv.load().keras
     inp = keras.Input((16, 4))
@@ -105,7 +105,7 @@ def test_layers_that_cannot_be_thinned_are_named_with_the_reason():
 def test_a_stage_that_changes_a_thinned_width_fails_with_exit_9(tmp_path):
     from edgedeploy.keras import tfenv
     from edgedeploy.errors import PreservationError
-    from edgedeploy.keras.thin import channel_groups, thin_model
+    from edgedeploy.keras.channel_surgery import channel_groups, thin_model
     from edgedeploy.optimize.node import channels_kept
 
     env = tfenv.load()
@@ -340,7 +340,7 @@ def test_thinning_through_squeeze_excitation_and_hard_swish_computes_the_masked_
     """The gate's second Dense is tied to the channels it multiplies; hard-swish's scalar operations pass the
     channels through; the thinned model computes what the full one does with the removed channels at zero."""
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+    from edgedeploy.keras.channel_surgery import channel_groups, kernel_channels, thin_model
 
     keras = tfenv.load().keras
     model = _se_hard_swish_model(keras)
@@ -374,7 +374,7 @@ def test_thinning_through_squeeze_excitation_and_hard_swish_computes_the_masked_
 ])
 def test_layers_that_tie_channels_hold_them_with_the_reason(case, held):
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.thin import channel_groups
+    from edgedeploy.keras.channel_surgery import channel_groups
 
     keras = tfenv.load().keras
     L = keras.layers

@@ -71,7 +71,7 @@ def test_ray_stages_give_the_local_leaves(tmp_path, ray_home):
 @pytest.mark.slow
 def test_a_walk_on_ray_starts_ray_once_and_stops_where_the_local_walk_stops(tmp_path, ray_home, monkeypatch):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
-    from edgedeploy.vela import ray as ray_executor
+    from edgedeploy.vela import ray_pool as ray_executor
     from edgedeploy import api
     from edgedeploy.pipeline.compile import CompileOptions
     from edgedeploy.report import Requirements

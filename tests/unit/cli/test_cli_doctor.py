@@ -9,7 +9,7 @@ from importlib.metadata import version
 
 from typer.testing import CliRunner
 
-from edgedeploy.pipeline import doctor
+from edgedeploy.pipeline import environment as doctor
 from edgedeploy.cli.app import app
 from edgedeploy.fvp import discovery
 

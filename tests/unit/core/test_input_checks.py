@@ -84,7 +84,7 @@ def _readers():
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.report import requirements_from_project
     from edgedeploy.report.regressions import load_report_json
-    from edgedeploy.report.sweep import load_sweep_record, load_sweep_report_json
+    from edgedeploy.report.sweep_report import load_sweep_record, load_sweep_report_json
     from edgedeploy.config.targets import load_target_file
     from edgedeploy.tflite.reader import read_tflite
 
@@ -444,7 +444,7 @@ def test_the_markdown_report_escapes_raw_html_from_names_and_warnings(text):
 
 
 def test_the_sweep_markdown_escapes_raw_html():
-    from edgedeploy.report.render.sweep import render_sweep_markdown
+    from edgedeploy.report.render.sweep_formats import render_sweep_markdown
 
     doc = {"run_dir": HOSTILE[0], "sweep": {"path": HOSTILE[2]}, "edgedeploy_version": "0", "created": HOSTILE[1],
            "requirements": {"sources": []}, "overall": {}, "models": [], "rows": [], "targets": [],

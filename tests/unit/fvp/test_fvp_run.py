@@ -12,7 +12,7 @@ from edgedeploy.errors import InvalidInputError, ToolMissingError, UsageError
 from edgedeploy.fvp import discovery
 from edgedeploy.fvp.parse import parse_fvp_log
 from edgedeploy.fvp.counters import fvp_metrics
-from edgedeploy.fvp.run import fvp_run
+from edgedeploy.fvp.inference import fvp_run
 from edgedeploy.fvp.stimulus import (
     choose_input,
     compare_outputs,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
 from edgedeploy.hil.emulate import firmware, qemu, tflm, toolchain
-from edgedeploy.hil.emulate.run import EmulationResult, compare_vectors, decode_outputs, record_measurement
+from edgedeploy.hil.emulate.golden_run import EmulationResult, compare_vectors, decode_outputs, record_measurement
 from edgedeploy.errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "emulate"
@@ -209,7 +209,7 @@ def test_cli_on_a_bundle_without_cpu_path(tmp_path):
 
 
 def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_path):
-    from edgedeploy.pipeline.doctor import emulation_checks
+    from edgedeploy.pipeline.environment import emulation_checks
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(toolchain.TFLM_ENV, raising=False)
@@ -223,7 +223,7 @@ def test_doctor_lists_each_emulation_piece_with_its_package(monkeypatch, tmp_pat
 
 @needs_tree
 def test_doctor_finds_the_tree_from_the_environment(monkeypatch):
-    from edgedeploy.pipeline.doctor import emulation_checks
+    from edgedeploy.pipeline.environment import emulation_checks
 
     monkeypatch.setenv(toolchain.TFLM_ENV, str(TREE))
     tree = {c.name: c for c in emulation_checks(have_gcc=False)}["TFLM tree ($EDGEDEPLOY_TFLM_DIR)"]

@@ -188,7 +188,7 @@ def test_a_setting_the_model_does_not_implement_fails_the_running_test_in_one_li
     import numpy as np
 
     from edgedeploy.hil.npu_device import failing_in_one_line
-    from edgedeploy.npu.leaf import read_leaf
+    from edgedeploy.npu.leaf_layout import read_leaf
     from edgedeploy.npu.transport import npu_transport
 
     recorded = Path(__file__).resolve().parents[2] / "data" / "npu" / "dscnn_u55_128_vela.npz"

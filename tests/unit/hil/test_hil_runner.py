@@ -25,7 +25,7 @@ from helpers import pytest_argv
 
 from edgedeploy.errors import InvalidInputError, ToolFailedError
 from edgedeploy.export import npz_bytes
-from edgedeploy.export.runner import FILES, runner_files
+from edgedeploy.export.device_runner import FILES, runner_files
 from edgedeploy.core.files import sha256_bytes
 from edgedeploy.hil import frame as fr
 from edgedeploy.hil.serial_device import SerialDevice, parse_device
@@ -400,7 +400,7 @@ def test_run_until_stopped_stops_the_program_on_an_interrupt(tmp_path):
 
 def test_a_bundle_name_cannot_overwrite_a_runner_file():
     from edgedeploy.errors import UsageError
-    from edgedeploy.export.runner import check_bundle_name, runner_manifest
+    from edgedeploy.export.device_runner import check_bundle_name, runner_manifest
 
     for name in ("edgedeploy_frame", "edgedeploy_runner", "edgedeploy_runner_an547", "edgedeploy_runner_x"):
         with pytest.raises(UsageError, match="a file of the device runner"):

@@ -14,7 +14,7 @@ import pytest
 from edgedeploy.errors import InvalidInputError, NpuModelError, UsageError
 from edgedeploy.npu.bounds import KERNEL_POSITIONS, leaf_cost
 from edgedeploy.npu.commands import OPERATIONS_LIMIT, decode
-from edgedeploy.npu.leaf import Tensor, read_leaf
+from edgedeploy.npu.leaf_layout import Tensor, read_leaf
 from edgedeploy.npu.machine import run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"

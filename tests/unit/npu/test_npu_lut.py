@@ -13,7 +13,7 @@ import pytest
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu import lut
 from edgedeploy.npu.commands import decode
-from edgedeploy.npu.leaf import read_leaf
+from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.machine import INTERNAL, run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"

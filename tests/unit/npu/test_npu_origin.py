@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgedeploy.npu.commands import decode
-from edgedeploy.npu.leaf import read_leaf
+from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.origin import describe, keras_layers, origins
 from edgedeploy.tflite.reader import read_tflite
 from edgedeploy.vela.debugdb import parse_debug_db

@@ -10,7 +10,7 @@ import pytest
 
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu.commands import decode
-from edgedeploy.npu.leaf import read_leaf
+from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.machine import run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"

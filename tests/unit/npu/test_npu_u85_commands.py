@@ -13,7 +13,7 @@ from edgedeploy.errors import NpuModelError
 from edgedeploy.npu import u85_commands
 from edgedeploy.npu.commands import counts, decode, decode_for
 from edgedeploy.npu.u85_describe import describe
-from edgedeploy.npu.leaf import read_leaf
+from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.machine import run
 from edgedeploy.npu.transport import npu_transport
 

@@ -11,7 +11,7 @@ import pytest
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu import u85_weights
 from edgedeploy.npu.commands import decode_for
-from edgedeploy.npu.leaf import read_leaf
+from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.u85_weights import Layout, order
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"

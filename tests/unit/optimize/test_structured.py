@@ -81,9 +81,9 @@ def test_recipe_key_and_values(tmp_path):
 
 
 def test_schedule_fraction_follows_the_plan():
-    pytest.importorskip("edgedeploy.optimize.two_of_four")
+    pytest.importorskip("edgedeploy.optimize.techniques.two_of_four")
     from edgedeploy.optimize.finetune.loop import pruning_plan
-    from edgedeploy.optimize.two_of_four import schedule_fraction
+    from edgedeploy.optimize.techniques.two_of_four import schedule_fraction
 
     plan = pruning_plan("polynomial", 10, 2, 0.6)
     fractions = [schedule_fraction(plan, s) for s in range(20)]

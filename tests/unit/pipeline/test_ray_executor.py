@@ -10,7 +10,7 @@ from edgedeploy.errors import ToolFailedError
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgedeploy[ray]')")
 
-from edgedeploy.vela.ray import LOCAL_START_WAIT_S, RayExecutor  # noqa: E402
+from edgedeploy.vela.ray_pool import LOCAL_START_WAIT_S, RayExecutor  # noqa: E402
 
 KEY = "RAY_gcs_server_port_wait_time_s"
 GCS_TIMEOUT = "Timed out waiting for file /tmp/ray/session_x/gcs_server_port_abc"

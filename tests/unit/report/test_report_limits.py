@@ -101,7 +101,7 @@ def test_every_face_takes_the_requirements_of_the_one_table():
     from edgedeploy.cli.optimize import optimize_cmd
     from edgedeploy.cli.report import report_cmd
     from edgedeploy.config.requirements import REQUIREMENT_NAMES
-    from edgedeploy.interactive.run import OptimizeRun
+    from edgedeploy.interactive.optimize_run import OptimizeRun
     from edgedeploy.pipeline.project import PROJECT_KEYS
     from edgedeploy.report.judge import REQUIREMENT_VALUES
 

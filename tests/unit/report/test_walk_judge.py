@@ -7,7 +7,7 @@ import pytest
 from edgedeploy.errors import UsageError
 from edgedeploy.pipeline.walk import levels_of
 from edgedeploy.report.judge import judge_leaves, meets_everywhere, pick, shortfalls
-from edgedeploy.report.render.walk import walk_lines
+from edgedeploy.report.render.walk_text import walk_lines
 
 
 def row(leaf, target, acc, flash, cycles, flash_limit=None):

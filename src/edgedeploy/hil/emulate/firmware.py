@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from edgedeploy import __version__
 from edgedeploy.errors import InvalidInputError, ToolFailedError
 from edgedeploy.export.bundle import cmake_path
-from edgedeploy.export.common import check_c_name
+from edgedeploy.export.conventions import check_c_name
 from edgedeploy.core.files import atomic_write_text
 from edgedeploy.core.proc import check_disk_full, run_command
 from edgedeploy.hil.emulate.render import fill, template

@@ -38,7 +38,7 @@ weights within an accuracy budget, judged on fine-tune samples from the rise of 
 (``executor = "ray"``).
 
 Modules: :mod:`.projection` (palettes and the projections onto them), :mod:`.plan` (plans and the search),
-:mod:`.models` (Keras models), :mod:`.sensitivity` (the sensitivity sweep), :mod:`.qat` (QAT that keeps the
+:mod:`.models` (Keras models), :mod:`.sensitivity` (the sensitivity sweep), :mod:`.palette_qat` (QAT that keeps the
 palette) and :mod:`.stages` (the nodes' and leaves' stages); Vela's debug database is read by
 :mod:`edgedeploy.vela.debugdb`. The package's face is the two stages the optimize registry dispatches to.
 """

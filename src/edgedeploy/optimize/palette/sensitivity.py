@@ -114,7 +114,7 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
             import ray
         except ImportError as exc:
             raise UsageError("palette executor 'ray' needs Ray", "pip install -e .[ray]") from exc
-        from edgedeploy.vela.ray import join_ray
+        from edgedeploy.vela.ray_pool import join_ray
 
         # a cluster (RAY_ADDRESS) sets its own CPUs
         started = join_ray(ray, os.environ.get("RAY_ADDRESS"), max(1, workers))
@@ -125,7 +125,7 @@ def run_items(items: Sequence[tuple[str, dict[str, Any]]], model_path: Path, x: 
                             for layer, setting in items])
         finally:
             if started:
-                from edgedeploy.vela.ray import shutdown_ray
+                from edgedeploy.vela.ray_pool import shutdown_ray
 
                 shutdown_ray(ray)
     import multiprocessing

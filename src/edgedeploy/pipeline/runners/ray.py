@@ -9,7 +9,7 @@ task gets the stage function, the loaded data set (with its soft targets), the r
 file in its input models' stage folders; it writes them into a private temporary folder, loads TensorFlow,
 runs the stage there (seeded as a local stage is) and returns its result with the bytes of every file it wrote.
 The driver writes those files into the stage's staging folder. The compiles of the same command go to Ray too
-(:class:`~edgedeploy.vela.ray.RayExecutor`, which ships the model the same way). Ray starts once per command:
+(:class:`~edgedeploy.vela.ray_pool.RayExecutor`, which ships the model the same way). Ray starts once per command:
 ``ray.init`` joins the cluster named by ``ray_address`` or ``RAY_ADDRESS``, or starts a local Ray instance.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from edgedeploy.errors import ToolFailedError
 from edgedeploy.pipeline.runners.protocol import StageRunner
-from edgedeploy.vela.ray import RayExecutor, import_ray, join_ray
+from edgedeploy.vela.ray_pool import RayExecutor, import_ray, join_ray
 
 SHIPPED_ROLES_SKIP = ("data",)  # the data set travels as the loaded object, not as its file
 
@@ -131,7 +131,7 @@ class RayStages(StageRunner):
             self._vela.close()
             self._vela = None
         if self._started_here and self._ray.is_initialized():
-            from edgedeploy.vela.ray import shutdown_ray
+            from edgedeploy.vela.ray_pool import shutdown_ray
 
             shutdown_ray(self._ray)
         self._started_here = False

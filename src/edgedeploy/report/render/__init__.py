@@ -14,7 +14,7 @@ from ..columns import SWEEP_REPORT_SCHEMA
 FORMATS = ("table", "json", "csv", "markdown", "html")
 
 # Renderer name -> its module.
-_RENDERERS = {"render_json": ".data", "render_csv": ".data", "render_markdown": ".markdown", "render_html": ".html",
+_RENDERERS = {"render_json": ".json_csv", "render_csv": ".json_csv", "render_markdown": ".markdown", "render_html": ".html",
               "render_table": ".text"}
 _BY_FORMAT = {"json": "render_json", "csv": "render_csv", "markdown": "render_markdown", "html": "render_html",
               "table": "render_table"}
@@ -27,7 +27,7 @@ __getattr__ = lazy_exports(__name__, _RENDERERS)
 
 def render(doc: Mapping[str, Any], fmt: str, width: int = 200) -> str:
     if doc.get("schema") == SWEEP_REPORT_SCHEMA:  # several models' runs side by side
-        from .sweep import render_sweep
+        from .sweep_formats import render_sweep
 
         return render_sweep(doc, fmt, width)
     if fmt not in _BY_FORMAT:

@@ -6,7 +6,7 @@ import html
 from typing import Any, Mapping, Sequence
 
 from ..columns import shown_columns
-from .walk import walk_lines
+from .walk_text import walk_lines
 from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
 from .cells import COMPRESSION_HEADERS, _comparison_lines, _compression_rows, _req_text, cell_text, Footnotes
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from edgedeploy.report.levels import PALETTE_LIMIT
 from edgedeploy.core.units import fmt_bytes, fmt_count
 from ..columns import Column, columns_of, quality_name
-from .walk import walk_lines
+from .walk_text import walk_lines
 from ..node_times import TIME_HEADERS, TIME_NOTE, time_rows
 from .cells import _comparison_lines, _req_text, cell_text, Footnotes, uncompiled_requirement_lines
 

@@ -16,7 +16,7 @@ from edgedeploy.tflite.reader import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
 from .cmake import render_cmake_module, render_cmakelists
-from .common import (
+from .conventions import (
     ARENA_ALIGNMENT,
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
@@ -31,7 +31,7 @@ from .common import (
     check_section,
     default_name,
 )
-from .golden import (
+from .golden_vectors import (
     EvalData,
     compare_outputs,
     golden_arrays,
@@ -44,7 +44,7 @@ from .golden import (
 )
 from .locate import ExportOptions, ExportSource, _compile_hint, check_given_data, locate, recorded_data
 from .outdir import _refuse_foreign, _write_bundle, inspect_out_dir, lock_out_dir
-from .runner import check_bundle_name, runner_files, runner_manifest
+from .device_runner import check_bundle_name, runner_files, runner_manifest
 
 
 @dataclass

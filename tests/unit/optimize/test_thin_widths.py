@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from edgedeploy.optimize.thin_npu import (N, Staircase, candidate_widths, choose, colour_groups, learn,
+from edgedeploy.optimize.techniques.thin_widths import (N, Staircase, candidate_widths, choose, colour_groups, learn,
                                           orthogonal_rows, shortlist)
-from edgedeploy.core.weights import WeightStats
+from edgedeploy.core.weight_stats import WeightStats
 from edgedeploy.optimize.preserve_channels import check_channels, int8_channels
 
 
@@ -78,7 +78,7 @@ def test_choose_meets_the_budget_where_the_loss_is_cheapest():
 
 
 def test_greedy_search_of_many_groups_meets_the_budget(monkeypatch):
-    from edgedeploy.optimize import thin_npu
+    from edgedeploy.optimize.techniques import thin_widths as thin_npu
 
     monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
     stair = _chain_stair()
@@ -92,7 +92,7 @@ def test_greedy_search_of_many_groups_meets_the_budget(monkeypatch):
 
 @pytest.mark.parametrize("exhaustive", [True, False])
 def test_shortlist_ranks_choices_near_the_budget_by_expected_loss(monkeypatch, exhaustive):
-    from edgedeploy.optimize import thin_npu
+    from edgedeploy.optimize.techniques import thin_widths as thin_npu
 
     if not exhaustive:
         monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
@@ -139,7 +139,7 @@ def test_the_staircase_rows_add_up_to_the_npu_cycles_the_budget_holds():
     of the MLPerf DS-CNN on Ethos-U55-128."""
     from pathlib import Path
 
-    from edgedeploy.optimize.thin_vela import op_key_rows
+    from edgedeploy.optimize.techniques.thin_vela import op_key_rows
     from edgedeploy.vela.outputs import parse_per_layer_csv, parse_summary_csv
 
     vela = Path(__file__).resolve().parents[2] / "data" / "vela"
@@ -167,8 +167,8 @@ def _three_group_stair():
 
 @pytest.mark.parametrize("exhaustive", [True, False])
 def test_alternatives_give_every_group_another_width_within_the_budget(monkeypatch, exhaustive):
-    from edgedeploy.optimize import thin_npu
-    from edgedeploy.optimize.thin_npu import alternatives
+    from edgedeploy.optimize.techniques import thin_widths as thin_npu
+    from edgedeploy.optimize.techniques.thin_widths import alternatives
 
     if not exhaustive:
         monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
@@ -196,7 +196,7 @@ def test_alternatives_give_every_group_another_width_within_the_budget(monkeypat
 
 
 def test_a_tried_choice_that_wins_takes_its_own_cycles_in_the_record():
-    from edgedeploy.optimize.thin import _take
+    from edgedeploy.optimize.techniques.thin import _take
 
     widths = {"a": [64, 56, 48], "b": [32, 28, 24]}
     budget = {"u55": {"npu_cycles": 1000, "ptq_npu_cycles": 2000}, "u85": {"npu_cycles": 500, "ptq_npu_cycles": 800}}
@@ -218,7 +218,7 @@ def test_without_a_hold_out_no_choice_is_tried_and_the_run_says_so():
     from types import SimpleNamespace
 
     from edgedeploy.config.recipe import load_recipe
-    from edgedeploy.optimize.thin import _trials
+    from edgedeploy.optimize.techniques.thin import _trials
 
     run = SimpleNamespace(recipe=load_recipe(overrides={"validation_fraction": 0.0, "thin_trials": 4}), warnings=[])
     assert _trials(run, None, None, {}, {}, [{"a": 0}, {"a": 1}], None) == ([], 0)

@@ -1,7 +1,7 @@
 """Channel widths chosen by the NPU: each layer's cycle staircase learned from Vela, and the per-group widths
 that buy the most cycles for the least expected loss, toward a cycle budget.
 
-Every group of channels (:func:`edgedeploy.keras.thin.channel_groups`) has a few candidate widths
+Every group of channels (:func:`edgedeploy.keras.channel_surgery.channel_groups`) has a few candidate widths
 (:data:`FRACTIONS` of its width, rounded down to the NPU-friendly step of :func:`candidate_widths`). An
 operator's cycles depend on the widths of the group it reads and the group it writes, so the groups are
 coloured (no operator reads and writes groups of one colour) and the candidate models are the rows of an

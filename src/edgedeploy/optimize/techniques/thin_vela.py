@@ -1,6 +1,6 @@
-"""Candidate widths compiled with Vela for the cycle staircase (:mod:`edgedeploy.optimize.thin_npu`).
+"""Candidate widths compiled with Vela for the cycle staircase (:mod:`edgedeploy.optimize.techniques.thin_widths`).
 
-Each candidate is the model thinned to its widths (:func:`edgedeploy.keras.thin.thin_model`), converted to int8
+Each candidate is the model thinned to its widths (:func:`edgedeploy.keras.channel_surgery.thin_model`), converted to int8
 on a few calibration samples (cycles do not depend on the ranges) and compiled in a pool of Vela workers for
 each target; the per-operator cycles of Vela's per-layer CSV are keyed by the operator's name, kind and
 occurrence, which do not change with the widths. The cycles taken from each row are its ``NPU`` column, the

@@ -1,15 +1,15 @@
 """The ``thin`` technique: a dense model with fewer output channels, its widths chosen by the NPU's cycles.
 
-1. The channel groups of the parent (:func:`edgedeploy.keras.thin.channel_groups`); layers that cannot be
+1. The channel groups of the parent (:func:`edgedeploy.keras.channel_surgery.channel_groups`); layers that cannot be
    thinned are named with the reason (``details["thinning"]["not_thinned"]``).
 2. Channel scores and each group's sensitivity on fine-tune samples (:mod:`.thin_recover`).
 3. Each layer's cycle staircase from Vela on the recipe's ``thin_targets`` and the widths that meet the
-   budget (:mod:`.thin_npu`): ``thin_speedup`` times the full model's NPU cycles, or ``thin_max_npu_cycles``,
+   budget (:mod:`.thin_widths`): ``thin_speedup`` times the full model's NPU cycles, or ``thin_max_npu_cycles``,
    or ``thin_max_latency_ms``, whichever is least, on every target; a shortlist of choices near the budget
    is compiled, and the least expected loss that Vela puts within it is taken. With ``sparsity_pattern =
    "2:4"`` every candidate is compiled with the prune stage's 2:4 masks: the budget is held on what the
    ``thinned_pruned`` leaf costs (Ethos-U85 skips the zeros), still as a fraction of the dense full model's cycles.
-4. With ``thin_trials``, the search's choice and its alternatives (:func:`.thin_npu.alternatives`, each checked
+4. With ``thin_trials``, the search's choice and its alternatives (:func:`.thin_widths.alternatives`, each checked
    by Vela) are each thinned, refitted and fine-tuned for ``thin_trial_epochs``; the one of least hold-out loss
    is kept where it beats the search's by more than the hold-out can tell (``details["thinning"]["trials"]``).
    The expected loss adds one-shot losses, and fine-tuning can recover a choice it ranks lower better than the
@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BudgetExceededError, UsageError
+from edgedeploy.errors import BudgetExceededError, UsageError
 from edgedeploy.core.steptime import timed
-from edgedeploy.keras.thin import channel_groups, kernel_channels, thin_model
+from edgedeploy.keras.channel_surgery import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, hold_out_losses, training_set
-from .thin_npu import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
+from .thin_widths import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
                        orthogonal_rows, shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
-from .leaf import tfenv_seed
-from .techniques import mirrored, optimizable
+from edgedeploy.optimize.leaf import tfenv_seed
+from .tfmot import mirrored, optimizable
 from .two_of_four import pruned_copy
 
 log = logging.getLogger("edgedeploy")
@@ -145,7 +145,7 @@ def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths
 def npu_widths(model, graph, scores, drops, widths, recipe, data, out
                ) -> tuple[dict[str, int], dict[str, Any], list[dict[str, int]]]:
     """The value index per group that meets the budget (see the module), the record of the search, and the
-    choices to try by fine-tuning (``thin_trials``): that one first, then :func:`.thin_npu.alternatives` that
+    choices to try by fine-tuning (``thin_trials``): that one first, then :func:`.thin_widths.alternatives` that
     Vela puts within the budget."""
     groups = list(widths)
     colours = colour_groups(groups, _edges(graph))

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
 from edgedeploy.tflite.reader import TensorInfo, TfliteModel
 from .c_files import GoldenSet
-from .common import C_TYPES, HOST_ARENA_MIN, TFLM_PIN
+from .conventions import C_TYPES, HOST_ARENA_MIN, TFLM_PIN
 
 log = logging.getLogger("edgedeploy")
 

@@ -10,7 +10,7 @@ from ethosu import mlw_codec
 
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu.commands import Operation
-from edgedeploy.npu.weights import UBLOCK_DEPTHS, kernel, scales, weights
+from edgedeploy.npu.weight_streams import UBLOCK_DEPTHS, kernel, scales, weights
 
 
 def _op(kind="CONV", **regs32):

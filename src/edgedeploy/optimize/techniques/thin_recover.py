@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgedeploy.core.steptime import timed
-from edgedeploy.keras.thin import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
+from edgedeploy.keras.channel_surgery import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
 
 RIDGE = 1e-3  # ridge of the refit, relative to the mean diagonal of the inputs' Gram matrix
 MAX_ROWS = 60_000  # rows (samples x positions) a refit solves over

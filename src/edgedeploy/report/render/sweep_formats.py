@@ -169,7 +169,7 @@ def _plots(doc: Mapping[str, Any]) -> list[str]:
 
 def render_sweep_csv(doc: Mapping[str, Any]) -> str:
     """One line per (model, leaf, target); numbers exactly as in the JSON, unavailable cells empty."""
-    from ..sweep import ROW_KEYS
+    from ..sweep_report import ROW_KEYS
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

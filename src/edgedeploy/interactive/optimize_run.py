@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from edgedeploy.config.recipe import Recipe
     from edgedeploy.pipeline.compile import CompileOutcome
-    from ..export.stage import ExportResult
+    from ..export.bundle_stage import ExportResult
     from edgedeploy.core.manifest import StageRecord
     from .report_view import Report
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.config.data import Dataset
-from ..errors import UsageError
+from edgedeploy.errors import UsageError
 from edgedeploy.keras.model import base_name, clone, inner, load_model
 from edgedeploy.keras.rewrites import conv1d_as_conv2d, fuse_separate_relu, separate_kernel_outputs, separate_relu_layers, split_separable
 from edgedeploy.keras.input_affine import fold_input_affine
-from edgedeploy.keras.qat import (
+from edgedeploy.keras.qat_annotate import (
     freeze_quantized, init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat,
 )
 from edgedeploy.config.recipe import Recipe
@@ -47,8 +47,8 @@ def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dic
         schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
 
     pattern = None
-    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.optimize.two_of_four)
-        from edgedeploy.optimize.two_of_four import TwoOfFour
+    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.optimize.techniques.two_of_four)
+        from edgedeploy.optimize.techniques.two_of_four import TwoOfFour
 
         pattern = TwoOfFour(env, plan)
 
@@ -198,7 +198,7 @@ def settle_cluster_weights(model) -> int:
 def start_qat_ranges(model, parent, data: Dataset, recipe: Recipe, details: dict[str, Any]) -> None:
     """Start the QAT model's activation ranges from its float parent on the fine-tune samples (recipe
     ``qat_ranges = "calibrated"``), or leave TFMOT's [-6, 6] (``"tfmot"``); see
-    :func:`edgedeploy.keras.qat.init_activation_ranges`."""
+    :func:`edgedeploy.keras.qat_annotate.init_activation_ranges`."""
     if recipe.qat_ranges == "calibrated":
         count = init_activation_ranges(model, parent, data.x_fit, recipe.batch_size)
         details["qat_ranges"] = (f"{count} activation ranges started from the float parent on the "

@@ -1,4 +1,4 @@
-"""The comparing report of a sweep (edgedeploy.report.sweep) on hand-made member report documents: rows of every
+"""The comparing report of a sweep (edgedeploy.report.sweep_report) on hand-made member report documents: rows of every
 model, each model's pick, one overall pick per target on the front of quality, flash and latency, no ranking of
 models judged by different metrics or on different data, failures named, every format from the same document,
 and the regression gate per model."""
@@ -15,7 +15,7 @@ from edgedeploy.report import DEFAULT_TOLERANCES, Requirements
 from edgedeploy.report.render import render
 from edgedeploy.report.judge import sweep_unmet
 from edgedeploy.report.regressions import compare_reports
-from edgedeploy.report.sweep import compare_models, load_sweep_record, load_sweep_report_json
+from edgedeploy.report.sweep_report import compare_models, load_sweep_record, load_sweep_report_json
 
 T = "ethos-u55-128"
 DATA = {"path": "/d/kws.npz", "sha256": "a" * 64, "eval_split": "split == 1", "n_eval": 400}

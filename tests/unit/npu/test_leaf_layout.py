@@ -10,7 +10,7 @@ import pytest
 
 from edgedeploy.errors import NpuModelError
 from edgedeploy.npu.commands import counts, decode
-from edgedeploy.npu.leaf import parse_payload, read_leaf
+from edgedeploy.npu.leaf_layout import parse_payload, read_leaf
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"
 
