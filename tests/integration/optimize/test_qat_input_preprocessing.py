@@ -31,7 +31,7 @@ def rescaling_run(tmp_path_factory) -> Path:
     np.savez(out / "data.npz", x=x, y=y, split=(np.arange(320) >= 256).astype(np.int64))
     inp = keras.Input((32, 32, 3))
     h = L.Rescaling(1 / 255, name="rescale")(inp)
-    h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(8, 3, strides=2, padding="same", use_bias=False)(h)))
+    h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(8, 3, strides=2, padding="same", use_bias=False, name="stem")(h)))
     for filters, stride in ((16, 1), (32, 2)):  # depthwise-separable blocks, as MobileNet v1 builds them
         h = L.ReLU(6.0)(L.BatchNormalization()(L.DepthwiseConv2D(3, strides=stride, padding="same", use_bias=False)(h)))
         h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(filters, 1, use_bias=False)(h)))
@@ -65,7 +65,7 @@ def test_the_qat_node_records_the_fold_and_its_int8_model_has_no_input_mul(resca
 
     manifest = json.loads((rescaling_run / "manifest.json").read_text())
     node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == leaf)
-    assert node["details"]["input_preprocessing"]["folded"] == {"rescale": ["conv2d"]}
+    assert node["details"]["input_preprocessing"]["folded"] == {"rescale": ["stem"]}
     assert not any("rescal" in w for w in node["warnings"])
     ops = [o.op for o in read_tflite(rescaling_run / "convert" / leaf / "model_int8.tflite").operators]
     assert ops[0] == "CONV_2D" and "MUL" not in ops, ops
