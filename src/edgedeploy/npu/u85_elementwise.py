@@ -149,7 +149,11 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
     write(mem(fm.region & 0x7), fm, out, op.title)
 
 
-LUTS = {4: (1, "i1"), 7: (4, "<i4")}  # LUT_S8_S8, LUT_S8_S32: bytes per entry and type
+# LUT_U8_U8, LUT_S8_S8, LUT_S8_S16, LUT_S8_S32: bytes per entry and entry type. Each is a table of 256 entries in
+# the U85's 2048-byte lookup memory; ACTIVATION's table field counts tables of that function's size (Regor's
+# register generator divides its 256-byte slot by the table's size in slots), so table ``t`` starts at byte
+# ``t * 256 * size`` and there are 8, 8, 4 and 2 of them.
+LUTS = {1: (1, "u1"), 4: (1, "i1"), 5: (2, "<i2"), 7: (4, "<i4")}
 LUT_S16_S16 = 8  # the U55's interpolated 16-bit table (lut.interpolate16): 512 entries of 4 bytes, table 0
 TANH_SIGMOID = {10: sigmoid16.TANH, 11: sigmoid16.SIGMOID}  # the U85's numbers -> the U55's (sigmoid16)
 
@@ -167,9 +171,9 @@ def tanh_sigmoid(op: Operation, scaled, bits: int) -> tuple[np.ndarray, int]:
 
 
 def lookup(op: Operation, mem: Memory, value) -> np.ndarray:
-    """The activation's lookup table (loaded by DMA into the NPU's internal memory; table ``t`` of 256 entries at
-    ``t * 256 * entry size``), indexed by the int8 value + 128; or LUT_S16_S16, the 16-bit interpolated table at
-    the start of that memory, indexed and interpolated as on the U55."""
+    """The activation's lookup table (loaded by DMA into the NPU's internal memory; see ``LUTS``), indexed by the
+    int8 value + 128 (the uint8 value for LUT_U8_U8); or LUT_S16_S16, the 16-bit interpolated table at the start
+    of that memory, indexed and interpolated as on the U55."""
     function, table = op.reg("ACTIVATION") & 0x1F, (op.reg("ACTIVATION") >> 5) & 0x7
     if function == LUT_S16_S16 and not table:
         entries = np.ascontiguousarray(mem(SHRAM)[0, : 4 * lut.ENTRIES_16])
@@ -177,13 +181,30 @@ def lookup(op: Operation, mem: Memory, value) -> np.ndarray:
             raise NpuModelError(f"{op.title}: a 16-bit lookup table runs past the NPU's internal memory",
                                 "the command stream is corrupt; compile the model again with Vela")
         return lut.interpolate16(entries.view("<i4"), np.asarray(value, dtype=np.int64), op.title)
-    if function not in LUTS or (function == 7 and table):
+    if not modelled_table(function, table):
         raise NpuModelError(f"{op.title}: activation function {function} (table {table}) is not modelled on the "
-                            "Ethos-U85", "LUT_S8_S8, LUT_S8_S32 and LUT_S16_S16 (table 0) are")
+                            "Ethos-U85", "LUT_U8_U8, LUT_S8_S8, LUT_S8_S16, LUT_S8_S32 and LUT_S16_S16 (table 0) are")
+    return table_lookup(mem(SHRAM), function, table, value, op.title)
+
+
+def modelled_table(function: int, table: int) -> bool:
+    """Whether ``lookup`` models activation ``function`` with ``table`` (LUT_S16_S16 in table 0 included)."""
+    if function == LUT_S16_S16:
+        return table == 0
+    return function in LUTS and table < lut.LUT_BYTES // (lut.LUT_SLOT * LUTS[function][0])
+
+
+def table_lookup(memory: np.ndarray, function: int, table: int, value, title: str) -> np.ndarray:
+    """``value`` (one row per batch element, clamped to the activation range) looked up in table ``table`` of the
+    8-bit-indexed ``function`` (a key of ``LUTS``) in ``memory``, the internal memory (one row per batch element)."""
     size, dtype = LUTS[function]
-    base = table * 256 * size
-    entries = np.ascontiguousarray(mem(SHRAM)[:, base : base + 256 * size]).view(dtype).astype(np.int64)
-    index = np.asarray(value, dtype=np.int64) + 128
-    if index.min() < 0 or index.max() > 255:
-        raise NpuModelError(f"{op.title}: a lookup index leaves 0..255", "the activation clamp is wrong")
+    base = table * lut.LUT_SLOT * size
+    raw = np.ascontiguousarray(memory[:, base : base + lut.LUT_SLOT * size])
+    if raw.shape[1] != lut.LUT_SLOT * size:
+        raise NpuModelError(f"{title}: a lookup table runs past the NPU's internal memory",
+                            "the command stream is corrupt; compile the model again with Vela")
+    entries = raw.view(dtype).astype(np.int64)
+    index = np.asarray(value, dtype=np.int64) + (0 if dtype == "u1" else 128)
+    if index.size and (index.min() < 0 or index.max() > 255):
+        raise NpuModelError(f"{title}: a lookup index leaves 0..255", "the activation clamp is wrong")
     return np.take_along_axis(entries, index.reshape(index.shape[0], -1), axis=1).reshape(index.shape)

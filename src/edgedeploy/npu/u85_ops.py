@@ -9,8 +9,9 @@ OFM_PRECISION bit 8 and the activation function from ACTIVATION bits 0-4.
 
 What is not executed stops, before the stream runs, with the first operation that needs it (:func:`check`):
 BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or
-read from IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_S8_S8, LUT_S8_S32, LUT_S16_S16
-(table 0), TANH and SIGMOID (16-bit outputs), IFM up-scaling, transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
+read from IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_U8_U8, LUT_S8_S8, LUT_S8_S16,
+LUT_S8_S32, LUT_S16_S16 (table 0), TANH and SIGMOID (16-bit outputs) -- LUT_S16_S32 among them --, IFM up-scaling,
+transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
 TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
 """
 
@@ -26,7 +27,7 @@ from .commands import Operation
 from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
 from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
 from .u85_commands import OFM_ROUNDING
-from .u85_elementwise import LUT_S16_S16, LUTS, SHRAM, TANH_SIGMOID, elementwise, lookup, scale, tanh_sigmoid
+from .u85_elementwise import SHRAM, TANH_SIGMOID, elementwise, lookup, modelled_table, scale, tanh_sigmoid
 from .u85_weights import scales, weights
 from .weight_streams import kernel
 
@@ -68,10 +69,9 @@ def why_not(op: Operation) -> str | None:
         return "IFM up-scaling is not modelled"
     activation = op.r0.get("ACTIVATION", 0)
     function, table = activation & 0x1F, (activation >> 5) & 0x7
-    if function and function not in TANH_SIGMOID and (function not in (*LUTS, LUT_S16_S16)
-                                                      or (function in (7, LUT_S16_S16) and table)):
-        return (f"activation function {function} is not modelled (LUT_S8_S8, LUT_S8_S32, LUT_S16_S16, TANH and "
-                "SIGMOID are)")
+    if function and function not in TANH_SIGMOID and not modelled_table(function, table):
+        return (f"activation function {function} (table {table}) is not modelled (LUT_U8_U8, LUT_S8_S8, LUT_S8_S16, "
+                "LUT_S8_S32, LUT_S16_S16 in table 0, TANH and SIGMOID are)")
     param = op.r1.get("OFM_SCALE", 0) >> 32
     if op.kind not in ("ELEMENTWISE", "RESIZE") and (param >> 6) & 0x1F:
         return "an OFM double-rounding point is not modelled"

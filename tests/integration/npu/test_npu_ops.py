@@ -39,6 +39,8 @@ def _zoo(name: str):
             L.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)))),
         "avgpool_same": lambda x: L.AveragePooling2D(3, 1, padding="same")(L.Conv2D(8, 1)(x)),
         "abs_hswish": lambda x: L.Conv2D(8, 1)(tf.abs(L.Conv2D(8, 1)(x)) - tf.nn.relu6(x + 3.0) * x / 6.0),
+        "sigmoid_softmax": lambda x: L.Softmax()(L.Dense(5)(L.GlobalAveragePooling2D()(
+            L.Activation("sigmoid")(L.Conv2D(8, 1)(x))))),
     }[name]
 
 
@@ -211,3 +213,23 @@ def test_u85_elementwise_chaining_lookup_tables_resize_and_transpose_convolution
     # Dense is TFLite's FULLY_CONNECTED: within the documented rounding difference
     assert doc["status"] in (("bit-exact", "documented-difference") if name == "mean_dense" else ("bit-exact",)), doc
     assert doc["exact_cases"] + doc["documented_cases"] == 40
+
+
+def _u85_activations(run) -> set[tuple[str, int]]:
+    """(function, table) of every operation's activation in the run's one U85-256 leaf."""
+    from edgedeploy.npu.commands import decode_for
+    from edgedeploy.npu.leaf_layout import read_leaf
+    from edgedeploy.npu.u85_commands import ACTIVATION
+
+    (path,) = run.glob("compile/**/ethos-u85-256/*_vela.tflite")
+    leaf = read_leaf(path)
+    ops = decode_for(leaf.product, leaf.commands)
+    return {(ACTIVATION[op.r0["ACTIVATION"] & 0x1F], (op.r0["ACTIVATION"] >> 5) & 0x7) for op in ops
+            if "ACTIVATION" in op.r0}
+
+
+def test_u85_int8_softmax_looks_up_its_32_bit_table_behind_a_sigmoid(tmp_path):
+    # the sigmoid's 256-byte LUT_S8_S8 table takes slot 0, so the softmax's 1 KiB LUT_S8_S32 table goes to table 1
+    (doc,) = _verify("sigmoid_softmax", tmp_path, ["ethos-u85-256"])
+    assert {("LUT_S8_S8", 0), ("LUT_S8_S32", 1)} <= _u85_activations(tmp_path / "run")
+    assert doc["status"] == "bit-exact" and doc["exact_cases"] == 40, doc
