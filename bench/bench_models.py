@@ -262,6 +262,8 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
     page = render(doc, args.markdown)
+    for where in sorted({str(args.out.resolve()), str(args.out)}, key=len, reverse=True):
+        page = page.replace(where, "OUT")  # the page names the --out folder, wherever this run put it
     if args.markdown:
         page = (header("Support matrix: the model zoo through every stage", argv) + "\n" + PAGE_INTRO.format(
             recipe=TINY_RECIPE.strip(), seconds=doc["seconds"]) + "\n" + page)
@@ -275,7 +277,8 @@ again with `--sparsity-pattern 2:4`), `edgedeploy compile --allow-cpu-ops` per t
 Ethos-U55/U65 and `edgedeploy export`. Each cell: `ok`, the operators Vela left on the CPU, or the reason the command
 gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
 its run folder, so its time is shared). Training is tiny, so accuracies mean nothing here; the matrix checks which
-stages each architecture goes through. The whole run took {seconds} s. The recipe (`--recipe`):
+stages each architecture goes through; `OUT` is the `--out` folder. The whole run took {seconds} s. The recipe
+(`--recipe`):
 
 ```toml
 {recipe}
