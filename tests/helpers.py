@@ -102,3 +102,43 @@ def input_models():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# A stand-in device model for the HIL tests: IN_BYTES int8 in, OUT_BYTES int8 out.
+HIL_IN_BYTES, HIL_OUT_BYTES = 6, 5
+
+
+def fake_model(data: bytes) -> bytes:
+    """The stand-in model's output bytes for the input bytes ``data``."""
+    return bytes((sum(data) + 7 * j) & 0xFF for j in range(HIL_OUT_BYTES))
+
+
+def tiny_hil_bundle(path: Path, sha: str, reference: str) -> Path:
+    """A bundle of 3 golden cases whose outputs are the stand-in model's, recording the model hash ``sha`` (the
+    one the device announces) and ``reference`` as what computed the golden outputs."""
+    import json
+
+    import numpy as np
+
+    from edgedeploy.core.files import sha256_bytes
+    from edgedeploy.export import npz_bytes
+
+    path.mkdir(parents=True)
+    inputs = np.random.default_rng(5).integers(-128, 128, size=(3, HIL_IN_BYTES), dtype=np.int8)
+    outputs = np.stack([np.frombuffer(fake_model(x.tobytes()), np.int8) for x in inputs])
+    npz = npz_bytes({"input_0": inputs, "output_0": outputs, "argmax": outputs.argmax(1).astype(np.int32),
+                     "label": np.full(3, -1, np.int32), "row": np.arange(3, dtype=np.int64)})  # fmt: skip
+    (path / "golden.npz").write_bytes(npz)
+    files = {"golden.npz": {"sha256": sha256_bytes(npz), "bytes": len(npz)}}
+    files.update({f"tiny.{e}": {"sha256": "0" * 64, "bytes": 0} for e in ("c", "h")})
+    manifest = {
+        "schema": "edgedeploy.firmware", "name": "tiny",
+        "model": {"c_source": "tiny.c", "c_header": "tiny.h", "section": ".rodata.nn_model", "sha256": sha},
+        "inputs": [{"name": "in", "shape": [1, HIL_IN_BYTES], "dtype": "int8", "scale": [0.5], "zero_point": [0]}],
+        "outputs": [{"name": "out", "shape": [1, HIL_OUT_BYTES], "dtype": "int8", "scale": [0.25],
+                     "zero_point": [0]}],
+        "golden": {"count": 3, "npz": "golden.npz", "reference": {"description": reference}},
+        "files": files,
+    }  # fmt: skip
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path

@@ -9,7 +9,6 @@ serial:socket://127.0.0.1:PORT`` in a pytest of their own, as a user runs them.
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import subprocess
@@ -19,27 +18,20 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pytest
 
-from helpers import pytest_argv
+from helpers import HIL_IN_BYTES, HIL_OUT_BYTES, fake_model, pytest_argv, tiny_hil_bundle
 
-from edgedeploy.core.files import sha256_bytes
-from edgedeploy.export import npz_bytes
 from edgedeploy.hil import frame as fr
 
 pytest.importorskip("serial")
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "hil"
 SHA = "cd" * 32
-IN_BYTES, OUT_BYTES = 6, 5
+IN_BYTES, OUT_BYTES = HIL_IN_BYTES, HIL_OUT_BYTES
 TESTS = ("test_output_matches_golden[case0]", "test_output_matches_golden[case1]", "test_output_matches_golden[case2]",
          "test_top1_matches_golden")  # fmt: skip
 NOISE = b"\x1b[2J\x1b[31mFATAL\x1b[0m\n" + b"A" * 75_000 + b"\r\n\x00\x07\x1b]0;owned\x07end\n"  # 75 KB
-
-
-def fake_model(data: bytes) -> bytes:
-    return bytes((sum(data) + 7 * j) & 0xFF for j in range(OUT_BYTES))
 
 
 def hello_payload(name: bytes = b"stub", sha: bytes = SHA.encode()) -> bytes:
@@ -133,25 +125,7 @@ class StubDevice:
 
 
 def tiny_bundle(path: Path) -> Path:
-    """A bundle of 3 golden cases whose outputs are the stub's model and whose model hash is the stub's."""
-    path.mkdir(parents=True)
-    inputs = np.random.default_rng(5).integers(-128, 128, size=(3, IN_BYTES), dtype=np.int8)
-    outputs = np.stack([np.frombuffer(fake_model(x.tobytes()), np.int8) for x in inputs])
-    npz = npz_bytes({"input_0": inputs, "output_0": outputs, "argmax": outputs.argmax(1).astype(np.int32),
-                     "label": np.full(3, -1, np.int32), "row": np.arange(3, dtype=np.int64)})  # fmt: skip
-    (path / "golden.npz").write_bytes(npz)
-    files = {"golden.npz": {"sha256": sha256_bytes(npz), "bytes": len(npz)}}
-    files.update({f"tiny.{e}": {"sha256": "0" * 64, "bytes": 0} for e in ("c", "h")})
-    manifest = {
-        "schema": "edgedeploy.firmware", "name": "tiny",
-        "model": {"c_source": "tiny.c", "c_header": "tiny.h", "section": ".rodata.nn_model", "sha256": SHA},
-        "inputs": [{"name": "in", "shape": [1, IN_BYTES], "dtype": "int8", "scale": [0.5], "zero_point": [0]}],
-        "outputs": [{"name": "out", "shape": [1, OUT_BYTES], "dtype": "int8", "scale": [0.25], "zero_point": [0]}],
-        "golden": {"count": 3, "npz": "golden.npz", "reference": {"description": "the stub's model"}},
-        "files": files,
-    }  # fmt: skip
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    return path
+    return tiny_hil_bundle(path, SHA, "the stub's model")
 
 
 HELLO_EXPECT = f"(expected a HELLO answer of 80 to {80 + fr.NAME_MAX} bytes)"

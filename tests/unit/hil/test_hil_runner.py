@@ -8,7 +8,6 @@ one; the host side must get answers, error frames and timeouts through pyserial 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -18,22 +17,19 @@ import zlib
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from helpers import pytest_argv
+from helpers import HIL_IN_BYTES, HIL_OUT_BYTES, fake_model, pytest_argv, tiny_hil_bundle
 
 from edgedeploy.errors import InvalidInputError, ToolFailedError
-from edgedeploy.export import npz_bytes
 from edgedeploy.export.device_runner import FILES, runner_files
-from edgedeploy.core.files import sha256_bytes
 from edgedeploy.hil import frame as fr
 from edgedeploy.hil.serial_device import SerialDevice, parse_device
 from edgedeploy.core.proc import run_command
 
 HERE = Path(__file__).parents[1]
 SHA = "ab" * 32
-IN_BYTES, OUT_BYTES = 6, 5
+IN_BYTES, OUT_BYTES = HIL_IN_BYTES, HIL_OUT_BYTES
 FLAGS = ["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 
@@ -160,10 +156,6 @@ def test_random_streams_decode_the_same_in_c_and_python(runner_host):
 
 
 # --------------------------------------------------------------------------- the runner on a pty
-
-
-def fake_model(data: bytes) -> bytes:
-    return bytes((sum(data) + 7 * j) & 0xFF for j in range(OUT_BYTES))
 
 
 class Pty:
@@ -307,26 +299,7 @@ def test_parse_device():
 
 
 def tiny_bundle(path: Path) -> Path:
-    """A bundle whose golden outputs are the stand-in model's, with the runner's model hash."""
-    path.mkdir(parents=True)
-    rng = np.random.default_rng(5)
-    inputs = rng.integers(-128, 128, size=(3, IN_BYTES), dtype=np.int8)
-    outputs = np.stack([np.frombuffer(fake_model(x.tobytes()), np.int8) for x in inputs])
-    npz = npz_bytes({"input_0": inputs, "output_0": outputs, "argmax": outputs.argmax(1).astype(np.int32),
-                     "label": np.full(3, -1, np.int32), "row": np.arange(3, dtype=np.int64)})  # fmt: skip
-    (path / "golden.npz").write_bytes(npz)
-    files = {"golden.npz": {"sha256": sha256_bytes(npz), "bytes": len(npz)}}
-    files.update({f"tiny.{e}": {"sha256": "0" * 64, "bytes": 0} for e in ("c", "h")})
-    manifest = {
-        "schema": "edgedeploy.firmware", "name": "tiny",
-        "model": {"c_source": "tiny.c", "c_header": "tiny.h", "section": ".rodata.nn_model", "sha256": SHA},
-        "inputs": [{"name": "in", "shape": [1, IN_BYTES], "dtype": "int8", "scale": [0.5], "zero_point": [0]}],
-        "outputs": [{"name": "out", "shape": [1, OUT_BYTES], "dtype": "int8", "scale": [0.25], "zero_point": [0]}],
-        "golden": {"count": 3, "npz": "golden.npz", "reference": {"description": "the stand-in model"}},
-        "files": files,
-    }  # fmt: skip
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    return path
+    return tiny_hil_bundle(path, SHA, "the stand-in model")
 
 
 def run_hil(bundle: Path, device: str, *extra: str) -> subprocess.CompletedProcess:
