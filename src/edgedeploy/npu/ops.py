@@ -72,6 +72,20 @@ def _upscaled(op: Operation, mem: Memory, ifm: FeatureMap, ih: int, iw: int, dep
     return up[:, :ih, :iw]
 
 
+def convolve(op: Operation, mem: Memory, ifm: FeatureMap, k: Kernel, in_depth: int, w: np.ndarray, depthwise: bool,
+             shape: tuple[int, int, int]) -> np.ndarray:
+    """The exact integer accumulators (batch, OH, OW, OD) of a convolution or depthwise convolution of ``ifm`` with
+    the weights ``w`` (OD, KH, KW, ID or 1), before the bias: the same on every Ethos-U."""
+    oh, ow, od = shape
+    padded, _ = _windows(op, mem, ifm, k, in_depth, 0.0)
+    acc = np.zeros((padded.shape[0], oh, ow, od))
+    for ky in range(k.height):
+        for kx in range(k.width):
+            tap = _tap(padded, k, ky, kx, oh, ow)
+            acc += tap * w[:, ky, kx, 0] if depthwise else tap @ w[:, ky, kx, :].T
+    return np.rint(acc).astype(np.int64)
+
+
 def _tap(padded: np.ndarray, k: Kernel, ky: int, kx: int, oh: int, ow: int) -> np.ndarray:
     y0, x0 = ky * k.dilation_y, kx * k.dilation_x
     return padded[:, y0 : y0 + (oh - 1) * k.stride_y + 1 : k.stride_y, x0 : x0 + (ow - 1) * k.stride_x + 1 : k.stride_x]
@@ -92,13 +106,7 @@ def convolution(op: Operation, mem: Memory, macs: int, depthwise: bool) -> None:
                                  core, cores)
         bias[core::cores], mult[core::cores], shift[core::cores] = scales(op, mem(op.reg("SCALE_REGION"))[0],
                                                                           part[0], core)
-    padded, _ = _windows(op, mem, ifm, k, in_depth, 0.0)
-    acc = np.zeros((padded.shape[0], oh, ow, od))
-    for ky in range(k.height):
-        for kx in range(k.width):
-            tap = _tap(padded, k, ky, kx, oh, ow)
-            acc += tap * w[:, ky, kx, 0] if depthwise else tap @ w[:, ky, kx, :].T
-    acc = np.rint(acc).astype(np.int64) + bias
+    acc = convolve(op, mem, ifm, k, in_depth, w, depthwise, (oh, ow, od)) + bias
     output_stage(op, mem, ofm, acc, mult, shift)
 
 

@@ -25,7 +25,7 @@ from ..errors import NpuModelError
 from . import arith
 from .commands import Operation
 from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
-from .ops import _tap, _windows, ofm_shape  # the U55's padded windows and kernel taps, shared
+from .ops import _tap, _windows, convolve, ofm_shape  # the U55's padded windows, taps and accumulators
 from .u85_commands import OFM_ROUNDING
 from .u85_elementwise import SHRAM, TANH_SIGMOID, elementwise, lookup, modelled_table, scale, tanh_sigmoid
 from .u85_weights import scales, weights
@@ -134,13 +134,7 @@ def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
         raise NpuModelError(f"{op.title}: the weights hold a {w.shape[1]}x{w.shape[2]} kernel; the registers a "
                             f"{k.height}x{k.width} one", "the command stream is corrupt; compile again with Vela")
     bias, mult, shift = scales(op, mem(op.reg("SCALE_REGION") & 0x7)[0], od)
-    padded, _ = _windows(op, mem, ifm, k, in_depth, 0.0)
-    acc = np.zeros((padded.shape[0], oh, ow, od))
-    for ky in range(k.height):
-        for kx in range(k.width):
-            tap = _tap(padded, k, ky, kx, oh, ow)
-            acc += tap * w[:, ky, kx, 0] if depthwise else tap @ w[:, ky, kx, :].T
-    acc = np.rint(acc).astype(np.int64) + bias
+    acc = convolve(op, mem, ifm, k, in_depth, w, depthwise, (oh, ow, od)) + bias
     if _global(op):
         mult, shift = _ofm_scale(op)
     _output(op, mem, ofm, acc, mult, shift, chain)
