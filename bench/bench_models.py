@@ -33,15 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import zoo  # noqa: E402  (the zoo's builders and data)
 
 VERIFY_FAMILIES = ("ethos-u55", "ethos-u65")  # verify's functional NPU model runs these
-TINY_RECIPE = """# the zoo's tiny recipe: structure, not accuracy
-epochs = 1
-batch_size = 16
-calibration_samples = 32
-[training]
-min_steps = 0
-[selection]
-validation_fraction = 0.0
-"""
+TINY_RECIPE = zoo.TINY_RECIPE
 DEFAULT_LEAVES = ("ptq,qat,pruned,pqat,clustered,cqat,pruned_clustered,pcqat,clustered_palette,cqat_palette,"
                   "thinned,thinned_qat,thinned_pruned,thinned_pqat,thinned_pcqat,ptq_16x8")
 

@@ -21,6 +21,16 @@ import numpy as np
 
 SEED = 0
 IMAGE = (32, 32, 3)
+# the recipe every zoo model runs with (the tests' and bench/bench_models.py's --recipe): structure, not accuracy
+TINY_RECIPE = """# the zoo's tiny recipe: structure, not accuracy
+epochs = 1
+batch_size = 16
+calibration_samples = 32
+[training]
+min_steps = 0
+[selection]
+validation_fraction = 0.0
+"""
 CLASSES = 4
 
 

@@ -21,14 +21,6 @@ import zoo
 
 REPO = Path(__file__).resolve().parents[3]
 TARGET = "ethos-u55-128"
-RECIPE = """epochs = 1
-batch_size = 16
-calibration_samples = 32
-[training]
-min_steps = 0
-[selection]
-validation_fraction = 0.0
-"""
 
 # architecture -> (leaves, the thinned node's layers left whole with the reason, where a thinned leaf is asked for:
 # only on the smallest nets, whose width search compiles few candidates)
@@ -66,7 +58,7 @@ def zoo_dir(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("zoo")
     zoo.write_zoo(tfenv.load().keras, out)
-    (out / "tiny.toml").write_text(RECIPE)
+    (out / "tiny.toml").write_text(zoo.TINY_RECIPE)
     return out
 
 
