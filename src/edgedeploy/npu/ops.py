@@ -116,33 +116,39 @@ def pooling(op: Operation, mem: Memory) -> None:
     ifm, ofm = feature_map(op, "IFM"), feature_map(op, "OFM")
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
-    if mode == "REDUCE_SUM":
-        if k.height != 1 or k.width != 1:
-            raise NpuModelError(f"{op.title}: REDUCE_SUM over a {k.height}x{k.width} kernel is not modelled",
-                                "a 1x1 kernel (a sum over channels) is")
-        depth = op.reg("IFM_DEPTH_M1") + 1
-        padded, _ = _windows(op, mem, ifm, k, depth, 0.0)
-        acc = np.rint(_tap(padded, k, 0, 0, oh, ow).sum(axis=3, keepdims=True)).astype(np.int64)
-    elif mode in ("MAX", "AVERAGE"):
-        padded, _ = _windows(op, mem, ifm, k, od, np.nan)
-        taps = np.stack([_tap(padded, k, ky, kx, oh, ow) for ky in range(k.height) for kx in range(k.width)])
-        if mode == "MAX":
-            acc = np.rint(np.nanmax(taps, axis=0)).astype(np.int64)
-        else:
-            total = np.rint(np.nansum(taps, axis=0)).astype(np.int64)
-            count = np.sum(~np.isnan(taps), axis=0).astype(np.int64)
-            if _global_scale(op) and not any(_padding(op)):
-                acc = total  # OFM_SCALE divides by the kernel's size
-            else:  # the NPU divides by the number of elements inside the input
-                acc = _divide(total, count, ROUNDING[(op.reg("OFM_PRECISION") >> 14) & 0x3])
-    else:
+    if mode not in ("MAX", "AVERAGE", "REDUCE_SUM"):
         raise NpuModelError(f"{op.title}: pooling mode {mode} is not modelled", "MAX, AVERAGE and REDUCE_SUM are")
+    acc, count = pool_windows(op, mem, ifm, k, (oh, ow, od))
+    if mode == "AVERAGE" and not (_global_scale(op) and not any(_padding(op))):  # else OFM_SCALE divides by the
+        # kernel's size; here the NPU divides by the number of elements inside the input
+        assert count is not None
+        acc = _divide(acc, count, ROUNDING[(op.reg("OFM_PRECISION") >> 14) & 0x3])
     one = np.ones(1, dtype=np.int64)
     if _global_scale(op):
         mult, shift = _ofm_scale(op)
         output_stage(op, mem, ofm, acc, one * mult, one * shift)
     else:
         output_stage(op, mem, ofm, acc, one, one * 0)
+
+
+def pool_windows(op: Operation, mem: Memory, ifm: FeatureMap, k: Kernel,
+                 shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The integer reduction of each pooling window of ``ifm`` (batch, OH, OW, OD) by ``op``'s mode, the same on
+    every Ethos-U: REDUCE_SUM (over channels, a 1x1 kernel), MAX, or SUM and AVERAGE as the windows' sums, with,
+    for AVERAGE, the number of elements of each window inside the input (the divisor; None for the others)."""
+    mode, (oh, ow, od) = op.sub_op, shape
+    if mode == "REDUCE_SUM":
+        if k.height != 1 or k.width != 1:
+            raise NpuModelError(f"{op.title}: REDUCE_SUM over a {k.height}x{k.width} kernel is not modelled",
+                                "a 1x1 kernel (a sum over channels) is")
+        padded, _ = _windows(op, mem, ifm, k, op.reg("IFM_DEPTH_M1") + 1, 0.0)
+        return np.rint(_tap(padded, k, 0, 0, oh, ow).sum(axis=3, keepdims=True)).astype(np.int64), None
+    padded, _ = _windows(op, mem, ifm, k, od, np.nan)
+    taps = np.stack([_tap(padded, k, ky, kx, oh, ow) for ky in range(k.height) for kx in range(k.width)])
+    if mode == "MAX":
+        return np.rint(np.nanmax(taps, axis=0)).astype(np.int64), None
+    total = np.rint(np.nansum(taps, axis=0)).astype(np.int64)
+    return total, (np.sum(~np.isnan(taps), axis=0).astype(np.int64) if mode == "AVERAGE" else None)
 
 
 def _divide(total: np.ndarray, count: np.ndarray, rounding: str | None) -> np.ndarray:

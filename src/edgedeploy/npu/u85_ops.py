@@ -25,7 +25,7 @@ from ..errors import NpuModelError
 from . import arith
 from .commands import Operation
 from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
-from .ops import _tap, _windows, convolve, ofm_shape  # the U55's padded windows, taps and accumulators
+from .ops import _divide, convolve, ofm_shape, pool_windows  # what every Ethos-U shares
 from .u85_commands import OFM_ROUNDING
 from .u85_elementwise import SHRAM, TANH_SIGMOID, elementwise, lookup, modelled_table, scale, tanh_sigmoid
 from .u85_weights import scales, weights
@@ -141,27 +141,12 @@ def _convolution(op: Operation, mem: Memory, macs: int, chain: dict) -> None:
 
 
 def _pooling(op: Operation, mem: Memory, chain: dict) -> None:
-    mode = op.sub_op
     ifm, ofm = feature_map(op, "IFM"), _ofm(op)
     k = kernel(op)
     oh, ow, od = ofm_shape(op)
-    if mode == "REDUCE_SUM":
-        if k.height != 1 or k.width != 1:
-            raise NpuModelError(f"{op.title}: REDUCE_SUM over a {k.height}x{k.width} kernel is not modelled",
-                                "a 1x1 kernel (a sum over channels) is")
-        padded, _ = _windows(op, mem, ifm, k, op.reg("IFM_DEPTH_M1") + 1, 0.0)
-        acc = np.rint(_tap(padded, k, 0, 0, oh, ow).sum(axis=3, keepdims=True)).astype(np.int64)
-    else:
-        padded, _ = _windows(op, mem, ifm, k, od, np.nan)
-        taps = np.stack([_tap(padded, k, ky, kx, oh, ow) for ky in range(k.height) for kx in range(k.width)])
-        if mode == "MAX":
-            acc = np.rint(np.nanmax(taps, axis=0)).astype(np.int64)
-        elif mode == "SUM":
-            acc = np.rint(np.nansum(taps, axis=0)).astype(np.int64)
-        else:  # AVERAGE: divided by the number of elements inside the input, half away from zero (as the U55's)
-            total = np.rint(np.nansum(taps, axis=0)).astype(np.int64)
-            count = np.sum(~np.isnan(taps), axis=0).astype(np.int64)
-            acc = np.where(total >= 0, (total + count // 2) // count, -((-total + count // 2) // count))
+    acc, count = pool_windows(op, mem, ifm, k, (oh, ow, od))  # the modes check() admits (POOLS)
+    if count is not None:  # AVERAGE: divided by the number of elements inside the input, half away from zero
+        acc = _divide(acc, count, None)
     if not _global(op):
         raise NpuModelError(f"{op.title}: per-channel scaling of a pooling operation is not modelled",
                             "global OFM_SCALE is")
