@@ -55,6 +55,22 @@ def pytest_argv(*args: str) -> list[str]:
     return argv
 
 
+def ran_in_a_fresh_interpreter(request, tmp_path: Path) -> bool:
+    """Run the calling test again in a new interpreter when this one has loaded TensorFlow, and say whether it did.
+
+    A test that forks (the warm Vela worker is forked as the command line starts, before anything loads
+    TensorFlow) cannot run in a process whose TensorFlow threads a fork does not survive; another file run earlier
+    in the same test worker leaves them behind. The test then runs as the command line would: in a fresh process.
+    """
+    if "tensorflow" not in sys.modules:
+        return False
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           request.node.nodeid, "--basetemp", str(tmp_path / "fresh")],
+                          capture_output=True, text=True, timeout=300, cwd=request.config.rootpath)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return True
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     """The single ``error:`` line of a failed command's stderr (fails when there is none, several, or a traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from helpers import run_cli
+from helpers import ran_in_a_fresh_interpreter, run_cli
 
 from edgedeploy.cli import prestart as prestart_module
 from edgedeploy.cli.app import COMMANDS, app
@@ -117,19 +117,11 @@ def test_compile_prestart_starts_workers_only_for_a_new_tflite_run(tmp_path):
         pool.close(now=True)
 
 
-def test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_by_other_commands(tmp_path):
+def test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_by_other_commands(request, tmp_path):
     from edgedeploy.cli.compile import prestart
     from edgedeploy.vela.worker import WarmWorker
 
-    if "tensorflow" in sys.modules:
-        # The warm worker is forked as the command line starts, before anything loads TensorFlow; a test process
-        # that ran TensorFlow tests before this one (another file in the same worker) has its threads, which a
-        # fork does not survive. The same test then runs in a fresh interpreter, as the command line would.
-        here = f"{Path(__file__).resolve()}::{test_the_worker_started_with_the_process_is_adopted_by_a_compile_and_ended_by_other_commands.__name__}"
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", here,
-                               "--basetemp", str(tmp_path / "fresh")], capture_output=True, text=True, timeout=300,
-                              cwd=Path(__file__).resolve().parents[3])
-        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if ran_in_a_fresh_interpreter(request, tmp_path):
         return
 
     warm = WarmWorker()
@@ -161,12 +153,14 @@ def test_only_a_command_that_compiles_forks_the_warm_worker():
         assert not may_compile(argv), argv
 
 
-def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool():
+def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool(request, tmp_path):
     import signal
     from concurrent.futures.process import BrokenProcessPool
 
     from edgedeploy.vela.worker import WarmWorker
 
+    if ran_in_a_fresh_interpreter(request, tmp_path):
+        return
     warm = WarmWorker()
     try:
         assert warm.submit(divmod, 7, 2).result() == (3, 1)
