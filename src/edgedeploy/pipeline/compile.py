@@ -68,6 +68,15 @@ class CompileOptions:
             )
         if self.jobs is not None and not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs is {self.jobs}", f"use a number of worker processes from 1 to {MAX_JOBS}")
+        if self.executor == "ray":  # a cluster that is not there stops the command before anything is written
+            import os
+
+            from edgedeploy.vela.ray_connect import probe_ray_address
+
+            address = self.ray_address or os.environ.get("RAY_ADDRESS")
+            if address:
+                probe_ray_address(address, "RAY_ADDRESS" if address == os.environ.get("RAY_ADDRESS") and
+                                  not self.ray_address else "--ray-address")
 
 
 @dataclass

@@ -52,6 +52,7 @@ def test_compile_at_a_closed_port_stops_in_one_line_at_once(tmp_path, given):
     assert proc.returncode == 6, proc.stderr
     assert one_error_line(proc) == f"error: nothing answers at Ray address {address} ({given}): connection refused. {HINT}"
     assert took < 20, took  # Ray alone retried such an address for minutes
+    assert not (tmp_path / "run").exists()  # checked before anything is written
 
 
 @pytest.mark.parametrize(("env", "code", "line"), [
@@ -89,3 +90,4 @@ def test_optimize_at_a_closed_port_stops_in_one_line(tmp_path, given):
     assert proc.returncode == 6, proc.stderr
     assert one_error_line(proc) == f"error: nothing answers at Ray address {address} ({given}): connection refused. {HINT}"
     assert took < 60, took  # TensorFlow's import and the model's load included
+    assert not (tmp_path / "run").exists()  # checked before the run folder is made
