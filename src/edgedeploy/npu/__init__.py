@@ -10,7 +10,8 @@ stops with :class:`~edgedeploy.errors.NpuModelError` naming it.
 maps, ``weights`` decodes weight and scale streams, ``arith`` holds the rounding rules, ``ops`` executes
 convolutions and pooling and holds the output stage, ``elementwise`` the elementwise operations, ``bounds``
 checks the memory and work a leaf's declared sizes ask for, ``machine`` runs a stream over a batch of inputs,
-``reference`` runs TFLite's reference kernels and ``verify`` compares.
+``reference`` runs TFLite's reference kernels and ``verify`` compares (``fused_tables`` recognises the documented
+fully-connected difference behind an activation table fused into the same operation).
 
 Ethos-U85 streams are decoded (``u85_commands`` holds its register set, ``u85_describe`` says what each operation
 does, ``u85_weights`` decodes its weight and scale streams); ``u85_ops`` executes DMA, convolution and pooling

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ class Reference:
     outputs: list[np.ndarray]  # per model output: (cases, *shape)
     tensors: dict[str, np.ndarray]  # name -> (cases, *shape), integer tensors only
     producers: dict[str, str]  # tensor name -> the TFLite operator that writes it
+    operands: dict[str, tuple[str, ...]] = field(default_factory=dict)  # tensor name -> its writer's input tensors
 
 
 # Bytes per element of the TFLite tensor types (edgedeploy.tflite.reader.DTYPES); 8 for a type not listed.
@@ -46,6 +47,27 @@ def declared_bytes(int8_model: Path) -> tuple[int, str]:
     return total, name
 
 
+def operands(int8_model: Path) -> dict[str, tuple[str, ...]]:
+    """Each operator output's name -> the names of that operator's input tensors (first subgraph; an omitted
+    optional input, index -1, is left out)."""
+    from flatbuffers import encode, packer
+    from flatbuffers import number_types as N
+
+    from edgedeploy.core.files import read_input_bytes
+    from edgedeploy.tflite.reader import _Table
+
+    data = bytearray(read_input_bytes(int8_model, "int8 model", "model"))
+    graph = _Table(data, encode.Get(packer.uoffset, data, 0)).tables(2)[0]
+    names = [t.string(3) or "" for t in graph.tables(0)]
+    found: dict[str, tuple[str, ...]] = {}
+    for op in graph.tables(3):
+        ins = tuple(names[i] for i in op.scalars(1, N.Int32Flags) if 0 <= i < len(names))
+        for o in op.scalars(2, N.Int32Flags):
+            if 0 <= o < len(names):
+                found[names[o]] = ins
+    return found
+
+
 def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
     """Run each case through LiteRT's interpreter with its reference kernels (BUILTIN_REF), keeping every
     tensor."""
@@ -73,4 +95,4 @@ def run_reference(int8_model: Path, inputs: list[np.ndarray]) -> Reference:
                 kept[d["name"]] = []
     producers = {o.output_name: o.op for o in read_tflite(int8_model).operators}
     tensors = {k: np.stack(v) for k, v in kept.items() if len(v) == n}
-    return Reference([np.stack(r) for r in results], tensors, producers)
+    return Reference([np.stack(r) for r in results], tensors, producers, operands(int8_model))
