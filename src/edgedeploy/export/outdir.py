@@ -21,6 +21,7 @@ from edgedeploy.core.files import (
     sha256_file,
 )
 from edgedeploy.core.nospace import no_space_error, writing
+from edgedeploy.core.stage import place_staged
 from .conventions import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -96,7 +97,8 @@ def _refuse_foreign(out: Path, state: OutDirState, force: bool) -> None:
 
 
 def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, force: bool) -> None:
-    """Write ``files`` (manifest.json last) into ``out`` through a staging folder.
+    """Write ``files`` (manifest.json last) into ``out`` through a staging folder, on the stage lifecycle's
+    :func:`~edgedeploy.core.stage.place_staged`.
 
     File by file, not by renaming the folder: ``out`` holds the lock the next export waits on. Every file is
     written in full before the first is moved into place, so a full disk leaves the earlier bundle as it was (and
@@ -111,19 +113,23 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
         )
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-    staged = None
-    try:
-        staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
+
+    def work() -> None:
         for name, data in files.items():
             with writing(out / name):
                 (staged / name).write_bytes(data)
+
+    def place(staged: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         for name in [n for n in files if n != BUNDLE_MANIFEST] + [BUNDLE_MANIFEST]:
             os.replace(staged / name, out / name)
         for stale in sorted(state.owned - set(files)):
             if (out / stale).is_file() and not (out / stale).is_symlink():
                 (out / stale).unlink(missing_ok=True)
+        shutil.rmtree(staged, ignore_errors=True)
+
+    try:
+        staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
+        place_staged(staged, out, work, place)
     finally:
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)
         remove_empty_scratch(out)
