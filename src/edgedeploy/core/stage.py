@@ -6,7 +6,7 @@ folder, renames that into place when the stage succeeds, records a
 :class:`~edgedeploy.core.manifest.StageRecord` and saves the manifest. A stage
 whose inputs, parameters and tool versions are unchanged is not run again.
 
-Every stage's writing ends in :func:`place_staged` (its files put in place, or its staging folder removed and the
+Every stage's writing starts in :func:`lock_output` and ends in :func:`place_staged` (its files put in place, or its staging folder removed and the
 error named as the user knows the path): the stages of a run, through :func:`end_stage`, and the export of a
 firmware bundle, whose files go into the user's folder one by one and whose record is the bundle's own manifest.
 """
@@ -30,6 +30,20 @@ log = logging.getLogger("edgedeploy")
 T = TypeVar("T")
 
 
+def lock_output(folder: Path, named: str, hint: str) -> None:
+    """The start of every stage's writing: the folder it writes into (a run folder, a firmware bundle's folder),
+    made when absent and locked for this process (another command writing it is waited for). ``named``: the folder
+    as the user gave it, for the message; ``hint``: how to give a folder instead of a file."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{named} is a file", hint)
+    try:
+        lock_run_dir(folder, log)
+    except OSError as exc:
+        if (full := no_space_error(exc, folder / LOCK_NAME)) is not None:
+            raise full from None
+        raise UsageError(f"{named} cannot be written ({exc.strerror})", "check the path and its permissions") from exc
+
+
 @dataclass
 class RunContext:
     """Where a run writes, and its manifest."""
@@ -41,15 +55,7 @@ class RunContext:
     def open(cls, run_dir: Path) -> "RunContext":
         """The run folder, locked for this process (another command writing it is waited for), and its manifest."""
         run_dir = Path(run_dir)
-        if run_dir.exists() and not run_dir.is_dir():
-            raise UsageError(f"output folder {run_dir} is a file", "pass a folder path with -o/--out")
-        try:
-            lock_run_dir(run_dir, log)
-        except OSError as exc:
-            if (full := no_space_error(exc, run_dir / LOCK_NAME)) is not None:
-                raise full from None
-            raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
-                             "check the path and its permissions") from exc
+        lock_output(run_dir, f"output folder {run_dir}", "pass a folder path with -o/--out")
         return cls(run_dir, Manifest.open(run_dir))
 
     def stage_dir(self, stage_id: str) -> Path:

@@ -14,14 +14,13 @@ from ..errors import EdgeDeployError
 from edgedeploy.core.files import (
     LOCK_NAME,
     SCRATCH,
-    lock_run_dir,
     new_staging_dir,
     read_input_text,
     remove_empty_scratch,
     sha256_file,
 )
-from edgedeploy.core.nospace import no_space_error, writing
-from edgedeploy.core.stage import place_staged
+from edgedeploy.core.nospace import writing
+from edgedeploy.core.stage import lock_output, place_staged
 from .conventions import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -34,18 +33,11 @@ class OutDirState:
 
 
 def lock_out_dir(out: Path) -> None:
-    """Hold ``out``'s lock (the run folder's kind) until this process ends: a second export into the same folder
-    waits for the first and says so, so two bundles never interleave. Creates ``out`` when absent."""
+    """Hold ``out``'s lock (the run folder's kind, :func:`~edgedeploy.core.stage.lock_output`) until this process
+    ends: a second export into the same folder waits for the first and says so, so two bundles never interleave.
+    Creates ``out`` when absent."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file", "pass a folder path for the firmware bundle")
-    try:
-        lock_run_dir(out)
-    except OSError as exc:
-        if (full := no_space_error(exc, out / LOCK_NAME)) is not None:
-            raise full from None
-        raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
-                         "check the path and its permissions") from exc
+    lock_output(out, f"--out {out}", "pass a folder path for the firmware bundle")
 
 
 def inspect_out_dir(out: Path) -> OutDirState:

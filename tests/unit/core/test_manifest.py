@@ -9,6 +9,7 @@ import pytest
 
 from edgedeploy.errors import DiskFullError, InvalidInputError, ToolFailedError
 from edgedeploy.core.files import new_staging_dir
+from edgedeploy.export.outdir import lock_out_dir
 from edgedeploy.core.manifest import Manifest, Metric
 from edgedeploy.core.stage import RunContext, StageResult, StageSpec, place_staged, run_stage
 
@@ -319,3 +320,21 @@ def test_place_staged_places_the_finished_work_and_returns_its_result(tmp_path):
     placed = []
     assert place_staged(staged, shown, lambda: (staged / "m.c").write_text("1"), placed.append) == 1
     assert placed == [staged] and (staged / "m.c").read_text() == "1"
+
+
+@pytest.mark.parametrize("lock, line", [
+    pytest.param(lambda f: RunContext.open(f), "output folder {f} is a file. pass a folder path with -o/--out",
+                 id="a run folder"),
+    pytest.param(lambda f: lock_out_dir(f), "--out {f} is a file. pass a folder path for the firmware bundle",
+                 id="a firmware bundle's folder"),
+])
+def test_an_output_folder_that_is_a_file_is_one_usage_line_and_left_as_it_is(tmp_path, lock, line):
+    """Every stage's writing starts by locking its output folder (core/stage.py's lock_output), export's too."""
+    from edgedeploy.errors import UsageError
+
+    folder = tmp_path / "f"
+    folder.write_text("x")
+    with pytest.raises(UsageError) as err:
+        lock(folder)
+    assert err.value.one_line() == line.format(f=folder)
+    assert folder.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["f"]
