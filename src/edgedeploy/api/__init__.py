@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
     import tf_keras
-    from rich.table import Table
 
     from edgedeploy.config.keys import Key
     from edgedeploy.config.recipe import Recipe
@@ -38,35 +37,32 @@ if TYPE_CHECKING:
     from edgedeploy.interactive.report_view import Report
     from edgedeploy.interactive.optimize_run import OptimizeRun
     from edgedeploy.npu.verify import VerifyOptions, VerifyResult
-    from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome, compile_variants
+    from edgedeploy.pipeline.compile import CompileOptions, CompileOutcome
     from edgedeploy.pipeline.environment import DoctorReport
     from edgedeploy.pipeline.driver import DriverOutcome
     from edgedeploy.pipeline.tree_run import OptimizeOutcome
     from edgedeploy.report.limits import Requirements, Tolerance
     from edgedeploy.tflite.reader import TfliteModel
-    from edgedeploy.report.render.tables import compile_columns, compile_json, compile_rows, sweep_columns
+    from edgedeploy.report.render.tables import compile_json
     from edgedeploy.vela.pool import VelaPool
     from edgedeploy.vela.worker import WarmWorker
 
 __all__ = [
     "CompileOptions", "CompileOutcome", "DoctorReport", "DriverOutcome", "EmulationResult", "ExportOptions",
-    "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe", "Report",
-    "Requirements", "ServeResult", "StageRecord", "Target", "TfliteModel", "Tolerance", "VerifyOptions",
-    "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_columns", "compile_json",
-    "compile_rows", "compile_run", "compile_tflite", "compile_variants", "doctor", "dumps",
-    "emulate_bundle", "export_bundle", "fvp_run", "get_target", "is_sweep_folder",
-    "leaves_json", "leaves_table", "list_targets", "load_recipe", "load_report_json", "optimize",
-    "parse_tolerances", "plain_settings", "raise_on_regression", "read_tflite", "recipe_key",
-    "render_report", "report_formats", "requirements", "resolve_targets", "serve_bundle",
-    "sweep_columns", "target_rows", "unmet_requirements", "verify_options", "verify_run", "walk",
-    "walk_lines"
+    "ExportResult", "FvpOutcome", "Key", "Manifest", "Metric", "OptimizeOutcome", "OptimizeRun", "Recipe",
+    "Report", "Requirements", "ServeResult", "StageRecord", "Target", "TfliteModel", "Tolerance", "VerifyOptions",
+    "VerifyResult", "WarmWorker", "build_report", "compare_reports", "compile", "compile_json", "doctor", "dumps",
+    "emulate_bundle", "export_bundle", "fvp_run", "get_target", "is_sweep_folder", "leaves_json", "list_targets",
+    "load_recipe", "load_report_json", "optimize", "parse_tolerances", "plain_settings", "raise_on_regression",
+    "read_tflite", "recipe_key", "render_report", "report_formats", "requirements", "resolve_targets",
+    "serve_bundle", "target_rows", "unmet_requirements", "verify_options", "verify_run", "walk", "walk_lines",
 ]
 
 # The classes and table functions by the module that defines them, imported when first used.
 _LAZY = {
-    "edgedeploy.pipeline.compile": ("CompileOptions", "CompileOutcome", "compile_variants"),
+    "edgedeploy.pipeline.compile": ("CompileOptions", "CompileOutcome"),
     "edgedeploy.pipeline.driver": ("DriverOutcome",),
-    "edgedeploy.report.render.tables": ("compile_columns", "compile_json", "compile_rows", "sweep_columns"),
+    "edgedeploy.report.render.tables": ("compile_json",),
     "edgedeploy.pipeline.environment": ("DoctorReport",),
     "edgedeploy.hil.emulate.golden_run": ("EmulationResult",),
     "edgedeploy.export.locate": ("ExportOptions",),
@@ -98,9 +94,16 @@ def compile(
     requirements: Requirements | None = None,
     pool: VelaPool | None = None,
 ) -> DriverOutcome:
-    """``edgedeploy compile``: int8 ``.tflite`` files, a run folder of :func:`optimize`, or one project file
-    (``edgedeploy.toml``: its tree trained, converted and compiled; with ``walk`` level by level until a leaf meets
-    the requirements; a project listing ``[[models]]`` is a sweep, one run folder per model).
+    """``edgedeploy compile``, the one compile of the API: what ``sources`` holds selects what is compiled.
+
+    - int8 ``.tflite`` files: each imported into the run folder ``out`` and compiled for each of ``targets``;
+    - one run folder of :func:`optimize`: its int8 leaves compiled into that same folder (``out`` left out, or the
+      folder itself), so that its report sets each leaf's int8 accuracy beside its NPU figures;
+    - one project file (``edgedeploy.toml``): its tree trained, converted and compiled; with ``walk`` level by
+      level until a leaf meets the requirements; a project listing ``[[models]]`` is a sweep, one run folder per
+      model.
+
+    Sources of two kinds at once are one usage error.
 
     Args:
         sources: the models, the run folder or the project file.
@@ -112,8 +115,8 @@ def compile(
         pool: Vela workers already started.
 
     Returns:
-        The run folder, its compile records, the walk's record and, for a sweep, the sweep's outcome (failed
-        models are raised by ``outcome.sweep.raise_first_failure()``).
+        The run folder, its compile records (``outcome.compiled.records``), the walk's record and, for a sweep,
+        the sweep's outcome (failed models are raised by ``outcome.sweep.raise_first_failure()``).
     """
     from edgedeploy.pipeline.compile import CompileOptions
     from edgedeploy.pipeline.driver import CompileRequest, compile_driver
@@ -150,32 +153,6 @@ def walk(
                 recipe, resolve_targets(target_names(targets)), options or CompileOptions(), requirements, walk=True,
                 trust_lambda=trust_lambda)
     return drive(plan)
-
-
-def compile_tflite(
-    models: Sequence[str | os.PathLike[str]],
-    targets: Sequence[str],
-    out: str | os.PathLike[str],
-    options: CompileOptions | None = None,
-    pool: VelaPool | None = None,
-) -> CompileOutcome:
-    """Compile int8 ``.tflite`` models with Vela for each of ``targets`` into the run folder ``out``."""
-    from edgedeploy.pipeline.compile import CompileOptions, compile_tflite as run
-
-    return run(as_paths(models, "models", "an int8 .tflite file"), target_names(targets), as_path(out, "out", "a folder"),
-               options or CompileOptions(), pool)
-
-
-def compile_run(
-    run_dir: str | os.PathLike[str],
-    targets: Sequence[str],
-    options: CompileOptions | None = None,
-    pool: VelaPool | None = None,
-) -> CompileOutcome:
-    """Compile the int8 leaves of an ``edgedeploy optimize`` run folder into it, for each of ``targets``."""
-    from edgedeploy.pipeline.compile import CompileOptions, compile_run as run
-
-    return run(as_path(run_dir, "run_dir", "a run folder"), target_names(targets), options or CompileOptions(), pool)
 
 
 def optimize(
@@ -236,13 +213,6 @@ def leaves_json(outcome: OptimizeRun | OptimizeOutcome) -> dict[str, Any]:
     from edgedeploy.report.render.leaf_table import leaves_json as doc
 
     return doc(outcome)
-
-
-def leaves_table(doc: Mapping[str, Any]) -> Table:
-    """The document of :func:`leaves_json` as the rich table ``edgedeploy optimize`` prints."""
-    from edgedeploy.report.render.leaf_table import leaves_table as table
-
-    return table(dict(doc))
 
 
 def list_targets() -> list[Target]:

@@ -76,6 +76,7 @@ def prestart(values: dict[str, Any], warm=None):
 def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, executor, ray_address, debug_db,
              pool, walk=False, verify=False) -> None:
     from .. import api
+    from ..api import process
     from .common import err_console, escape, guard, out_console, table
 
     with guard():
@@ -102,8 +103,8 @@ def _compile(models, target, out, json_out, optimise, jobs, allow_cpu_ops, execu
                 doc["verify"] = verify_compiled(outcome.run_dir, outcome.records, json_out)
             typer.echo(api.dumps(doc))
         else:
-            rows = api.compile_rows(manifest, outcome.records, cached_ids)
-            columns = api.compile_columns(rows)
+            rows = process.compile_rows(manifest, outcome.records, cached_ids)
+            columns = process.compile_columns(rows)
             out_console.print(table(f"Vela {manifest.tools.get('ethos-u-vela', '')} estimates", columns, rows))
             for r in outcome.records:
                 for w in r.warnings:

@@ -31,6 +31,7 @@ def sweep_json(sweep: Any) -> dict[str, Any]:
 def print_sweep(sweep: Any, json_out: bool) -> None:
     """The compile table of every model (a Model column first), failures, walks, and where the report is."""
     from .. import api
+    from ..api import process
     from .common import err_console, escape, out_console, table
 
     if json_out:
@@ -43,12 +44,12 @@ def print_sweep(sweep: Any, json_out: bool) -> None:
             continue
         manifest = api.Manifest.load(m.run_dir)
         vela = vela or manifest.tools.get("ethos-u-vela", "")
-        rows += [{"model": m.name, **r} for r in api.compile_rows(manifest, m.outcome.records, m.outcome.cached_ids)]
+        rows += [{"model": m.name, **r} for r in process.compile_rows(manifest, m.outcome.records, m.outcome.cached_ids)]
         for r in m.outcome.records:
             for w in r.warnings:
                 err_console.print(f"[yellow]warning:[/] {escape(f'{m.name}: {r.variant} on {r.target}: {w}')}",
                                   highlight=False)
-    columns = api.sweep_columns(rows)
+    columns = process.sweep_columns(rows)
     out_console.print(table(f"Vela {vela} estimates, {len(sweep.members)} models", columns, rows))
     for m in sweep.members:
         for line in api.walk_lines(m.walk):

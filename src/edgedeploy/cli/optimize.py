@@ -185,13 +185,14 @@ def _walk(values: dict[str, Any], r: Any) -> None:
 
 def _print_leaves(outcome: Any, json_out: bool) -> None:
     from .. import api
+    from ..api import process
     from .common import err_console, escape, out_console
 
     doc = api.leaves_json(outcome)
     if json_out:
         typer.echo(api.dumps(doc))
         return
-    out_console.print(api.leaves_table(doc))
+    out_console.print(process.leaves_table(doc))
     for rec in list(outcome.nodes.values()) + list(outcome.leaves.values()):
         for w in rec.warnings:
             err_console.print(f"[yellow]warning:[/] {escape(f'{rec.id}: {w}')}", highlight=False)

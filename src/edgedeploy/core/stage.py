@@ -1,10 +1,14 @@
-"""The stage interface shared by optimize, convert, compile, export and fvp.
+"""The stage lifecycle shared by optimize, convert, compile, export and fvp.
 
 A stage is a function ``run(ctx, inputs, cfg) -> StageResult`` that writes only
 inside the folder it is given. :func:`run_stage` gives it a fresh staging
 folder, renames that into place when the stage succeeds, records a
 :class:`~edgedeploy.core.manifest.StageRecord` and saves the manifest. A stage
 whose inputs, parameters and tool versions are unchanged is not run again.
+
+Every stage's writing starts in :func:`lock_output` and ends in :func:`place_staged` (its files put in place, or its staging folder removed and the
+error named as the user knows the path): the stages of a run, through :func:`end_stage`, and the export of a
+firmware bundle, whose files go into the user's folder one by one and whose record is the bundle's own manifest.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from edgedeploy.errors import DiskFullError, EdgeDeployError, InvalidInputError, UsageError
 from edgedeploy.core.files import LOCK_NAME, lock_run_dir, new_staging_dir, promote, sha256_file, sha256_json
@@ -23,6 +27,21 @@ from edgedeploy.core.names import check_name, is_valid
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, ToolInfo, artifacts_intact, now_iso
 
 log = logging.getLogger("edgedeploy")
+T = TypeVar("T")
+
+
+def lock_output(folder: Path, named: str, hint: str) -> None:
+    """The start of every stage's writing: the folder it writes into (a run folder, a firmware bundle's folder),
+    made when absent and locked for this process (another command writing it is waited for). ``named``: the folder
+    as the user gave it, for the message; ``hint``: how to give a folder instead of a file."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{named} is a file", hint)
+    try:
+        lock_run_dir(folder, log)
+    except OSError as exc:
+        if (full := no_space_error(exc, folder / LOCK_NAME)) is not None:
+            raise full from None
+        raise UsageError(f"{named} cannot be written ({exc.strerror})", "check the path and its permissions") from exc
 
 
 @dataclass
@@ -36,15 +55,7 @@ class RunContext:
     def open(cls, run_dir: Path) -> "RunContext":
         """The run folder, locked for this process (another command writing it is waited for), and its manifest."""
         run_dir = Path(run_dir)
-        if run_dir.exists() and not run_dir.is_dir():
-            raise UsageError(f"output folder {run_dir} is a file", "pass a folder path with -o/--out")
-        try:
-            lock_run_dir(run_dir, log)
-        except OSError as exc:
-            if (full := no_space_error(exc, run_dir / LOCK_NAME)) is not None:
-                raise full from None
-            raise UsageError(f"output folder {run_dir} cannot be written ({exc.strerror})",
-                             "check the path and its permissions") from exc
+        lock_output(run_dir, f"output folder {run_dir}", "pass a folder path with -o/--out")
         return cls(run_dir, Manifest.open(run_dir))
 
     def stage_dir(self, stage_id: str) -> Path:
@@ -155,36 +166,47 @@ def begin_stage(ctx: RunContext, spec: StageSpec, inputs: Mapping[str, Path], *,
     return PendingStage(spec, key, dict(inputs), staged, now_iso(), time.perf_counter())
 
 
-def end_stage(ctx: RunContext, pending: PendingStage,
-              work: Callable[[], tuple[StageResult, str | None, float | None]]) -> StageRecord:
-    """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
-    it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
-    recorded, an error is recorded and raised again, its staging folder removed. A full disk, however the work
-    met it, is a :class:`~edgedeploy.errors.DiskFullError` naming the file (as it will lie in the stage folder),
-    and is not recorded: the stage's earlier record and folder, if any, are left as they were."""
-    spec = pending.spec
-    final = None
+def place_staged(staged: Path, shown: Path, work: Callable[[], T], place: Callable[[Path], None]) -> T:
+    """The end of every stage's writing, recorded in a run's manifest or not (a firmware bundle): ``work()`` fills
+    the staging folder ``staged`` (from :func:`~edgedeploy.core.files.new_staging_dir`) and gives the stage's
+    result, ``place(staged)`` puts what it made where it belongs, and the result is returned. On an error the
+    staging folder is removed and the error raised as an :class:`~edgedeploy.errors.EdgeDeployError`: a full disk,
+    however the work met it, as a :class:`~edgedeploy.errors.DiskFullError` naming the file as it lies under
+    ``shown`` (the stage's folder), not its staging name. Any other error is raised as it is."""
     try:
-        result, started, seconds = work()
-        final = ctx.stage_dir(spec.id)
-        promote(pending.staged, final)
+        result = work()
+        place(staged)
     except BaseException as exc:
-        shutil.rmtree(pending.staged, ignore_errors=True)
-        shown = final or ctx.run_dir.joinpath(*spec.id.split("/"))
+        shutil.rmtree(staged, ignore_errors=True)
         err = exc if isinstance(exc, EdgeDeployError) else (
             no_space_error(exc, shown) if isinstance(exc, Exception) else None)
         if err is None:
             raise
-        if isinstance(err, DiskFullError):
-            if str(pending.staged) in err.message:  # the file as it would lie in the stage folder, not its staging name
-                err = DiskFullError(err.message.replace(str(pending.staged), str(shown)), err.hint)
-            # not recorded: a full disk says nothing about the stage, and its earlier record and folder stay
-        else:
-            _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
-                    error=err.one_line())
+        if isinstance(err, DiskFullError) and str(staged) in err.message:  # the file as it lies in the stage folder
+            err = DiskFullError(err.message.replace(str(staged), str(shown)), err.hint)
         if err is exc:
             raise
         raise err from None
+    return result
+
+
+def end_stage(ctx: RunContext, pending: PendingStage,
+              work: Callable[[], tuple[StageResult, str | None, float | None]]) -> StageRecord:
+    """The second half: ``work()`` gives the stage's result, with when its work started and how long it took where
+    it ran (``None``: from :func:`begin_stage` to now), or raises its error; a result is renamed into place and
+    recorded, an error is recorded and raised again, its staging folder removed (:func:`place_staged`). A full
+    disk is not recorded: it says nothing about the stage, and the stage's earlier record and folder, if any, are
+    left as they were."""
+    spec = pending.spec
+    shown = ctx.run_dir.joinpath(*spec.id.split("/"))
+    try:
+        result, started, seconds = place_staged(pending.staged, shown, work,
+                                                lambda staged: promote(staged, ctx.stage_dir(spec.id)))
+    except EdgeDeployError as err:
+        if not isinstance(err, DiskFullError):
+            _record(ctx, spec, pending.key, pending.started, time.perf_counter() - pending.t0, status="failed",
+                    error=err.one_line())
+        raise
     return _commit(ctx, pending, result, started or pending.started,
                    time.perf_counter() - pending.t0 if seconds is None else seconds)
 

@@ -14,13 +14,13 @@ from ..errors import EdgeDeployError
 from edgedeploy.core.files import (
     LOCK_NAME,
     SCRATCH,
-    lock_run_dir,
     new_staging_dir,
     read_input_text,
     remove_empty_scratch,
     sha256_file,
 )
-from edgedeploy.core.nospace import no_space_error, writing
+from edgedeploy.core.nospace import writing
+from edgedeploy.core.stage import lock_output, place_staged
 from .conventions import BUNDLE_MANIFEST, BUNDLE_SCHEMA
 
 
@@ -33,18 +33,11 @@ class OutDirState:
 
 
 def lock_out_dir(out: Path) -> None:
-    """Hold ``out``'s lock (the run folder's kind) until this process ends: a second export into the same folder
-    waits for the first and says so, so two bundles never interleave. Creates ``out`` when absent."""
+    """Hold ``out``'s lock (the run folder's kind, :func:`~edgedeploy.core.stage.lock_output`) until this process
+    ends: a second export into the same folder waits for the first and says so, so two bundles never interleave.
+    Creates ``out`` when absent."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file", "pass a folder path for the firmware bundle")
-    try:
-        lock_run_dir(out)
-    except OSError as exc:
-        if (full := no_space_error(exc, out / LOCK_NAME)) is not None:
-            raise full from None
-        raise UsageError(f"--out {out} cannot be written ({exc.strerror})",
-                         "check the path and its permissions") from exc
+    lock_output(out, f"--out {out}", "pass a folder path for the firmware bundle")
 
 
 def inspect_out_dir(out: Path) -> OutDirState:
@@ -96,7 +89,8 @@ def _refuse_foreign(out: Path, state: OutDirState, force: bool) -> None:
 
 
 def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, force: bool) -> None:
-    """Write ``files`` (manifest.json last) into ``out`` through a staging folder.
+    """Write ``files`` (manifest.json last) into ``out`` through a staging folder, on the stage lifecycle's
+    :func:`~edgedeploy.core.stage.place_staged`.
 
     File by file, not by renaming the folder: ``out`` holds the lock the next export waits on. Every file is
     written in full before the first is moved into place, so a full disk leaves the earlier bundle as it was (and
@@ -111,19 +105,23 @@ def _write_bundle(out: Path, files: Mapping[str, bytes], state: OutDirState, for
         )
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-    staged = None
-    try:
-        staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
+
+    def work() -> None:
         for name, data in files.items():
             with writing(out / name):
                 (staged / name).write_bytes(data)
+
+    def place(staged: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         for name in [n for n in files if n != BUNDLE_MANIFEST] + [BUNDLE_MANIFEST]:
             os.replace(staged / name, out / name)
         for stale in sorted(state.owned - set(files)):
             if (out / stale).is_file() and not (out / stale).is_symlink():
                 (out / stale).unlink(missing_ok=True)
+        shutil.rmtree(staged, ignore_errors=True)
+
+    try:
+        staged = new_staging_dir(out / "bundle", root=out)  # inside --out, never beside it
+        place_staged(staged, out, work, place)
     finally:
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)
         remove_empty_scratch(out)

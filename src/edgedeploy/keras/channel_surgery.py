@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edgedeploy.keras.inbound import call_refs
+
 PRODUCERS = ("Conv2D", "Dense")  # layers whose output channels (filters, units) can be removed
 PASS_THROUGH = {
     "Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "Dropout", "SpatialDropout1D",
@@ -100,24 +102,7 @@ class ChannelGraph:
 
 def _inbound(spec: dict) -> list[list[tuple[str, int, int]]]:
     """Per call of the layer, the (layer, node, tensor) triples it reads."""
-    calls = []
-    for node in spec.get("inbound_nodes") or []:
-        found: list[tuple[str, int, int]] = []
-
-        def walk(obj):
-            if isinstance(obj, list):
-                if len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int) and isinstance(obj[2], int):
-                    found.append((obj[0], obj[1], obj[2]))
-                    return
-                for v in obj:
-                    walk(v)
-            elif isinstance(obj, dict):
-                for v in obj.values():
-                    walk(v)
-
-        walk(node)
-        calls.append(found)
-    return calls
+    return [[(ref[0], ref[1], ref[2]) for ref in call_refs(node)] for node in spec.get("inbound_nodes") or []]
 
 
 def _segments(layout) -> list[tuple[int, int]]:

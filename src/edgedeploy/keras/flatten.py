@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.errors import InvalidInputError
+from edgedeploy.keras.inbound import call_refs, is_ref
 from edgedeploy.keras.keras3 import FLATTEN_HINT, subclassed, unique_name
 
 MODEL_KINDS = ("Functional", "Model", "Sequential")
@@ -114,33 +115,18 @@ class _Inliner:
         """The tensors a nested model is called on, in order; ``training`` is dropped (the flat layers take it
         from the outer call), any other argument refused."""
         found: list[list] = []
-
-        def walk(obj):
-            if _is_ref(obj):
-                extra = {k: v for k, v in (obj[3] if len(obj) > 3 and isinstance(obj[3], dict) else {}).items()
-                         if k != "training" and v is not None}
-                if extra:
-                    raise self.refuse(where, f"is called with arguments {sorted(extra)}")
-                found.append(list(obj[:3]))
-            elif isinstance(obj, (list, tuple)):
-                for v in obj:
-                    walk(v)
-            elif isinstance(obj, dict):
-                for v in obj.values():
-                    walk(v)
-
-        walk(node)
+        for ref in call_refs(node):
+            extra = {k: v for k, v in (ref[3] if len(ref) > 3 and isinstance(ref[3], dict) else {}).items()
+                     if k != "training" and v is not None}
+            if extra:
+                raise self.refuse(where, f"is called with arguments {sorted(extra)}")
+            found.append(list(ref[:3]))
         return found
-
-
-def _is_ref(obj: Any) -> bool:
-    return (isinstance(obj, (list, tuple)) and len(obj) in (3, 4) and isinstance(obj[0], str)
-            and isinstance(obj[1], int) and isinstance(obj[2], int))
 
 
 def _resolve(obj: Any, refs: dict[tuple, list], rename: dict[str, str]) -> Any:
     """A node's references (``[layer, node, tensor, kwargs]``, also inside its kwargs) in the flat graph."""
-    if _is_ref(obj):
+    if is_ref(obj):
         for key in ((obj[0], obj[1], obj[2]), (obj[0], None, obj[2])):
             if key in refs:
                 return [*refs[key], *obj[3:]]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.keras.model import KERNEL_LAYERS
-from edgedeploy.keras.rewrites import bypass_layers
+from edgedeploy.keras.rewrites.wiring import bypass_layers
 
 AFFINE_LAYERS = ("Rescaling", "Normalization", "BatchNormalization")
 # layers an input scaling passes through unchanged: zero padding (when there is no offset), reshapes

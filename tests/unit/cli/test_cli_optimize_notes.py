@@ -1,4 +1,4 @@
-"""The optimize command's leaf table (edgedeploy.api.leaves_json, leaves_table) names the layers 2:4 left out,
+"""The optimize command's leaf table (edgedeploy.api.leaves_json, edgedeploy.api.process.leaves_table) names the layers 2:4 left out,
 palette leaves included."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_leaf_table_is_headed_by_the_task_metric_and_its_unit():
 
     from rich.console import Console
 
-    from edgedeploy.api import leaves_table
+    from edgedeploy.api.process import leaves_table
 
     def headers(details, metrics):
         rec = _rec("ptq", details)

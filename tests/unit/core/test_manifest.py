@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
 
-from edgedeploy.errors import InvalidInputError, ToolFailedError
+from edgedeploy.errors import DiskFullError, InvalidInputError, ToolFailedError
+from edgedeploy.core.files import new_staging_dir
+from edgedeploy.export.outdir import lock_out_dir
 from edgedeploy.core.manifest import Manifest, Metric
-from edgedeploy.core.stage import RunContext, StageResult, StageSpec, run_stage
+from edgedeploy.core.stage import RunContext, StageResult, StageSpec, place_staged, run_stage
 
 
 def _stage(calls, fail=False):
@@ -280,3 +283,58 @@ def test_a_stage_whose_output_was_changed_runs_again_and_says_so(tmp_path, caplo
     assert len(calls) == 2 and (tmp_path / "run" / "demo" / "v1" / "a.txt").read_text() == "hello"
     assert rec.output("text").sha256 == _sha(b"hello")
     assert "demo/v1: an output was changed or removed after the stage wrote it" in caplog.text
+
+
+def _no_space(staged):
+    raise OSError(errno.ENOSPC, "No space left on device", str(staged / "m.c"))
+
+
+def _tool_failed(staged):
+    raise ToolFailedError("boom", "fix it")
+
+
+def _bug(staged):
+    raise ValueError("a bug")
+
+
+@pytest.mark.parametrize("fail, raised, text", [
+    pytest.param(_no_space, DiskFullError, "writing {shown}/m.c", id="full disk: named in the stage folder"),
+    pytest.param(_tool_failed, ToolFailedError, "boom", id="edgedeploy error: raised as it is"),
+    pytest.param(_bug, ValueError, "a bug", id="another error: raised as it is"),
+])
+def test_place_staged_removes_the_staging_folder_of_failed_work_and_places_nothing(tmp_path, fail, raised, text):
+    """The end of every stage's writing, a run's stage or a firmware bundle: failed work places nothing, leaves
+    no staging folder, and a full disk names the file where the user will look for it, not its staging name."""
+    shown = tmp_path / "fw"
+    staged = new_staging_dir(shown / "bundle", root=shown)
+    placed = []
+    with pytest.raises(raised) as info:
+        place_staged(staged, shown, lambda: fail(staged), placed.append)
+    assert text.format(shown=shown) in str(info.value) and str(staged) not in str(info.value)
+    assert placed == [] and not staged.exists()
+
+
+def test_place_staged_places_the_finished_work_and_returns_its_result(tmp_path):
+    shown = tmp_path / "fw"
+    staged = new_staging_dir(shown / "bundle", root=shown)
+    placed = []
+    assert place_staged(staged, shown, lambda: (staged / "m.c").write_text("1"), placed.append) == 1
+    assert placed == [staged] and (staged / "m.c").read_text() == "1"
+
+
+@pytest.mark.parametrize("lock, line", [
+    pytest.param(lambda f: RunContext.open(f), "output folder {f} is a file. pass a folder path with -o/--out",
+                 id="a run folder"),
+    pytest.param(lambda f: lock_out_dir(f), "--out {f} is a file. pass a folder path for the firmware bundle",
+                 id="a firmware bundle's folder"),
+])
+def test_an_output_folder_that_is_a_file_is_one_usage_line_and_left_as_it_is(tmp_path, lock, line):
+    """Every stage's writing starts by locking its output folder (core/stage.py's lock_output), export's too."""
+    from edgedeploy.errors import UsageError
+
+    folder = tmp_path / "f"
+    folder.write_text("x")
+    with pytest.raises(UsageError) as err:
+        lock(folder)
+    assert err.value.one_line() == line.format(f=folder)
+    assert folder.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["f"]

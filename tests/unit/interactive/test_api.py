@@ -43,6 +43,18 @@ def test_the_public_names_exist_once_and_include_each_command_s_entry_point():
         assert name in PUBLIC
 
 
+def test_the_api_has_one_compile_and_leaves_the_command_line_s_tables_to_it():
+    """A script compiles .tflite files, a run folder or a project with ``api.compile`` alone; the rows, columns
+    and rich tables the command line prints are its own (``api.process``), not the face's."""
+    from edgedeploy.api import process
+
+    assert [name for name in PUBLIC if name.startswith("compile") and not name[0].isupper()] == ["compile",
+                                                                                                 "compile_json"]
+    assert not set(PUBLIC) & set(process.__all__)
+    for name in ("leaves_table", "compile_rows", "compile_columns", "sweep_columns"):
+        assert name in process.__all__ and not hasattr(api, name)
+
+
 def test_importing_the_api_imports_no_heavy_module():
     code = ("import sys, edgedeploy.api; "
             "print(sorted(m for m in ('tensorflow', 'numpy', 'ethosu', 'edgedeploy.pipeline', 'edgedeploy.report', "
@@ -129,8 +141,8 @@ def _walk(model):
     (lambda: api.compile(5, ["ethos-u55-128"], "out"), "sources is an int, not a list of paths (each a model file"),
     (lambda: api.compile([None], ["ethos-u55-128"], "out"), "sources[0] is None, not a model file, a run folder"),
     (lambda: api.compile(["m.tflite"], 5, "out"), "targets is an int, not a list of target names or files"),
-    (lambda: api.compile_tflite([{}], ["ethos-u55-128"], "out"), "models[0] is a dict, not an int8 .tflite file"),
-    (lambda: api.compile_run(None, ["ethos-u55-128"]), "run_dir is None, not a run folder"),
+    (lambda: api.compile([{}], ["ethos-u55-128"], "out"), "sources[0] is a dict, not a model file, a run folder"),
+    (lambda: api.compile(["m.tflite"], ["ethos-u55-128"], 5), "out is an int, not a folder"),
     (lambda: api.read_tflite(5), "path is an int, not a .tflite file"),
 ])
 def test_arguments_of_the_wrong_kind_are_one_usage_error_naming_the_argument(tmp_path, monkeypatch, call, line):

@@ -22,7 +22,7 @@ def fold_batch_norm(model):
     into a palette kernel.
     """
     from edgedeploy.keras import tfenv
-    from edgedeploy.keras.rewrites import bypass_layers
+    from edgedeploy.keras.rewrites.wiring import bypass_layers
     from edgedeploy.keras.model import inner
 
     keras = tfenv.load().keras
