@@ -48,8 +48,8 @@ DEFAULT_PATTERN_LEAVES = "pruned,pqat,thinned_pruned"
 KERAS3_LEAVES = "ptq,qat,pcqat,ptq_16x8"  # a Keras 3 file: loading is what differs from .h5, the tree is the same
 
 # The default run: model@format -> (leaves, leaves again with --sparsity-pattern 2:4). Every architecture as .h5
-# with every leaf but the thinned ones where their width search is long (it compiles ~60 candidate models: the
-# larger nets spend 10-20 minutes in it, twice with 2:4); MobileNet-v2 and the EfficientNet-like net keep theirs.
+# with every leaf, but for the thinned ones where their width search is long (it compiles dozens of candidate
+# models, and again under 2:4): MobileNet-v2 and the EfficientNet-like net keep theirs, without 2:4.
 PLAN: dict[str, tuple[str, str]] = {
     "mobilenet_v1@h5": (NOT_THINNED, "pruned,pqat"),
     "mobilenet_v2@h5": (DEFAULT_LEAVES, "pruned,pqat"),
@@ -69,8 +69,9 @@ PLAN: dict[str, tuple[str, str]] = {
     "dense_autoencoder@keras": (KERAS3_LEAVES, "pruned"),
     "two_outputs@keras": (KERAS3_LEAVES, "pruned"),
 }
-# Estimated seconds on 2 cores shared with other work, per architecture: (an optimize command of one leaf, the thinned width search
-# with its fine-tuning); each leaf's compile, verify and export add STAGES_SECONDS.
+# The run time estimate, in seconds on 2 cores shared with other work, per architecture: (an optimize command of
+# one leaf, the thinned width search with its fine-tuning); each leaf's compile, verify and export add
+# STAGES_SECONDS.
 COSTS: dict[str, tuple[float, float]] = {
     "mobilenet_v1": (60, 700), "mobilenet_v2": (90, 800), "mobilenet_v2_transfer": (90, 1000),
     "mobilenet_v3_small": (80, 900), "mobilenet_v3_small_minimalistic": (60, 700), "efficientnet_like": (60, 620),
@@ -351,8 +352,8 @@ def main(argv=None) -> int:
 PAGE_INTRO = """The zoo (`tests/zoo.py`: `keras.applications` networks with `weights=None` and small hand-built ones, 32x32x3
 images, seeded random weights and data) through `edgedeploy optimize` (one command per leaf, the pruned leaves
 again with `--sparsity-pattern 2:4`), `edgedeploy compile --allow-cpu-ops` per target, `edgedeploy verify` on
-every target and `edgedeploy export` for the first. Each cell: `ok`, the operators Vela left on the CPU, or the reason the command
-gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
+every target and `edgedeploy export` for the first. Each cell: `ok`, the operators Vela left on the CPU, or the
+reason the command gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
 its run folder, so its time is shared). Training is tiny, so accuracies mean nothing here; the matrix checks which
 stages each architecture goes through; `OUT` is the `--out` folder. The whole run took {seconds} s. The recipe
 (`--recipe`):
