@@ -4,14 +4,20 @@ Per architecture and file format (tf_keras ``.h5``; Keras 3 ``.keras``, written 
 the bench runs ``edgedeploy optimize`` once per leaf (--leaves; the pruned leaves again with ``--sparsity-pattern
 2:4``, --pattern-leaves) with a tiny recipe (one epoch, no minimum of steps: these check structure, not accuracy),
 ``edgedeploy compile`` of the run for each target (--targets, with ``--allow-cpu-ops`` so that operators left on the
-CPU are named rather than refused), ``edgedeploy verify`` of each leaf on the Ethos-U55/U65 targets and ``edgedeploy
+CPU are named rather than refused), ``edgedeploy verify`` of each leaf on every target and ``edgedeploy
 export`` of each leaf for the first target. Every command runs in this process through the CLI (typer's runner: the
 same code as the console script, without importing TensorFlow again for each command).
 
 Each cell is ``ok``, the operators Vela left on the CPU, or the one-line reason the command gave, with the command's
 time and a reference to the command (listed under the model's table).
 
-Run: python bench/bench_models.py [--models mobilenet_v2,efficientnet_like] [--formats h5,keras]
+Without ``--models`` the run is :data:`PLAN`: every zoo architecture as tf_keras ``.h5`` (flat; the transfer-learning
+MobileNetV2 nested), a few as Keras 3 ``.keras`` (the nested one among them), each with its own leaves: the thinned
+leaves (a width search that compiles dozens of candidates) where the search is cheap and on MobileNet-v2 and the
+EfficientNet-like net. ``--leaves``/``--pattern-leaves`` replace a plan's leaves; a model not in the plan gets every
+leaf. The run's time is estimated from :data:`COSTS` and printed before it starts.
+
+Run: python bench/bench_models.py [--models mobilenet_v2,efficientnet_like@h5] [--formats h5,keras]
      [--leaves ptq,qat,...] [--pattern-leaves pruned,pqat] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256]
      [--out DIR] [--markdown] [--json FILE]
 """
@@ -32,10 +38,47 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests"))
 import zoo  # noqa: E402  (the zoo's builders and data)
 
-VERIFY_FAMILIES = ("ethos-u55", "ethos-u65")  # verify's functional NPU model runs these
+VERIFY_FAMILIES = ("ethos-u55", "ethos-u65", "ethos-u85")  # verify's functional NPU model runs these
 TINY_RECIPE = zoo.TINY_RECIPE
-DEFAULT_LEAVES = ("ptq,qat,pruned,pqat,clustered,cqat,pruned_clustered,pcqat,clustered_palette,cqat_palette,"
-                  "thinned,thinned_qat,thinned_pruned,thinned_pqat,thinned_pcqat,ptq_16x8")
+THINNED = "thinned,thinned_qat,thinned_pruned,thinned_pqat,thinned_pcqat"
+NOT_THINNED = ("ptq,qat,pruned,pqat,clustered,cqat,pruned_clustered,pcqat,clustered_palette,cqat_palette,"
+               "pruned_clustered_palette,pcqat_palette,ptq_16x8")
+DEFAULT_LEAVES = f"{NOT_THINNED},{THINNED}"
+DEFAULT_PATTERN_LEAVES = "pruned,pqat,thinned_pruned"
+KERAS3_LEAVES = "ptq,qat,pcqat,ptq_16x8"  # a Keras 3 file: loading is what differs from .h5, the tree is the same
+
+# The default run: model@format -> (leaves, leaves again with --sparsity-pattern 2:4). Every architecture as .h5
+# with every leaf, but for the thinned ones where their width search is long (it compiles dozens of candidate
+# models, and again under 2:4): MobileNet-v2 and the EfficientNet-like net keep theirs, without 2:4.
+PLAN: dict[str, tuple[str, str]] = {
+    "mobilenet_v1@h5": (NOT_THINNED, "pruned,pqat"),
+    "mobilenet_v2@h5": (DEFAULT_LEAVES, "pruned,pqat"),
+    "mobilenet_v2_transfer@h5": ("ptq,qat,pruned,pcqat", "pruned"),
+    "mobilenet_v3_small@h5": (NOT_THINNED, "pruned,pqat"),
+    "mobilenet_v3_small_minimalistic@h5": (NOT_THINNED, "pruned,pqat"),
+    "efficientnet_like@h5": (DEFAULT_LEAVES, "pruned,pqat"),
+    "resnet_like@h5": (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES),
+    "densenet_like@h5": (NOT_THINNED, "pruned,pqat"),
+    "conv1d_kws@h5": (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES),
+    "dense_autoencoder@h5": (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES),
+    "two_outputs@h5": (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES),
+    "mobilenet_v2_transfer@keras": ("ptq,qat,pruned,pcqat,ptq_16x8", "pruned"),
+    "mobilenet_v3_small@keras": (KERAS3_LEAVES, "pruned"),
+    "efficientnet_like@keras": (KERAS3_LEAVES, "pruned"),
+    "conv1d_kws@keras": (KERAS3_LEAVES + ",thinned", "pruned"),
+    "dense_autoencoder@keras": (KERAS3_LEAVES, "pruned"),
+    "two_outputs@keras": (KERAS3_LEAVES, "pruned"),
+}
+# The run time estimate, in seconds on 2 cores shared with other work, per architecture: (an optimize command of
+# one leaf, the thinned width search with its fine-tuning); each leaf's compile, verify and export add
+# STAGES_SECONDS.
+COSTS: dict[str, tuple[float, float]] = {
+    "mobilenet_v1": (60, 700), "mobilenet_v2": (90, 800), "mobilenet_v2_transfer": (90, 1000),
+    "mobilenet_v3_small": (80, 900), "mobilenet_v3_small_minimalistic": (60, 700), "efficientnet_like": (60, 620),
+    "resnet_like": (20, 140), "densenet_like": (40, 400), "conv1d_kws": (10, 90), "dense_autoencoder": (5, 60),
+    "two_outputs": (5, 60),
+}
+STAGES_SECONDS = 15
 
 
 def cli(*args) -> dict:
@@ -64,15 +107,17 @@ def _cell(res: dict, status: str | None = None, text: str | None = None) -> dict
             "seconds": res["seconds"], "command": res["command"]}
 
 
-def write_models(out: Path, names: list[str], formats: list[str]) -> dict[tuple[str, str], Path | str]:
-    """Each zoo model saved in each format; a format that cannot be written is the reason (a string)."""
+def write_models(out: Path, parts: list[tuple[str, str, tuple[str, str]]]) -> dict[tuple[str, str], Path | str]:
+    """Each zoo model of ``parts`` saved in its format; a format that cannot be written is the reason (a string)."""
     from edgedeploy.keras import tfenv
 
     paths: dict[tuple[str, str], Path | str] = {}
-    if "h5" in formats:
-        for name, path in zoo.write_zoo(tfenv.load().keras, out / "h5", names, ".h5").items():
+    by_format = {fmt: list(dict.fromkeys(n for n, f, _ in parts if f == fmt)) for _, fmt, _ in parts}
+    if "h5" in by_format:
+        for name, path in zoo.write_zoo(tfenv.load().keras, out / "h5", by_format["h5"], ".h5").items():
             paths[(name, "h5")] = path
-    if "keras" in formats:
+    if "keras" in by_format:
+        names = by_format["keras"]
         env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
         proc = subprocess.run([sys.executable, str(REPO / "tests" / "zoo.py"), str(out / "keras"), "--keras3", *names],
                               capture_output=True, text=True, env=env)
@@ -82,24 +127,27 @@ def write_models(out: Path, names: list[str], formats: list[str]) -> dict[tuple[
     return paths
 
 
-def model_part(name: str, fmt: str, model: Path, args) -> dict:
-    """Every stage of one model in one format: {leaf: {stage: cell}}, and the stage times."""
+def model_part(name: str, fmt: str, model: Path, leaves: tuple[str, str], args) -> dict:
+    """Every stage of one model in one format, for ``leaves`` (the leaves, those again with 2:4): {leaf: {stage:
+    cell}}, and the stage times."""
     data = model.parent / f"{name}.npz"
     run = args.out / "runs" / f"{name}-{fmt}"
     recipe = args.out / "tiny.toml"
     rows: dict[str, dict] = {}
     runs: dict[str, list[str]] = {}  # run folder -> leaves converted in it
-    plan = [(leaf, leaf, run, ()) for leaf in args.leaves.split(",") if leaf]
+    plan = [(leaf, leaf, run, ()) for leaf in leaves[0].split(",") if leaf]
     plan += [(f"{leaf} (2:4)", leaf, run.with_name(run.name + "-2of4"), ("--sparsity-pattern", "2:4"))
-             for leaf in args.pattern_leaves.split(",") if leaf]
+             for leaf in leaves[1].split(",") if leaf]
+    searched: set[str] = set()  # run folders whose thinned node (its width search) is shown in a row already
     for row, leaf, folder, extra in plan:
         res = cli("optimize", model, "--data", data, "-o", folder, "--recipe", recipe, "--leaves", leaf, *extra,
                   "--json")
         rows[row] = {"optimize": _cell(res)}
         if res["rc"] == 0:
             runs.setdefault(str(folder), []).append(row)
-            detail = _not_thinned(folder, leaf)
+            detail = "" if str(folder) in searched else _not_thinned(folder, leaf)
             if detail:
+                searched.add(str(folder))
                 rows[row]["optimize"]["text"] = "ok; " + detail
         print(f"{name} {fmt} {row}: optimize {rows[row]['optimize']['text']} ({res['seconds']} s)", file=sys.stderr,
               flush=True)
@@ -148,10 +196,11 @@ def cpu_text(ops: list) -> str:
 
 
 def _not_thinned(folder: Path, leaf: str) -> str:
-    """The thinned node's widths and the layers it left whole with the reason, from the run's manifest."""
+    """The thinned node's widths, NPU cycles against the budget, the layers it left whole with the reason and
+    where its time went, from the run's manifest (shown on the first thinned leaf of a run folder)."""
     from edgedeploy.config.tree import LEAVES, THINNED_NODES
 
-    if LEAVES.get(leaf) not in THINNED_NODES or leaf != "thinned":
+    if LEAVES.get(leaf) not in THINNED_NODES:
         return ""
     doc = json.loads((folder / "manifest.json").read_text())
     rec = next((r for r in doc.get("stages") or [] if r.get("id") == "optimize/thinned"), {})
@@ -221,14 +270,51 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def wanted_parts(args) -> list[tuple[str, str, tuple[str, str]]]:
+    """(architecture, format, (leaves, 2:4 leaves)) of each part of the run, in order: :data:`PLAN` without
+    ``--models``; a model of ``--models`` in every ``--formats``, or as NAME@h5, NAME@keras, NAME@h5+keras."""
+    if args.models is None:
+        specs = list(PLAN)
+    else:
+        formats = [f for f in args.formats.split(",") if f]
+        specs = [m if "@" in m else f"{m}@{'+'.join(formats)}" for m in args.models.split(",") if m]
+    parts = []
+    for spec in specs:
+        name, fmts = spec.split("@")
+        if name not in zoo.ZOO:
+            raise SystemExit(f"bench_models: no zoo model {name!r}; the zoo has {', '.join(zoo.ZOO)}")
+        for fmt in fmts.split("+"):
+            leaves, pattern = PLAN.get(f"{name}@{fmt}", (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES))
+            parts.append((name, fmt, (args.leaves if args.leaves is not None else leaves,
+                                      args.pattern_leaves if args.pattern_leaves is not None else pattern)))
+    return parts
+
+
+def estimate(parts: list[tuple[str, str, tuple[str, str]]]) -> float:
+    """Seconds the run is expected to take (:data:`COSTS`): one optimize command per leaf, plus the thinned width
+    search once per run folder that has a thinned leaf (the 2:4 folder searches again)."""
+    from edgedeploy.config.tree import LEAVES, THINNED_NODES
+
+    total = 0.0
+    for name, _, folders in parts:
+        leaf_s, thin_s = COSTS.get(name, (60, 700))
+        for leaves in folders:
+            names = [leaf for leaf in leaves.split(",") if leaf]
+            total += len(names) * (leaf_s + STAGES_SECONDS)
+            total += thin_s if any(LEAVES.get(leaf) in THINNED_NODES for leaf in names) else 0
+    return total
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(zoo.ZOO),
-                    help="zoo models, each in every --formats or as NAME@h5, NAME@keras or NAME@h5+keras")
+    ap.add_argument("--models", default=None,
+                    help="zoo models, each in every --formats or as NAME@h5, NAME@keras or NAME@h5+keras "
+                         "(default: the plan, every architecture)")
     ap.add_argument("--formats", default="h5,keras")
-    ap.add_argument("--leaves", default=DEFAULT_LEAVES)
-    ap.add_argument("--pattern-leaves", default="pruned,pqat,thinned_pruned",
-                    help="leaves built again with --sparsity-pattern 2:4")
+    ap.add_argument("--leaves", default=None, help="the leaves of every model (default: the plan's, else all)")
+    ap.add_argument("--pattern-leaves", default=None,
+                    help="leaves built again with --sparsity-pattern 2:4 (default: the plan's, else "
+                         f"{DEFAULT_PATTERN_LEAVES})")
     ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
     ap.add_argument("--out", type=Path, default=Path("bench-out") / "models")
     ap.add_argument("--markdown", action="store_true")
@@ -236,20 +322,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from markdown_page import header
 
+    parts = wanted_parts(args)
+    print(f"bench_models: {len(parts)} model files, "
+          f"{sum(len([x for x in f.split(',') if x]) for _, _, fs in parts for f in fs)} optimize commands; "
+          f"estimated {estimate(parts) / 60:.0f} min on 2 shared cores", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tiny.toml").write_text(TINY_RECIPE)
-    formats = [f for f in args.formats.split(",") if f]
-    wanted = [(m.split("@")[0], m.split("@")[1].split("+") if "@" in m else formats)
-              for m in args.models.split(",") if m]
-    names = [n for n, _ in wanted]
     start = time.perf_counter()
-    paths = write_models(args.out / "models", names, sorted({f for _, fs in wanted for f in fs}))
+    paths = write_models(args.out / "models", parts)
     doc = {"targets": args.targets.split(","), "models": []}
-    for name, fmts in wanted:
-        for fmt in fmts:
-            path = paths[(name, fmt)]
-            part = model_part(name, fmt, path, args) if isinstance(path, Path) else failed_part(name, fmt, path)
-            doc["models"].append(part)
+    for name, fmt, leaves in parts:
+        path = paths[(name, fmt)]
+        part = (model_part(name, fmt, path, leaves, args) if isinstance(path, Path)
+                else failed_part(name, fmt, path))
+        doc["models"].append(part)
     doc["seconds"] = round(time.perf_counter() - start)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
@@ -266,8 +352,8 @@ def main(argv=None) -> int:
 PAGE_INTRO = """The zoo (`tests/zoo.py`: `keras.applications` networks with `weights=None` and small hand-built ones, 32x32x3
 images, seeded random weights and data) through `edgedeploy optimize` (one command per leaf, the pruned leaves
 again with `--sparsity-pattern 2:4`), `edgedeploy compile --allow-cpu-ops` per target, `edgedeploy verify` on
-Ethos-U55/U65 and `edgedeploy export`. Each cell: `ok`, the operators Vela left on the CPU, or the reason the command
-gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
+every target and `edgedeploy export` for the first. Each cell: `ok`, the operators Vela left on the CPU, or the
+reason the command gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
 its run folder, so its time is shared). Training is tiny, so accuracies mean nothing here; the matrix checks which
 stages each architecture goes through; `OUT` is the `--out` folder. The whole run took {seconds} s. The recipe
 (`--recipe`):

@@ -42,6 +42,18 @@ def mobilenet_v2(k):
     return k.applications.MobileNetV2(input_shape=IMAGE, alpha=0.35, weights=None, classes=CLASSES)
 
 
+def mobilenet_v2_transfer(k):
+    """Transfer learning as users write it: a ``keras.applications`` base (no top) called as one layer of a
+    Functional model, between a Rescaling input and a Dense head (a nested model, flattened by edgedeploy)."""
+    L = k.layers
+    inp = k.Input(IMAGE)
+    x = L.Rescaling(1.0 / 127.5, offset=-1.0, name="rescale")(inp)
+    base = k.applications.MobileNetV2(input_shape=IMAGE, alpha=0.35, include_top=False, weights=None)
+    x = base(x)
+    x = L.GlobalAveragePooling2D(name="avg_pool")(x)
+    return k.Model(inp, L.Dense(CLASSES, activation="softmax", name="predictions")(x), name="mobilenet_v2_transfer")
+
+
 def mobilenet_v3_small(k):
     """Hard-swish and squeeze-and-excitation (GlobalAveragePooling -> 1x1 Conv -> 1x1 Conv -> Multiply)."""
     return k.applications.MobileNetV3Small(input_shape=IMAGE, alpha=0.75, weights=None, classes=CLASSES,
@@ -175,6 +187,8 @@ def two_outputs(k):
 ZOO: dict[str, tuple[Callable, str]] = {
     "mobilenet_v1": (mobilenet_v1, "depthwise-separable convolutions, ReLU6 (alpha 0.25)"),
     "mobilenet_v2": (mobilenet_v2, "inverted residuals (alpha 0.35)"),
+    "mobilenet_v2_transfer": (mobilenet_v2_transfer, "MobileNetV2 base (no top) nested in a Functional model: "
+                                                     "Rescaling input, Dense head"),
     "mobilenet_v3_small": (mobilenet_v3_small, "hard-swish, squeeze-and-excitation (alpha 0.75)"),
     "mobilenet_v3_small_minimalistic": (mobilenet_v3_small_minimalistic, "no hard-swish, no SE (alpha 0.75)"),
     "efficientnet_like": (efficientnet_like, "MBConv: swish, SE (GAP -> Dense -> Dense -> Multiply)"),
@@ -202,13 +216,21 @@ def settle_batch_norm(model, x: np.ndarray) -> None:
     activations shrink towards zero: the int8 scales would be ~1e-9, which no trained model has and which TFLite's
     reference kernels refuse. One forward pass in training mode with momentum 0 normalises every layer's input
     with its batch statistics and stores them."""
-    norms = [layer for layer in model.layers if layer.__class__.__name__ == "BatchNormalization"]
+    norms = [layer for layer in _layers(model) if layer.__class__.__name__ == "BatchNormalization"]
     momenta = [layer.momentum for layer in norms]
     for layer in norms:
         layer.momentum = 0.0
     model(x, training=True)
     for layer, momentum in zip(norms, momenta):
         layer.momentum = momentum
+
+
+def _layers(model) -> list:
+    """Every layer of ``model``, those of the models nested in it included."""
+    out = []
+    for layer in model.layers:
+        out += _layers(layer) if hasattr(layer, "layers") else [layer]
+    return out
 
 
 def write_data(model, path: Path, n_fit: int = 64, n_eval: int = 32) -> Path:

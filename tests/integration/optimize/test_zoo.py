@@ -27,6 +27,7 @@ TARGET = "ethos-u55-128"
 CASES = {
     "mobilenet_v1": ("ptq,qat", None),
     "mobilenet_v2": ("ptq,pqat", None),
+    "mobilenet_v2_transfer": ("ptq,qat", None),  # nested: flattened before the tree
     "mobilenet_v3_small": ("ptq,qat", None),
     "mobilenet_v3_small_minimalistic": ("ptq,qat", None),
     "efficientnet_like": ("ptq,qat", None),  # thinned: in the slow matrix (its width search compiles many)
@@ -113,18 +114,24 @@ def test_zoo_model_that_is_refused_names_the_reason(zoo_dir, tmp_path, name):
 
 @pytest.mark.slow
 def test_the_whole_support_matrix_names_a_reason_for_every_failing_cell(tmp_path):
-    """Every architecture, leaf (2:4 included), target and format through bench/bench_models.py: a cell that fails
-    says why, and MobileNet-v2 and the EfficientNet-like net get a thinned leaf within budget on U55-128."""
+    """Every architecture, leaf (2:4 included), target and format through bench/bench_models.py (its plan): a cell
+    that fails says why, every leaf is verified on every target it compiled for, and MobileNet-v2 and the
+    EfficientNet-like net get a thinned leaf within budget on U55-128."""
     sys.path.insert(0, str(REPO / "bench"))
     import bench_models
 
     doc_path = tmp_path / "matrix.json"
     assert bench_models.main(["--out", str(tmp_path / "bench"), "--json", str(doc_path)]) == 0
     doc = json.loads(doc_path.read_text())
+    assert {p["name"] for p in doc["models"]} == set(zoo.ZOO)
+    assert {p["format"] for p in doc["models"]} == {"h5", "keras"}
     for part in doc["models"]:
         for row, cells in part["rows"].items():
             for stage, cell in cells.items():
                 assert cell["status"] != "failed" or len(cell["text"]) > 10, (part["name"], row, stage, cell)
+            for target in doc["targets"]:
+                if cells.get(target, {}).get("status") in ("ok", "cpu"):
+                    assert f"verify {target}" in cells, (part["name"], row, target)
     for name in ("mobilenet_v2", "efficientnet_like"):
         part = next(p for p in doc["models"] if p["name"] == name and p["format"] == "h5")
         assert "budget met on ethos-u55-128" in part["rows"]["thinned"]["optimize"]["text"]
