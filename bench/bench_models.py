@@ -15,9 +15,12 @@ Without ``--models`` the run is :data:`PLAN`: every zoo architecture as tf_keras
 MobileNetV2 nested), a few as Keras 3 ``.keras`` (the nested one among them), each with its own leaves: the thinned
 leaves (a width search that compiles dozens of candidates) where the search is cheap and on MobileNet-v2 and the
 EfficientNet-like net. ``--leaves``/``--pattern-leaves`` replace a plan's leaves; a model not in the plan gets every
-leaf. The run's time is estimated from :data:`COSTS` and printed before it starts.
+leaf. ``--plan page`` is :data:`PAGE_PLAN`, the support-matrix page's run; ``--only`` runs some of a plan's parts and
+``--reuse`` keeps those the ``--json`` file holds, so that a long run can be done in pieces. The run's time is
+estimated from :data:`COSTS` and printed before it starts.
 
-Run: python bench/bench_models.py [--models mobilenet_v2,efficientnet_like@h5] [--formats h5,keras]
+Run: python bench/bench_models.py [--plan full|page] [--only NAME@FORMAT,...] [--reuse]
+     [--models mobilenet_v2,efficientnet_like@h5] [--formats h5,keras]
      [--leaves ptq,qat,...] [--pattern-leaves pruned,pqat] [--targets ethos-u55-128,ethos-u65-256,ethos-u85-256]
      [--out DIR] [--markdown] [--json FILE]
 """
@@ -69,6 +72,29 @@ PLAN: dict[str, tuple[str, str]] = {
     "dense_autoencoder@keras": (KERAS3_LEAVES, "pruned"),
     "two_outputs@keras": (KERAS3_LEAVES, "pruned"),
 }
+# The support-matrix page's run (--plan page): every architecture and both formats, each with ptq, a QAT leaf and
+# most with one leaf that chains pruning, clustering and QAT (pcqat) or its parts, 2:4, and the thinned leaf on
+# MobileNet-v2, the EfficientNet-like net and the nets whose width search is cheap; the Conv1D keyword spotter takes
+# every other leaf (palette and 16x8 included), so that each leaf of the tree is on the page at least once. About an
+# hour on 2 cores, against PLAN's four.
+PAGE_PLAN: dict[str, tuple[str, str]] = {
+    "mobilenet_v1@h5": ("ptq,qat,pcqat", "pruned"),
+    "mobilenet_v2@h5": ("ptq,qat,pcqat,thinned", "pruned"),
+    "mobilenet_v2_transfer@keras": ("ptq,qat", ""),
+    "mobilenet_v3_small@h5": ("ptq,qat", "pruned"),
+    "mobilenet_v3_small@keras": ("ptq,qat", ""),
+    "mobilenet_v3_small_minimalistic@h5": ("ptq,qat", ""),
+    "efficientnet_like@h5": ("ptq,qat,pcqat,thinned", "pruned"),
+    "efficientnet_like@keras": ("ptq,qat", ""),
+    "resnet_like@h5": ("ptq,qat,pcqat,thinned,thinned_qat", "pruned,thinned_pruned"),
+    "densenet_like@h5": ("ptq,qat,pcqat", "pruned"),
+    "conv1d_kws@h5": (f"{NOT_THINNED},thinned,thinned_pcqat", "pruned,pqat"),
+    "conv1d_kws@keras": ("ptq,qat,thinned", ""),
+    "dense_autoencoder@h5": ("ptq,qat,pruned,clustered,thinned", "pruned"),
+    "two_outputs@h5": ("ptq,qat,pcqat,thinned", "pruned"),
+    "two_outputs@keras": ("ptq,qat", ""),
+}
+PLANS = {"full": PLAN, "page": PAGE_PLAN}
 # The run time estimate, in seconds on 2 cores shared with other work, per architecture: (an optimize command of
 # one leaf, the thinned width search with its fine-tuning); each leaf's compile, verify and export add
 # STAGES_SECONDS.
@@ -273,8 +299,9 @@ def _esc(text: str) -> str:
 def wanted_parts(args) -> list[tuple[str, str, tuple[str, str]]]:
     """(architecture, format, (leaves, 2:4 leaves)) of each part of the run, in order: :data:`PLAN` without
     ``--models``; a model of ``--models`` in every ``--formats``, or as NAME@h5, NAME@keras, NAME@h5+keras."""
+    plan = PLANS[args.plan]
     if args.models is None:
-        specs = list(PLAN)
+        specs = [spec for spec in plan if not args.only or spec in args.only.split(",")]
     else:
         formats = [f for f in args.formats.split(",") if f]
         specs = [m if "@" in m else f"{m}@{'+'.join(formats)}" for m in args.models.split(",") if m]
@@ -284,7 +311,7 @@ def wanted_parts(args) -> list[tuple[str, str, tuple[str, str]]]:
         if name not in zoo.ZOO:
             raise SystemExit(f"bench_models: no zoo model {name!r}; the zoo has {', '.join(zoo.ZOO)}")
         for fmt in fmts.split("+"):
-            leaves, pattern = PLAN.get(f"{name}@{fmt}", (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES))
+            leaves, pattern = plan.get(f"{name}@{fmt}", (DEFAULT_LEAVES, DEFAULT_PATTERN_LEAVES))
             parts.append((name, fmt, (args.leaves if args.leaves is not None else leaves,
                                       args.pattern_leaves if args.pattern_leaves is not None else pattern)))
     return parts
@@ -305,6 +332,16 @@ def estimate(parts: list[tuple[str, str, tuple[str, str]]]) -> float:
     return total
 
 
+def reusable(args) -> dict[tuple[str, str, tuple[str, str]], dict]:
+    """With ``--reuse``: the parts the ``--json`` file holds, run for the same targets, by (name, format, leaves)."""
+    if not (args.reuse and args.json and args.json.is_file()):
+        return {}
+    doc = json.loads(args.json.read_text())
+    if doc.get("targets") != args.targets.split(","):
+        return {}
+    return {(p["name"], p["format"], tuple(p["leaves"])): p for p in doc["models"] if "leaves" in p}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=None,
@@ -316,6 +353,11 @@ def main(argv=None) -> int:
                     help="leaves built again with --sparsity-pattern 2:4 (default: the plan's, else "
                          f"{DEFAULT_PATTERN_LEAVES})")
     ap.add_argument("--targets", default="ethos-u55-128,ethos-u65-256,ethos-u85-256")
+    ap.add_argument("--plan", choices=sorted(PLANS), default="full",
+                    help="without --models: full (every leaf, about four hours) or page (the support-matrix page's run)")
+    ap.add_argument("--only", default=None, help="run only these NAME@FORMAT parts of the plan (a run in pieces)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the parts the --json file holds already (same leaves and targets) and run the others")
     ap.add_argument("--out", type=Path, default=Path("bench-out") / "models")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
@@ -323,20 +365,29 @@ def main(argv=None) -> int:
     from markdown_page import header
 
     parts = wanted_parts(args)
-    print(f"bench_models: {len(parts)} model files, "
-          f"{sum(len([x for x in f.split(',') if x]) for _, _, fs in parts for f in fs)} optimize commands; "
-          f"estimated {estimate(parts) / 60:.0f} min on 2 shared cores", file=sys.stderr, flush=True)
+    kept = reusable(args)
+    todo = [p for p in parts if p not in kept]
+    print(f"bench_models: {len(todo)} model files to run ({len(parts) - len(todo)} kept), "
+          f"{sum(len([x for x in f.split(',') if x]) for _, _, fs in todo for f in fs)} optimize commands; "
+          f"estimated {estimate(todo) / 60:.0f} min on 2 shared cores", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tiny.toml").write_text(TINY_RECIPE)
-    start = time.perf_counter()
-    paths = write_models(args.out / "models", parts)
-    doc = {"targets": args.targets.split(","), "models": []}
-    for name, fmt, leaves in parts:
+    paths = write_models(args.out / "models", todo)
+    done: dict[tuple[str, str, tuple[str, str]], dict] = dict(kept)
+    doc: dict = {"targets": args.targets.split(","), "models": []}
+    for name, fmt, leaves in todo:
         path = paths[(name, fmt)]
+        t0 = time.perf_counter()
         part = (model_part(name, fmt, path, leaves, args) if isinstance(path, Path)
                 else failed_part(name, fmt, path))
-        doc["models"].append(part)
-    doc["seconds"] = round(time.perf_counter() - start)
+        part.update(leaves=list(leaves), seconds=round(time.perf_counter() - t0))
+        done[(name, fmt, leaves)] = part
+        if args.json:  # a part at a time, so that a run in pieces (--only, --reuse) keeps what is done
+            args.json.write_text(json.dumps({**doc, "models": list(done.values())}, indent=1))
+    # the parts in the plan's order; a run of --only parts keeps the file's others after them
+    order = [done[p] for p in parts] + ([part for key, part in done.items() if key not in parts] if args.only else [])
+    doc["models"] = order
+    doc["seconds"] = sum(part.get("seconds", 0) for part in order)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
     page = render(doc, args.markdown)
