@@ -147,24 +147,46 @@ def gzip_size(data: bytes) -> int:
 
 
 def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.ndarray:
-    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs.
+    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs (its
+    first output's, for a model with several: :func:`tflite_predict_all`).
 
     The interpreter is resized to a batch when that gives the same answers as batch 1 on the first
     samples; otherwise it runs one sample at a time.
     """
+    return tflite_predict_all(model_bytes, x, batch)[0]
+
+
+def output_order(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The interpreter's output details in the Keras model's output order: the converter names each output
+    ``<signature call>:<index in the model's outputs>`` but may list them in another order."""
+    def index(detail: dict[str, Any]) -> int:
+        tail = str(detail.get("name", "")).rpartition(":")[2]
+        return int(tail) if tail.isdigit() else -1
+
+    keys = [index(d) for d in details]
+    if -1 in keys or len(set(keys)) != len(keys):
+        return list(details)
+    return [d for _, d in sorted(zip(keys, details), key=lambda pair: pair[0])]
+
+
+def tflite_predict_all(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> list[np.ndarray]:
+    """:func:`tflite_predict` for every output of the model, in the Keras model's output order."""
     from edgedeploy.tflite.interpreter import allocate, make_interpreter
 
     it = make_interpreter(model_bytes, num_threads=2)
-    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    inp, outs = it.get_input_details()[0], output_order(it.get_output_details())
     xq = quantize_input(x, inp)
 
-    def one(it_, xs):
+    def read(it_) -> list[np.ndarray]:
+        return [it_.get_tensor(out["index"]).copy() for out in outs]
+
+    def one(it_, xs) -> list[np.ndarray]:
         res = []
         for i in range(len(xs)):
             it_.set_tensor(inp["index"], xs[i : i + 1])
             it_.invoke()
-            res.append(it_.get_tensor(out["index"]).copy())
-        return np.concatenate(res)
+            res.append(read(it_))
+        return [np.concatenate(part) for part in zip(*res)]
 
     probe = xq[: min(8, len(xq))]
     reference = one(it, probe)
@@ -175,7 +197,7 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
         allocate(bt)
         bt.set_tensor(inp["index"], probe)
         bt.invoke()
-        if np.array_equal(bt.get_tensor(out["index"]), reference):
+        if all(np.array_equal(a, b) for a, b in zip(read(bt), reference)):
             batched = bt
     except Exception:  # a fixed-shape operator (e.g. RESHAPE to [1, N]) rules batching out
         batched = None
@@ -188,8 +210,8 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
         batched.allocate_tensors()
         batched.set_tensor(inp["index"], chunk)
         batched.invoke()
-        results.append(batched.get_tensor(out["index"]).copy())
-    return np.concatenate(results)
+        results.append(read(batched))
+    return [np.concatenate(part) for part in zip(*results)]
 
 
 def quantize_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
