@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.errors import ToolFailedError
+from edgedeploy.tflite.reader import keras_order
 
 log = logging.getLogger("edgedeploy")
 
@@ -157,16 +158,8 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
 
 
 def output_order(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The interpreter's output details in the Keras model's output order: the converter names each output
-    ``<signature call>:<index in the model's outputs>`` but may list them in another order."""
-    def index(detail: dict[str, Any]) -> int:
-        tail = str(detail.get("name", "")).rpartition(":")[2]
-        return int(tail) if tail.isdigit() else -1
-
-    keys = [index(d) for d in details]
-    if -1 in keys or len(set(keys)) != len(keys):
-        return list(details)
-    return [d for _, d in sorted(zip(keys, details), key=lambda pair: pair[0])]
+    """The interpreter's output details in the Keras model's output order (:func:`keras_order`)."""
+    return [details[i] for i in keras_order([str(d.get("name", "")) for d in details])]
 
 
 def tflite_predict_all(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> list[np.ndarray]:
