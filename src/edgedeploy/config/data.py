@@ -177,9 +177,9 @@ def output_arrays(path: Path | str, arrays: dict[str, Any], outputs: list[str]) 
     views = []
     for i, (name, found) in enumerate(zip(outputs, per_output)):
         if not found:
-            key = f"y_{name}" if "x" in arrays else f"y_train_{name} and y_test_{name}"
-            raise _fail(path, f"has no targets for the model's output '{name}' (no '{key}')",
-                        f"add {key}: one target per sample for that output"
+            keys = [f"y_{name}"] if "x" in arrays else [f"y_train_{name}", f"y_test_{name}"]
+            raise _fail(path, f"has no targets for the model's output '{name}' (no {' or '.join(map(repr, keys))})",
+                        f"add {' and '.join(keys)}: one target per sample for that output"
                         + (" ('y' is the first output's)" if i else ""))
         view = {k: v for k, v in arrays.items() if k not in _TARGET_KEYS}
         view.update(found)

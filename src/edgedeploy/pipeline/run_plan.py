@@ -165,7 +165,7 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
         **({"data_source": data_source} if data_source else {}),
     }
     task_doc = {"loss": {"name": loss.name, "from_logits": loss.from_logits, "source": loss.source},
-                **({} if loss.classifier else {"task": loss.describe()})}
+                **({} if loss.classifier and not loss.outputs else {"task": loss.describe()})}
     return TreeInputs(model_path, data_path, data, loss, dict(env.versions), {"head": info_doc, "tail": task_doc},
                       trust_lambda, model)
 

@@ -272,7 +272,7 @@ def _objectives(env, model, ts: TrainingSet, recipe: Recipe, loss: Task) -> _Obj
                       for i, (task, other) in enumerate(ts.others)]]
     return _Objective([p.loss for p in parts], [p.y for p in parts], [p.metrics for p in parts],
                       lambda out, rows=EVERY_ROW: float(sum(p.val_loss(o, rows) for p, o in zip(parts, out))),
-                      f"{loss.output}_accuracy")
+                      f"{model.output_names[0]}_accuracy")  # (Keras names it after the output layer)
 
 
 def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: int, classifier: bool) -> _Objective:
