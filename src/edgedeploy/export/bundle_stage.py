@@ -12,7 +12,7 @@ from .. import __version__
 from ..errors import EdgeDeployError, InvalidInputError, UsageError
 from edgedeploy.core.files import sha256_bytes, sha256_file
 from edgedeploy.tflite.interpreter import PACKAGE as LITERT_PACKAGE
-from edgedeploy.tflite.reader import TensorInfo, TfliteModel, first_output, read_tflite
+from edgedeploy.tflite.reader import TensorInfo, TfliteModel, read_tflite
 from .c_files import BundleSpec, CpuModel, GoldenSet, render_cpu_source, render_golden_header, render_golden_source, render_model_header, render_model_source
 from .c_literals import arena_size, c_type_of, dtype_bytes, elements
 from .cmake import render_cmake_module, render_cmakelists
@@ -131,8 +131,7 @@ def _labels_for(src: ExportSource, data: EvalData | None, n_classes: int | None)
     elif data is not None and data.labels:
         labels, origin = data.labels, f"{data.path.name} labels"
     if labels is not None and n_classes is not None and len(labels) != n_classes:
-        return None, None, [f"{len(labels)} labels ({origin}) but the first output has {n_classes} values; "
-                                  "labels left out"]
+        return None, None, [f"{len(labels)} labels ({origin}) but output 0 has {n_classes} values; labels left out"]
     return labels, origin, []
 
 
@@ -159,9 +158,7 @@ def export_bundle(run_dir: Path, options: ExportOptions) -> ExportResult:
     vela_model = read_tflite(src.vela_model)
     int8_model = read_tflite(src.int8_model)
     warnings += _model_warnings(src, vela_model, int8_model)
-    # the classes are the Keras model's first output's (TFLite may list a model's several outputs in another order)
-    n_classes = elements(vela_model.outputs[first_output([t.name for t in vela_model.outputs])].shape[1:]) \
-        if vela_model.outputs else None
+    n_classes = elements(vela_model.outputs[0].shape[1:]) if vela_model.outputs else None
     n_golden, data = _eval_data(src, options, data_path, int8_model, n_classes)
     labels, labels_origin, label_warnings = _labels_for(src, data, n_classes)
     warnings += label_warnings
@@ -307,7 +304,6 @@ def _add_golden(files: dict[str, bytes], tools: dict[str, Any], spec: BundleSpec
         if int8_model.inputs[0].dtype != "float32"
         else "none (float input)",
         "argmax": golden.argmax.tolist(),
-        **({"argmax_output": golden.argmax_output} if golden.argmax_output else {}),
         "label": golden.label.tolist(),
         "argmax_matches_label": float(np.mean(golden.argmax == golden.label)) if data.y is not None else None,
         "tflite_comparison": comparison,
@@ -423,10 +419,10 @@ def _tflite_comparison(model: bytes, golden: GoldenSet, tflite: TfliteModel) -> 
     except (RuntimeError, ValueError) as exc:
         return {"available": False, "reason": f"LiteRT's interpreter failed: {exc}"}, None
     result: dict[str, Any] = {"available": True, "interpreter": "LiteRT Interpreter (default kernels, XNNPACK)"}
-    result.update(compare_outputs(golden.outputs, default, golden.argmax_output))
+    result.update(compare_outputs(golden.outputs, default))
     # TFLite's own reference kernels: the same arithmetic as TFLM's, so a difference here is a red flag.
     result["reference_kernels"] = {
         "interpreter": "LiteRT Interpreter (BUILTIN_REF reference kernels)",
-        **compare_outputs(golden.outputs, reference, golden.argmax_output),
+        **compare_outputs(golden.outputs, reference),
     }
     return result, package_version(LITERT_PACKAGE)

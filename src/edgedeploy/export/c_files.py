@@ -193,11 +193,10 @@ class GoldenSet:
 
     inputs: tuple[Any, ...]  # numpy arrays [N, *shape[1:]] per model input
     outputs: tuple[Any, ...]  # numpy arrays [N, *shape[1:]] per model output
-    argmax: Any  # int32 [N]: arg max of output ``argmax_output`` per case
+    argmax: Any  # int32 [N]: arg max of output 0 per case
     label: Any  # int32 [N]: the data's class (-1 unknown)
     row: Any  # int64 [N]: row in the data file
     float_inputs: tuple[Any, ...] = ()  # the float features before quantization
-    argmax_output: int = 0  # the output holding the model's first (Keras) output, a classifier's scores
 
     @property
     def count(self) -> int:
@@ -234,7 +233,7 @@ def render_golden_header(spec: BundleSpec, golden: GoldenSet, reference: str) ->
             f"extern const {p}_OUTPUT_{i}_CTYPE {spec.name}_golden_output_{i}[{p}_GOLDEN_COUNT][{p}_OUTPUT_{i}_ELEMENTS];"
         )
     lines += [
-        f"/* Index of the largest element of output {golden.argmax_output}, per case. */",
+        "/* Index of the largest element of output 0, per case. */",
         f"extern const int32_t {spec.name}_golden_argmax[{p}_GOLDEN_COUNT];",
         "/* The class the data file gives each case (-1: unknown). */",
         f"extern const int32_t {spec.name}_golden_label[{p}_GOLDEN_COUNT];",

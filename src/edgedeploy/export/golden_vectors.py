@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidInputError, ToolFailedError, ToolMissingError, UsageError
-from edgedeploy.tflite.reader import TensorInfo, TfliteModel, first_output
+from edgedeploy.tflite.reader import TensorInfo, TfliteModel
 from .c_files import GoldenSet
 from .conventions import C_TYPES, HOST_ARENA_MIN, TFLM_PIN
 
@@ -187,9 +187,8 @@ def run_tflite(
     return [np.stack(o) for o in outs]
 
 
-def compare_outputs(reference: Sequence[Any], other: Sequence[Any], first: int = 0) -> dict[str, Any]:
-    """How far ``other`` is from ``reference``: largest absolute difference, share of elements that differ, and
-    how often the arg max of output ``first`` (the model's first output) agrees."""
+def compare_outputs(reference: Sequence[Any], other: Sequence[Any]) -> dict[str, Any]:
+    """How far ``other`` is from ``reference``: largest absolute difference, share of elements that differ."""
     import numpy as np
 
     total = differing = 0
@@ -201,7 +200,7 @@ def compare_outputs(reference: Sequence[Any], other: Sequence[Any], first: int =
         total += diff.size
         differing += int(np.count_nonzero(diff))
         max_diff = max(max_diff, float(diff.max()) if diff.size else 0.0)
-    a0, b0 = np.asarray(reference[first]), np.asarray(other[first])
+    a0, b0 = np.asarray(reference[0]), np.asarray(other[0])
     n = a0.shape[0]
     argmax_same = int(np.sum(a0.reshape(n, -1).argmax(1) == b0.reshape(n, -1).argmax(1)))
     return {
@@ -227,8 +226,7 @@ def make_golden(model: bytes, tflite: TfliteModel, data: EvalData, n: int) -> Go
     picks_arr = np.asarray(picks, dtype=np.int64)
     model_in, float_in = prepare_inputs(data.x[picks_arr], tflite.inputs[0])
     outputs = run_tflm(model, [model_in], [tflite.inputs[0].shape], len(tflite.outputs))
-    first = first_output([t.name for t in tflite.outputs])  # the Keras model's first output (a classifier's)
-    argmax = outputs[first].reshape(outputs[first].shape[0], -1).argmax(axis=1).astype(np.int32)
+    argmax = outputs[0].reshape(outputs[0].shape[0], -1).argmax(axis=1).astype(np.int32)
     label = (data.y[picks_arr] if data.y is not None else np.full(len(picks), -1)).astype(np.int32)
     is_quantized_input = tflite.inputs[0].dtype != "float32"
     return GoldenSet(
@@ -238,7 +236,6 @@ def make_golden(model: bytes, tflite: TfliteModel, data: EvalData, n: int) -> Go
         label=label,
         row=data.rows[picks_arr].astype(np.int64),
         float_inputs=(float_in,) if is_quantized_input else (),
-        argmax_output=first,
     )
 
 

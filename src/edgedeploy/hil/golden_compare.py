@@ -289,9 +289,7 @@ def compare_to_golden(outputs: Any, bundle: GoldenBundle, case: GoldenCase, max_
         for idx in zip(*np.nonzero(diff > max_abs_diff)):
             idx = tuple(int(i) for i in idx)
             mismatches.append(Mismatch(o, idx, np.asarray(e).reshape(g.shape)[idx].item(), g[idx].item(), float(diff[idx])))
-    first = int((bundle.manifest.get("golden") or {}).get("argmax_output", 0))  # the classifier's output
-    first = first if first < len(got) else 0
-    argmax = int(np.asarray(got[first]).reshape(-1).argmax()) if got and got[first].size else None
+    argmax = int(np.asarray(got[0]).reshape(-1).argmax()) if got and got[0].size else None
     return Comparison(case, worst, max_abs_diff, total, mismatches, argmax, bundle.name, bundle.labels)
 
 

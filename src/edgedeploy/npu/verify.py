@@ -229,7 +229,7 @@ def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
     """``count`` input cases typed as the int8 model takes them: rows of the evaluation data, else seeded random
     integers (a model with float inputs needs data)."""
     from ..export.golden_vectors import load_eval_data, prepare_inputs
-    from edgedeploy.tflite.reader import first_output, read_tflite
+    from edgedeploy.tflite.reader import read_tflite
 
     model = read_tflite(int8_model)
     if len(model.inputs) != 1:
@@ -238,8 +238,7 @@ def load_cases(int8_model: Path, data: Path | None, count: int, seed: int,
     tin = model.inputs[0]
     shape = tuple(int(d) for d in tin.shape[1:])
     if data is not None:
-        first = first_output([t.name for t in model.outputs])  # the Keras model's first output (its classes)
-        n_classes = int(np.prod(model.outputs[first].shape[1:])) if model.outputs else 1
+        n_classes = int(np.prod(model.outputs[0].shape[1:])) if model.outputs else 1
         ev = load_eval_data(Path(data), shape, n_classes, kind)
         rows = min(count, int(ev.x.shape[0]))
         typed, _ = prepare_inputs(ev.x[:rows], tin)

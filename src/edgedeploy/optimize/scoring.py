@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedeploy.tflite.convert import output_order, tflite_predict, tflite_predict_all
+from edgedeploy.tflite.convert import tflite_predict, tflite_predict_all
 from edgedeploy.core.manifest import Metric
 from edgedeploy.config.task import METRICS, Task, score
 
@@ -48,13 +48,13 @@ def tflite_float_outputs(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
 
 
 def tflite_all_float_outputs(model_bytes: bytes, x: np.ndarray) -> list[np.ndarray]:
-    """Every output of the int8 model on ``x``, dequantized to float, in the Keras model's output order."""
+    """Every output of the int8 model on ``x``, dequantized to float, in its order (the Keras model's)."""
     from edgedeploy.tflite.interpreter import make_interpreter
 
     raws = tflite_predict_all(model_bytes, x)
     it = make_interpreter(model_bytes, allocate_now=False)
     out = []
-    for raw, detail in zip(raws, output_order(it.get_output_details())):
+    for raw, detail in zip(raws, it.get_output_details()):
         if detail["dtype"] == np.float32:
             out.append(raw.astype(np.float32))
             continue

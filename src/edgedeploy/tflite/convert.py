@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.errors import ToolFailedError
-from edgedeploy.tflite.reader import keras_order
 
 log = logging.getLogger("edgedeploy")
 
@@ -79,7 +78,38 @@ def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False
         raise ToolFailedError(f"{_prefix(source)}int8 conversion failed: {first}",
                               "a layer may have no int8 kernel in TFLite; check the model's operators") from exc
     _require_full_int8(result, source)
-    return result
+    return in_keras_order(result)
+
+
+def in_keras_order(data: bytes) -> bytes:
+    """``data`` (a converted model) with its outputs listed in the Keras model's output order.
+
+    The converter may list a model's several outputs in another order (a classifier and a box regressor come out
+    box first); its signature names them ``output_<i>`` for the i-th Keras output. The subgraph's list of output
+    tensors is permuted in place, so that every reader (scoring, verify, export's golden vectors, the firmware)
+    finds output i where the Keras model has it. A model with one output, or whose signature does not name its
+    outputs so, is returned as it is."""
+    import re
+
+    import tflite  # the generated TFLite schema
+
+    buf = bytearray(data)
+    model = tflite.Model.GetRootAsModel(buf, 0)
+    if model.SignatureDefsLength() != 1:
+        return data
+    sig = model.SignatureDefs(0)
+    named = {}
+    for i in range(sig.OutputsLength()):
+        m = re.fullmatch(r"output_(\d+)", (sig.Outputs(i).Name() or b"").decode())
+        if m is None:
+            return data
+        named[int(m.group(1))] = sig.Outputs(i).TensorIndex()
+    outputs = model.Subgraphs(sig.SubgraphIndex()).OutputsAsNumpy()  # a view into ``buf``
+    order = [named[k] for k in sorted(named)]
+    if len(order) < 2 or sorted(order) != sorted(outputs.tolist()) or order == outputs.tolist():
+        return data
+    outputs[:] = order
+    return bytes(buf)
 
 
 def convert_qat_int8(model, calibration, float_io: bool = False, source: str | None = None) -> tuple[bytes, str | None]:
@@ -157,17 +187,13 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
     return tflite_predict_all(model_bytes, x, batch)[0]
 
 
-def output_order(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The interpreter's output details in the Keras model's output order (:func:`keras_order`)."""
-    return [details[i] for i in keras_order([str(d.get("name", "")) for d in details])]
-
-
 def tflite_predict_all(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> list[np.ndarray]:
-    """:func:`tflite_predict` for every output of the model, in the Keras model's output order."""
+    """:func:`tflite_predict` for every output of the model, in its order (the Keras model's:
+    :func:`in_keras_order`)."""
     from edgedeploy.tflite.interpreter import allocate, make_interpreter
 
     it = make_interpreter(model_bytes, num_threads=2)
-    inp, outs = it.get_input_details()[0], output_order(it.get_output_details())
+    inp, outs = it.get_input_details()[0], it.get_output_details()
     xq = quantize_input(x, inp)
 
     def read(it_) -> list[np.ndarray]:

@@ -390,20 +390,3 @@ def read_weight_tensors(path: Path | str) -> list[WeightTensor]:
                 )
             )
     return found
-
-
-def keras_order(names: list[str]) -> list[int]:
-    """The positions, in a TFLite model's outputs named ``names``, of the Keras model's outputs in its order: the
-    converter names each output ``<signature call>:<index in the model's outputs>`` but may list them in another
-    order (a model with several outputs). Their order as it is when the names do not say."""
-    tails = [str(name).rpartition(":")[2] for name in names]
-    keys = [int(t) if t.isdigit() else -1 for t in tails]
-    if -1 in keys or len(set(keys)) != len(keys):
-        return list(range(len(names)))
-    return [i for _, i in sorted(zip(keys, range(len(names))))]
-
-
-def first_output(names: list[str]) -> int:
-    """The position of the Keras model's first output (the one a classifier's arg max is read from) among a TFLite
-    model's outputs named ``names``."""
-    return keras_order(names)[0] if names else 0

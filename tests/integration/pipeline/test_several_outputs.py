@@ -53,6 +53,7 @@ def test_every_output_is_trained_and_scored_and_the_first_is_judged(run):
         assert 0 <= metrics["int8_accuracy"]["value"] <= 100 and metrics["int8_box_mse"]["value"] > 0
     training = stages["optimize/pruned"]["details"]["training"]
     assert training["distillation"] is not None and np.isfinite(training["curve"][0]["accuracy"])
+    assert [(o["output"], o["distilled"]) for o in training["outputs"]["each"]] == [("class", True), ("box", True)]
     proc = run_in_process("report", run, "-f", "json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {r["leaf"]: r["values"] for r in json.loads(proc.stdout)["rows"]}
@@ -60,21 +61,21 @@ def test_every_output_is_trained_and_scored_and_the_first_is_judged(run):
     assert rows["pruned"]["int8_other_metrics"]["value"].startswith("box MSE ")
 
 
-def test_export_writes_every_output_and_the_arg_max_of_the_classifier(run, tmp_path):
-    from edgedeploy.tflite.reader import read_tflite
-
+@pytest.mark.parametrize("leaf", ["ptq", "pruned"])
+def test_export_writes_every_output_in_the_keras_order(run, tmp_path, leaf):
+    """The converter lists the box output first; the int8 model has them back in the Keras order, so the golden
+    output 0 is the classifier's softmax (each row sums to 1) and the arg max is the class."""
     fw = tmp_path / "fw"
-    proc = run_in_process("export", run, "--leaf", "ptq", "-t", U55, "-o", fw, "--golden", "4")
+    proc = run_in_process("export", run, "--leaf", leaf, "-t", U55, "-o", fw, "--golden", "4")
     assert proc.returncode == 0, proc.stderr[-2000:]
     golden = np.load(fw / "golden.npz")
-    names = [t.name for t in read_tflite(fw / "ptq_int8.tflite").outputs]
-    first = [n.endswith(":0") for n in names].index(True)  # the Keras model's first output, the classifier
-    assert golden[f"output_{first}"].shape == (4, 4) and golden[f"output_{1 - first}"].shape == (4, 4)
-    assert np.array_equal(golden["argmax"], golden[f"output_{first}"].argmax(axis=1))
     bundle = json.loads((fw / "manifest.json").read_text())
-    assert bundle["golden"].get("argmax_output", 0) == first and len(bundle["outputs"]) == 2
-    header = (fw / "ptq_golden.h").read_text()
-    assert "ptq_golden_output_1" in header and f"largest element of output {first}," in header
+    scales = [(t["scale"][0], t["zero_point"][0]) for t in bundle["outputs"]]
+    sums = [((golden[f"output_{i}"].astype(np.float64) - zero) * scale).sum(axis=1) for i, (scale, zero)
+            in enumerate(scales)]
+    assert np.allclose(sums[0], 1.0, atol=0.05) and not np.allclose(sums[1], 1.0, atol=0.05)
+    assert np.array_equal(golden["argmax"], golden["output_0"].argmax(axis=1))
+    assert "ptq_golden_output_1" in (fw / f"{leaf}_golden.h").read_text().replace(leaf, "ptq")
 
 
 def test_a_data_file_without_every_outputs_targets_stops_naming_the_key(two_outputs, tmp_path):

@@ -229,6 +229,10 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
         "notes": ts.notes,
         **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
            if ts.p is not None else {}),
+        **({"outputs": {"loss": "the sum of every output's loss", "each": [
+            {"output": task.output, "loss": task.loss, "distilled": part.distill}
+            for task, part in [(loss, ts), *ts.others]]}}
+           if ts.others else {}),
     })
     return report
 
@@ -242,7 +246,7 @@ def hold_out_losses(env, model, ts: TrainingSet, recipe: Recipe, loss: Task) -> 
     objective = _objectives(env, model, ts, recipe, loss)
     out = model.predict(ts.x_val, batch_size=256, verbose=0)
     out = out if ts.others else np.asarray(out)
-    return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(out))])
+    return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(ts.x_val))])
 
 
 @dataclass
