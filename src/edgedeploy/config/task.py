@@ -12,6 +12,9 @@ Each metric knows its unit and whether higher is better. Classifiers are scored 
 accuracy with more than five classes); regression and reconstruction by MSE, MAE and PSNR, and, when the
 evaluation split carries 0/1 normal/anomalous labels, by the ROC AUC of each sample's reconstruction error
 (the MLPerf Tiny anomaly-detection score). Pure NumPy: importing this module does not import TensorFlow.
+
+A model with several outputs gets one task per output, each decided from that output alone and its own targets
+(:func:`decide`); the first output's is the task the tree is judged by, and carries the others.
 """
 
 from __future__ import annotations

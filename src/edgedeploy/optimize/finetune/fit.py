@@ -36,12 +36,13 @@ def in_notebook() -> bool:
 class Progress:
     """A rich progress bar for Keras training (shown when stderr is a terminal, and in a Jupyter notebook)."""
 
-    def __init__(self, keras, title: str, epochs: int, steps: int) -> None:
+    def __init__(self, keras, title: str, epochs: int, steps: int, accuracy: str = "accuracy") -> None:
         self.keras, self.title, self.epochs, self.steps = keras, title, epochs, steps
+        self.accuracy = accuracy  # the key of the accuracy in Keras's logs
 
     def callback(self):
         keras: Any = self.keras
-        title, total = self.title, self.epochs * self.steps
+        title, total, accuracy = self.title, self.epochs * self.steps, self.accuracy
         enabled = (sys.stderr.isatty() or in_notebook()) and log.getEffectiveLevel() <= logging.WARNING
 
         class CB(keras.callbacks.Callback):
@@ -62,7 +63,7 @@ class Progress:
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs or {}
                 log.info("%s epoch %d: loss %.4f accuracy %.4f", title, epoch + 1, logs.get("loss", math.nan),
-                         logs.get("accuracy", math.nan))
+                         logs.get(accuracy, math.nan))
 
             def on_train_end(self, logs=None):
                 if self.bar is not None:
@@ -206,7 +207,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
                                                  recipe.lr_schedule, warmup),
             # an epoch counts once the technique is fully in place and batch norm is as it will stay
             eligible=lambda e: e >= eligible_from and (freeze_at is None or e > freeze_at))
-    progress = Progress(keras, title, settings.epochs, steps).callback()
+    progress = Progress(keras, title, settings.epochs, steps, objective.accuracy).callback()
     frozen = _fit(model, ts, objective, keras.optimizers.Adam(lr), [*callbacks, *([validate] if validate else []),
                   progress], recipe.batch_size, settings.epochs, freeze_at, validate, curve, classifier)
     report.update({
