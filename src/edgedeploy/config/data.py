@@ -13,12 +13,17 @@ for the ROC AUC of the reconstruction error (see :mod:`edgedeploy.config.task`).
 Fine-tune samples without a label carry the label ``-1`` (in ``y`` where ``split == 0``, or in ``y_train``):
 distillation learns the float model's outputs on them, the hold-out and the plain recipe skip them, and
 they calibrate int8 conversion like any other sample. Every evaluation sample needs a label.
+
+A model with several outputs takes one target array per output, named after the output layer: ``y_<name>``
+(``y_train_<name>`` and ``y_test_<name>`` in the train/test layout), ``y`` (``y_train``, ``y_test``) standing for
+the first output's; each output's targets are read as a single output's are (:func:`output_arrays`). A file of
+inputs only gives no output targets (every output then reconstructs the input).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,9 @@ class Dataset:
     # calibration samples given apart from the fine-tune split (the file's ``x_calibration``, see
     # edgedeploy.data_sources.memory); None: calibrate on fine-tune samples
     x_calibration: np.ndarray | None = None
+    # a model with several outputs: this data set holds the first output's targets, ``others`` each other output's
+    # name and its data set (the same samples, that output's targets, task and teacher outputs)
+    others: list[tuple[str, "Dataset"]] = field(default_factory=list)
 
     @property
     def labelled(self) -> bool:
@@ -145,6 +153,38 @@ def read_targets(path: Path | str, arrays: dict[str, Any] | None = None) -> tupl
     if "y" in arrays:  # targets without the split that says which samples evaluate: not "no targets"
         raise _fail(path, "has 'y' but no 'split' (which samples fine-tune and which evaluate)", _HINT_LAYOUT)
     return None, anomaly
+
+
+_TARGET_KEYS = ("y", "y_train", "y_test")
+
+
+def output_arrays(path: Path | str, arrays: dict[str, Any], outputs: list[str]) -> list[dict[str, Any]]:
+    """The file's arrays as each of a model's several ``outputs`` (their layer names, in order) reads them: that
+    output's targets under ``y`` (``y_train``, ``y_test``), from ``y_<name>`` (``y_train_<name>``,
+    ``y_test_<name>``), the plain keys standing for the first output's. A file of inputs only is the same for
+    every output; a file that gives targets for some outputs but not all stops, naming the missing key."""
+    path = Path(path)
+
+    def given(name: str, first: bool) -> dict[str, Any]:
+        found = {base: arrays[f"{base}_{name}"] for base in _TARGET_KEYS if f"{base}_{name}" in arrays}
+        if first and not found:
+            found = {base: arrays[base] for base in _TARGET_KEYS if base in arrays}
+        return found
+
+    per_output = [given(name, i == 0) for i, name in enumerate(outputs)]
+    if not any(per_output):
+        return [arrays for _ in outputs]  # inputs only: every output reconstructs its input
+    views = []
+    for i, (name, found) in enumerate(zip(outputs, per_output)):
+        if not found:
+            keys = [f"y_{name}"] if "x" in arrays else [f"y_train_{name}", f"y_test_{name}"]
+            raise _fail(path, f"has no targets for the model's output '{name}' (no {' or '.join(map(repr, keys))})",
+                        f"add {' and '.join(keys)}: one target per sample for that output"
+                        + (" ('y' is the first output's)" if i else ""))
+        view = {k: v for k, v in arrays.items() if k not in _TARGET_KEYS}
+        view.update(found)
+        views.append(view)
+    return views
 
 
 def load_dataset(path: Path | str, input_shape: tuple[int, ...], num_classes: int, kind: str = "classification",

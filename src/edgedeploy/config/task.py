@@ -12,6 +12,9 @@ Each metric knows its unit and whether higher is better. Classifiers are scored 
 accuracy with more than five classes); regression and reconstruction by MSE, MAE and PSNR, and, when the
 evaluation split carries 0/1 normal/anomalous labels, by the ROC AUC of each sample's reconstruction error
 (the MLPerf Tiny anomaly-detection score). Pure NumPy: importing this module does not import TensorFlow.
+
+A model with several outputs gets one task per output, each decided from that output alone and its own targets
+(:func:`decide`); the first output's is the task the tree is judged by, and carries the others.
 """
 
 from __future__ import annotations
@@ -144,6 +147,10 @@ class Task:
     metrics: tuple[str, ...] = ("accuracy",)  # every metric scored on the evaluation split
     user_metric: str | None = None  # module:function, loaded only when asked for
     notes: list[str] = field(default_factory=list)
+    # a model with several outputs: this task is its first output's (the score the tree judges), ``output`` that
+    # output's name and ``outputs`` every other output's name and task, each trained and scored on its own targets
+    output: str | None = None
+    outputs: tuple[tuple[str, "Task"], ...] = ()
 
     @property
     def name(self) -> str:
@@ -173,7 +180,13 @@ class Task:
         spec = self.spec
         return {"kind": self.kind, "loss": self.loss, "metric": self.metric, "metrics": list(self.metrics),
                 "unit": spec.unit, "higher_is_better": spec.higher_is_better, "user_metric": self.user_metric,
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                **({"output": self.output, "outputs": [{"output": name, **task.describe()}
+                                                       for name, task in self.outputs]} if self.outputs else {})}
+
+    def heads(self) -> list[tuple[str | None, "Task"]]:
+        """Every output's name and task, the first output's first (one entry, named None, for one output)."""
+        return [(self.output, self), *self.outputs]
 
 
 def user_spec(ref: str) -> MetricSpec:
@@ -219,21 +232,29 @@ def user_spec(ref: str) -> MetricSpec:
 
 
 def _output_activation(model) -> str:
-    layer = model.layers[-1]
+    return _layer_activation(model.layers[-1])
+
+
+def _layer_activation(layer) -> str:
     while hasattr(layer, "layer") and hasattr(layer.layer, "weights"):  # the layer inside TFMOT's wrappers
         layer = layer.layer
     act = getattr(layer, "activation", None)
     return getattr(act, "__name__", "") or ""
 
 
-def _config_loss(training_config: dict | None) -> tuple[str | None, bool | None]:
+def _config_loss(training_config: dict | None, output: str | None = None, index: int = 0
+                 ) -> tuple[str | None, bool | None]:
+    """The loss compiled into the model for its output ``output`` (number ``index``): a model compiled with one
+    loss per output (a list, or a dict by output name) gives each output its own."""
     if not training_config or not training_config.get("loss"):
         return None, None
     loss = training_config["loss"]
-    if isinstance(loss, (list, dict)) and not (isinstance(loss, dict) and ("class_name" in loss or "config" in loss)):
-        raise InvalidInputError(
-            f"the model's compile config has one loss per output ({loss}); edgedeploy fine-tunes models with one "
-            "output", "give a model with one output (e.g. the head you deploy)")
+    if isinstance(loss, list):
+        loss = loss[index] if index < len(loss) else None
+    elif isinstance(loss, dict) and not ("class_name" in loss or "config" in loss):
+        loss = loss.get(output) if output is not None else next(iter(loss.values()), None)
+    if not loss:
+        return None, None
     if isinstance(loss, str):
         return loss, None
     name = loss.get("class_name") or loss.get("config", {}).get("name", "")
@@ -254,21 +275,57 @@ def _is_distribution(y: np.ndarray, units: int) -> bool:
     return bool(np.all(y >= 0) and np.allclose(y.sum(axis=1), 1.0, atol=1e-3))
 
 
-def decide(model, training_config: dict | None, data_path, targets: np.ndarray | None, *,
+def _heads(model) -> list[tuple[str | None, tuple, str]]:
+    """Each output of ``model``: its name (None for a model with one output), its shape without the batch axis
+    and its activation."""
+    if not isinstance(model.output_shape, list):
+        return [(None, tuple(model.output_shape[1:]), _output_activation(model))]
+    names = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.output_shape))])
+    return [(name, tuple(shape[1:]), _layer_activation(model.get_layer(name)))
+            for name, shape in zip(names, model.output_shape)]
+
+
+def target_key(output: str | None, first: bool) -> str:
+    """The data file's key of an output's targets (``y_<output name>``; ``y`` for the first output)."""
+    return "y" if first or output is None else f"y_{output}"
+
+
+def decide(model, training_config: dict | None, data_path, targets: Any, *,
            loss: str | None = None, metric: str | None = None, has_anomaly: bool = False) -> Task:
-    """The task of ``model`` on data whose fine-tune targets are ``targets`` (None: the file has none)."""
-    out_shape = tuple(model.output_shape[1:]) if not isinstance(model.output_shape, list) else None
-    if out_shape is None:
-        raise InvalidInputError(f"the model has {len(model.output_shape)} outputs; edgedeploy fine-tunes and scores "
-                                "models with one output", "give a model with one output (e.g. the head you deploy)")
+    """The task of ``model`` on data whose fine-tune targets are ``targets`` (None: the file has none).
+
+    A model with several outputs takes one target array (or None) per output in ``targets``: each output's task
+    is decided as for a model with that output alone (``loss`` and ``metric`` are the first output's, the score
+    the tree judges); the first output's task is returned, carrying the others in ``outputs``."""
+    heads = _heads(model)
+    in_shape = tuple(model.input_shape[1:])
+    if len(heads) == 1:
+        return _decide_one(heads[0], in_shape, training_config, data_path, targets, loss=loss, metric=metric,
+                           has_anomaly=has_anomaly)
+    tasks = [_decide_one(head, in_shape, training_config, data_path, y, index=i, loss=loss if i == 0 else None,
+                         metric=metric if i == 0 else None, has_anomaly=has_anomaly)
+             for i, (head, y) in enumerate(zip(heads, targets))]
+    first = tasks[0]
+    first.output = heads[0][0]
+    for (name, _, _), task in zip(heads[1:], tasks[1:]):
+        task.output = name
+    first.outputs = tuple((str(name), task) for (name, _, _), task in zip(heads[1:], tasks[1:]))
+    return first
+
+
+def _decide_one(head: tuple[str | None, tuple, str], in_shape: tuple, training_config: dict | None, data_path,
+                targets: np.ndarray | None, *, index: int = 0, loss: str | None = None, metric: str | None = None,
+                has_anomaly: bool = False) -> Task:
+    """The task of one output ``head`` (name, shape, activation) on its fine-tune targets."""
+    output, out_shape, act = head
     units = int(out_shape[-1]) if out_shape else 1
-    act = _output_activation(model)
-    name, source, from_logits = _given_loss(loss, training_config)
-    where = f"{data_path}"
+    name, source, from_logits = _given_loss(loss, training_config, output, index)
+    where = f"{data_path}" if output is None else f"{data_path} (output '{output}')"
     if targets is None:
-        name, source, kind = _reconstruction(name, source, where, tuple(model.input_shape[1:]), out_shape)
+        name, source, kind = _reconstruction(name, source, where, in_shape, out_shape)
     else:
-        name, source, kind = _supervised(name, source, where, np.asarray(targets), out_shape)
+        name, source, kind = _supervised(name, source, where, np.asarray(targets), out_shape,
+                                         target_key(output, index == 0))
     if from_logits is None:
         from_logits = act not in ("softmax", "sigmoid")
     from_logits = bool(from_logits) and kind == CLASSIFICATION  # (only cross-entropy reads it)
@@ -290,12 +347,13 @@ def decide(model, training_config: dict | None, data_path, targets: np.ndarray |
     return task
 
 
-def _given_loss(loss: str | None, training_config: dict | None) -> tuple[str | None, str, bool | None]:
+def _given_loss(loss: str | None, training_config: dict | None, output: str | None = None, index: int = 0
+                ) -> tuple[str | None, str, bool | None]:
     """The loss asked for (``--loss`` / recipe) or compiled into the model, where it comes from and its
     ``from_logits`` (None: decided by the output activation); no name when neither gives one."""
     if loss:
         return check_loss_name(loss, "--loss / recipe loss"), "asked for (recipe or --loss)", None
-    cfg_name, from_logits = _config_loss(training_config)
+    cfg_name, from_logits = _config_loss(training_config, output, index)
     if not cfg_name:
         return None, "", from_logits
     name = loss_name(cfg_name)
@@ -320,11 +378,12 @@ def _reconstruction(name: str | None, source: str, where: str, in_shape: tuple, 
     return name, source, RECONSTRUCTION
 
 
-def _supervised(name: str | None, source: str, where: str, y: np.ndarray, out_shape: tuple) -> tuple[str, str, str]:
-    """Data with targets ``y``: the loss (inferred from ``y`` when none is given) and the task it makes, once
-    ``y`` is known to fit both the loss and the model's output."""
+def _supervised(name: str | None, source: str, where: str, y: np.ndarray, out_shape: tuple, key: str = "y"
+                ) -> tuple[str, str, str]:
+    """Data with targets ``y`` (the file's ``key``): the loss (inferred from ``y`` when none is given) and the task
+    it makes, once ``y`` is known to fit both the loss and the model's output."""
     units = int(out_shape[-1]) if out_shape else 1
-    desc = f"targets y ({list(y.shape)} {y.dtype})"
+    desc = f"targets {key} ({list(y.shape)} {y.dtype})"
     if name is None:
         name, source = _inferred_loss(y, units, out_shape, f"{where}: {desc}")
     if name in CLASSIFICATION_LOSSES:

@@ -121,9 +121,9 @@ def load_model(path: Path, trust_lambda: bool = False):
         except Exception as exc:  # Keras raises many kinds of errors on bad files
             raise InvalidInputError(f"{path} does not load with tf_keras ({type(exc).__name__}: {exc})".splitlines()[0],
                                     "check the file was saved by tf_keras 2.x") from exc
-    if len(model.inputs) != 1 or len(model.outputs) != 1:
+    if len(model.inputs) != 1:
         raise InvalidInputError(f"{path} has {len(model.inputs)} inputs and {len(model.outputs)} outputs",
-                                "the deployment tree needs a single-input, single-output classifier")
+                                "the deployment tree needs a model with a single input")
     return flatten_checked(as_functional(model), info)
 
 

@@ -219,7 +219,10 @@ def _npu_boundary(path: Path, leaf: Leaf, inputs: list[np.ndarray], ref: Referen
         if len(inputs) != len(leaf.inputs):
             raise NpuModelError(f"{path} takes {len(leaf.inputs)} inputs; the model {len(inputs)}",
                                 "compile the model again with Vela")
-        return [x.reshape((n,) + tuple(t.shape)) for x, t in zip(inputs, leaf.inputs)], ref.outputs
+        # each output by its name: Vela may list a model's several outputs in another order than TFLite does
+        named = [ref.tensors.get(t.name) for t in leaf.outputs]
+        expected = named if all(e is not None for e in named) else ref.outputs
+        return [x.reshape((n,) + tuple(t.shape)) for x, t in zip(inputs, leaf.inputs)], expected
     missing = [t.name for t in leaf.inputs + leaf.outputs if t.name not in ref.tensors]
     if missing:
         raise NpuModelError(f"{path}: the NPU subgraph's tensors {', '.join(missing)} are not in the int8 model",

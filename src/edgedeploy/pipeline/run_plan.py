@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from edgedeploy.config.data import Dataset, load_dataset, read_data_file, read_targets
+from edgedeploy.config.data import Dataset, load_dataset, output_arrays, read_data_file, read_targets
 from edgedeploy.config.recipe import Recipe, check_layers
 from edgedeploy.config.task import Task, decide
 from edgedeploy.errors import UsageError
@@ -101,13 +101,23 @@ class TreeInputs:
         """The data, with the teacher's outputs when ``recipe`` distils into a trained node (computed once)."""
         if (recipe.distill and self.data.soft_targets is None
                 and any(NODE_TABLE[n].technique for n in nodes_for(list(recipe.leaves)))):
-            self.data.soft_targets = teacher_targets(self.model, self.data.x_fit, self.loss.from_logits,
-                                                     self.loss.classifier)
+            self._set_teacher(self.data.x_fit, "soft_targets")
         if (recipe.distill and recipe.thin_augment == "hflip" and self.data.mirrored_targets is None
                 and self.data.x_fit.ndim == 4 and THINNED_NODES & set(nodes_for(list(recipe.leaves)))):
-            self.data.mirrored_targets = teacher_targets(self.model, mirror(self.data.x_fit),
-                                                         self.loss.from_logits, self.loss.classifier)
+            self._set_teacher(mirror(self.data.x_fit), "mirrored_targets")
         return self.data
+
+    def _set_teacher(self, x, attr: str) -> None:
+        """The float model's outputs on ``x`` as ``attr`` of each output's data set (the first output's is
+        ``self.data``; a model with several outputs gives each of the others its own)."""
+        heads = [(self.data, self.loss), *[(d, d.task) for _, d in self.data.others]]
+        if not self.data.others:
+            setattr(self.data, attr, teacher_targets(self.model, x, self.loss.from_logits, self.loss.classifier))
+            return
+        outputs = teacher_targets(self.model, x, self.loss.from_logits, self.loss.classifier,
+                                  heads=[(task.from_logits, task.classifier) for _, task in heads])
+        for (data, _), out in zip(heads, outputs):
+            setattr(data, attr, out)
 
 
 def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: Recipe, *,
@@ -138,16 +148,13 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
     # the task (loss and metric) from the recipe, the model's compile config or the data; contradicting targets
     # stop here, before anything trains
     arrays = read_data_file(where) if prepared is None else prepared.arrays()  # read once: targets, then samples
-    labels, has_anomaly = read_targets(where, arrays)
-    loss = decide(model, info.training_config, where, labels, loss=recipe.loss or None,
-                  metric=recipe.metric or None, has_anomaly=has_anomaly)
-    data = load_dataset(where, tuple(model.input_shape[1:]), int(model.output_shape[-1]), kind=loss.kind,
-                        arrays=arrays, sha256=None if prepared is None else "")
+    loss, data = _task_and_data(model, info, where, arrays, recipe, sha256=None if prepared is None else "")
     data_path, data_source = where, None
     if prepared is not None:
         data_path, data_source = prepared.write(Path(out))
         data.path, data.sha256 = data_path, sha256_file(data_path)
-    data.task = loss
+        for _, other in data.others:
+            other.path, other.sha256 = data.path, data.sha256
     if data.reshaped_from:
         log.warning("%s: samples reshaped from %s to the model input %s", where, list(data.reshaped_from),
                     list(model.input_shape[1:]))
@@ -158,9 +165,34 @@ def load_inputs(model_path: Path, data_path: Path | Samples, out: Path, recipe: 
         **({"data_source": data_source} if data_source else {}),
     }
     task_doc = {"loss": {"name": loss.name, "from_logits": loss.from_logits, "source": loss.source},
-                **({} if loss.classifier else {"task": loss.describe()})}
+                **({} if loss.classifier and not loss.outputs else {"task": loss.describe()})}
     return TreeInputs(model_path, data_path, data, loss, dict(env.versions), {"head": info_doc, "tail": task_doc},
                       trust_lambda, model)
+
+
+def _task_and_data(model, info, where: Path, arrays: dict[str, Any], recipe: Recipe, sha256: str | None
+                   ) -> tuple[Task, Dataset]:
+    """The task (loss and metric) from the recipe, the model's compile config or the data, and the data set it
+    scores; contradicting targets stop here, before anything trains. A model with several outputs reads one target
+    array per output (:func:`edgedeploy.config.data.output_arrays`): the first output's data set is returned,
+    carrying the others' in ``others``, each with its task."""
+    in_shape = tuple(model.input_shape[1:])
+    names = list(model.output_names) if isinstance(model.output_shape, list) else [None]
+    views = output_arrays(where, arrays, names) if len(names) > 1 else [arrays]
+    read = [read_targets(where, view) for view in views]
+    targets = [y for y, _ in read] if len(names) > 1 else read[0][0]
+    loss = decide(model, info.training_config, where, targets, loss=recipe.loss or None,
+                  metric=recipe.metric or None, has_anomaly=any(anomaly for _, anomaly in read))
+    shapes = model.output_shape if len(names) > 1 else [model.output_shape]
+    datasets: list[Dataset] = []
+    for view, shape, (_, task) in zip(views, shapes, loss.heads()):
+        data = load_dataset(where, in_shape, int(shape[-1]), kind=task.kind, arrays=view,
+                            sha256=datasets[0].sha256 if datasets else sha256)
+        data.task = task
+        datasets.append(data)
+    first = datasets[0]
+    first.others = [(str(name), data) for name, data in zip(names[1:], datasets[1:])]
+    return loss, first
 
 
 def _check_flattened(model, info, data: Dataset) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
     mine = value_of(out["int8_accuracy_pct"])
     if ref is None or ref.accuracy is None:
         out["int8_accuracy_delta_pts"] = na("pts", "computed", f"no {REFERENCE_LEAF} leaf with an accuracy in this run")
-        return out
+        return _with_other_outputs(acc, out)
     ref_int8 = mine if ref is v else value_of(_accuracy_values(ref, None)["int8_accuracy_pct"])
     if mine is None:
         out["int8_accuracy_delta_pts"] = na("pts", "computed", out["int8_accuracy_pct"]["unavailable"])
@@ -103,6 +103,14 @@ def _accuracy_values(v: _Variant, ref: _Variant | None) -> dict[str, dict[str, A
         out["int8_accuracy_delta_pts"] = na("pts", "computed", f"the {REFERENCE_LEAF} leaf has no int8 accuracy")
     else:
         out["int8_accuracy_delta_pts"] = val(mine - ref_int8, "pts", "computed")
+    return _with_other_outputs(acc, out)
+
+
+def _with_other_outputs(acc: StageRecord | None, out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A classifier with other outputs (a detection head's box regressor): their int8 metrics beside its accuracy."""
+    others = _other_metrics(acc, "accuracy") if acc is not None and acc.status != "failed" else ""
+    if others:
+        out["int8_other_metrics"] = val(others, "", "measured")
     return out
 
 
@@ -130,10 +138,26 @@ def _task_metric_values(v: _Variant, ref: _Variant | None, out: dict[str, dict[s
                                    **tag}
     else:
         out["int8_metric_drop"] = {**val((theirs - mine) if higher else (mine - theirs), unit, "computed"), **tag}
-    others = [f"{name[5:].upper()} {m.value:g}{(' ' + m.unit) if m.unit else ''}" for name, m in acc.metrics.items()
-              if name.startswith("int8_") and name not in ("int8_accuracy", f"int8_{key}") and m.value is not None]
-    out["int8_other_metrics"] = val(", ".join(others), "", "measured") if others else na("", "measured", "none")
+    others = _other_metrics(acc, key)
+    out["int8_other_metrics"] = val(others, "", "measured") if others else na("", "measured", "none")
     return out
+
+
+def _other_metrics(acc: StageRecord, key: str) -> str:
+    """The int8 metrics of a leaf besides the one it is judged by (``key``), in words: the task's other metrics
+    (``MAE 0.1``) and every metric of a model's other outputs (``box MSE 0.02``)."""
+    from edgedeploy.config.task import METRICS
+
+    def label(name: str) -> str:
+        metric = next((m for m in sorted(METRICS, key=len, reverse=True) if name == m or name.endswith(f"_{m}")), None)
+        if metric is None or metric == name:
+            return name.upper()
+        return f"{name[:-len(metric) - 1]} {METRICS[metric].title if metric != 'accuracy' else 'accuracy'}"
+
+    return ", ".join(f"{label(name[5:])} {m.value:g}{(' ' + m.unit) if m.unit else ''}"
+                     for name, m in acc.metrics.items()
+                     if name.startswith("int8_") and name not in ("int8_accuracy", f"int8_{key}")
+                     and m.value is not None)
 
 
 def _compile_values(rec: StageRecord | None, manifest: Manifest, v: _Variant) -> dict[str, dict[str, Any]]:

@@ -108,7 +108,9 @@ def metric_only(rows) -> bool:
 
 def value_columns(rows) -> tuple[Column, ...]:
     if not any("int8_metric" in r.get("values", {}) for r in rows):
-        return VALUE_COLUMNS
+        # a classifier with other outputs shows their metrics beside its accuracy
+        others = any("int8_other_metrics" in r.get("values", {}) for r in rows)
+        return VALUE_COLUMNS + ((METRIC_COLUMNS[3],) if others else ())
     named = task_metric(rows)
     if named is None:
         return VALUE_COLUMNS + METRIC_COLUMNS

@@ -78,7 +78,38 @@ def convert_int8(model, calibration_x: np.ndarray | None, float_io: bool = False
         raise ToolFailedError(f"{_prefix(source)}int8 conversion failed: {first}",
                               "a layer may have no int8 kernel in TFLite; check the model's operators") from exc
     _require_full_int8(result, source)
-    return result
+    return in_keras_order(result)
+
+
+def in_keras_order(data: bytes) -> bytes:
+    """``data`` (a converted model) with its outputs listed in the Keras model's output order.
+
+    The converter may list a model's several outputs in another order (a classifier and a box regressor come out
+    box first); its signature names them ``output_<i>`` for the i-th Keras output. The subgraph's list of output
+    tensors is permuted in place, so that every reader (scoring, verify, export's golden vectors, the firmware)
+    finds output i where the Keras model has it. A model with one output, or whose signature does not name its
+    outputs so, is returned as it is."""
+    import re
+
+    import tflite  # the generated TFLite schema
+
+    buf = bytearray(data)
+    model = tflite.Model.GetRootAsModel(buf, 0)
+    if model.SignatureDefsLength() != 1:
+        return data
+    sig = model.SignatureDefs(0)
+    named = {}
+    for i in range(sig.OutputsLength()):
+        m = re.fullmatch(r"output_(\d+)", (sig.Outputs(i).Name() or b"").decode())
+        if m is None:
+            return data
+        named[int(m.group(1))] = sig.Outputs(i).TensorIndex()
+    outputs = model.Subgraphs(sig.SubgraphIndex()).OutputsAsNumpy()  # a view into ``buf``
+    order = [named[k] for k in sorted(named)]
+    if len(order) < 2 or sorted(order) != sorted(outputs.tolist()) or order == outputs.tolist():
+        return data
+    outputs[:] = order
+    return bytes(buf)
 
 
 def convert_qat_int8(model, calibration, float_io: bool = False, source: str | None = None) -> tuple[bytes, str | None]:
@@ -147,24 +178,34 @@ def gzip_size(data: bytes) -> int:
 
 
 def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.ndarray:
-    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs.
+    """Run the int8 model on every sample of ``x`` (float, model input scale) and return its raw outputs (its
+    first output's, for a model with several: :func:`tflite_predict_all`).
 
     The interpreter is resized to a batch when that gives the same answers as batch 1 on the first
     samples; otherwise it runs one sample at a time.
     """
+    return tflite_predict_all(model_bytes, x, batch)[0]
+
+
+def tflite_predict_all(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> list[np.ndarray]:
+    """:func:`tflite_predict` for every output of the model, in its order (the Keras model's:
+    :func:`in_keras_order`)."""
     from edgedeploy.tflite.interpreter import allocate, make_interpreter
 
     it = make_interpreter(model_bytes, num_threads=2)
-    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    inp, outs = it.get_input_details()[0], it.get_output_details()
     xq = quantize_input(x, inp)
 
-    def one(it_, xs):
+    def read(it_) -> list[np.ndarray]:
+        return [it_.get_tensor(out["index"]).copy() for out in outs]
+
+    def one(it_, xs) -> list[np.ndarray]:
         res = []
         for i in range(len(xs)):
             it_.set_tensor(inp["index"], xs[i : i + 1])
             it_.invoke()
-            res.append(it_.get_tensor(out["index"]).copy())
-        return np.concatenate(res)
+            res.append(read(it_))
+        return [np.concatenate(part) for part in zip(*res)]
 
     probe = xq[: min(8, len(xq))]
     reference = one(it, probe)
@@ -175,7 +216,7 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
         allocate(bt)
         bt.set_tensor(inp["index"], probe)
         bt.invoke()
-        if np.array_equal(bt.get_tensor(out["index"]), reference):
+        if all(np.array_equal(a, b) for a, b in zip(read(bt), reference)):
             batched = bt
     except Exception:  # a fixed-shape operator (e.g. RESHAPE to [1, N]) rules batching out
         batched = None
@@ -188,8 +229,8 @@ def tflite_predict(model_bytes: bytes, x: np.ndarray, batch: int = 256) -> np.nd
         batched.allocate_tensors()
         batched.set_tensor(inp["index"], chunk)
         batched.invoke()
-        results.append(batched.get_tensor(out["index"]).copy())
-    return np.concatenate(results)
+        results.append(read(batched))
+    return [np.concatenate(part) for part in zip(*results)]
 
 
 def quantize_input(x: np.ndarray, detail: dict[str, Any]) -> np.ndarray:

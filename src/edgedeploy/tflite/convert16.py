@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgedeploy.tflite.convert import quantizing_converter
+from edgedeploy.tflite.convert import in_keras_order, quantizing_converter
 from edgedeploy.errors import ToolFailedError
 
 # e.g. "Quantization to 16x8-bit not yet supported for op: 'UNIDIRECTIONAL_SEQUENCE_LSTM'." (TF 2.21, an LSTM)
@@ -48,7 +48,7 @@ def convert_16x8(model, calibration_x: np.ndarray, float_io: bool = False, sourc
         raise ToolFailedError(f"{prefix}16x8 conversion failed: {what}",
                               "use the int8 ptq leaf for this model, or replace that layer") from exc
     _require_16x8(result, prefix)
-    return result
+    return in_keras_order(result)
 
 
 def _require_16x8(data: bytes, prefix: str) -> None:

@@ -38,8 +38,8 @@ CASES = {
     "densenet_like": ("ptq,pcqat", None),
     "conv1d_kws": ("ptq,qat,thinned", {"predictions": "it is a model output"}),
     "dense_autoencoder": ("ptq,qat,thinned", {"reconstruction": "it is a model output"}),
+    "two_outputs": ("ptq,qat,thinned", {"class": "it is a model output", "box": "it is a model output"}),
 }
-REFUSED = {"two_outputs": (3, "two_outputs.h5 has 1 inputs and 2 outputs")}
 # architecture -> (exit code, what the one error line says) where a QAT-family leaf asked for stops today (ptq goes
 # through): TFMOT's cloning cannot take MobileNetV3's hard-swish TensorFlow operations (TFOpLambda); it has no QAT
 # config for a batch norm that follows a Concatenate (DenseNet's pre-activation); the EfficientNet-like net's
@@ -64,12 +64,13 @@ def zoo_dir(tmp_path_factory) -> Path:
 
 
 def test_every_zoo_model_is_covered():
-    assert sorted([*CASES, *REFUSED]) == sorted(zoo.ZOO)
+    assert sorted(CASES) == sorted(zoo.ZOO)
 
 
 # The default run takes the nets that bring the couplings the others share (squeeze-and-excitation, hard-swish,
-# Conv1D, a dense autoencoder's inputs-only data); the larger nets run with -m slow (and in bench/bench_models.py).
-DEFAULT = {"efficientnet_like", "mobilenet_v3_small", "conv1d_kws", "dense_autoencoder"}
+# Conv1D, a dense autoencoder's inputs-only data, two outputs); the larger nets run with -m slow (and in
+# bench/bench_models.py).
+DEFAULT = {"efficientnet_like", "mobilenet_v3_small", "conv1d_kws", "dense_autoencoder", "two_outputs"}
 
 
 @pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
@@ -100,16 +101,6 @@ def test_zoo_model_through_optimize_compile_and_verify(zoo_dir, tmp_path, name):
     for leaf in leaves.split(",")[:: 2]:  # ptq, and the thinned leaf where there is one
         proc = run_in_process("verify", run, "--leaf", leaf, "-t", TARGET, "--count", "2", "--json")
         assert proc.returncode == 0, proc.stderr[-2000:]
-
-
-@pytest.mark.parametrize("name", list(REFUSED))
-def test_zoo_model_that_is_refused_names_the_reason(zoo_dir, tmp_path, name):
-    code, needle = REFUSED[name]
-    proc = run_in_process("optimize", zoo_dir / f"{name}.h5", "--data", zoo_dir / f"{name}.npz", "-o",
-                          tmp_path / "run", "--recipe", zoo_dir / "tiny.toml", "--leaves", "ptq")
-    assert proc.returncode == code
-    assert needle in one_error_line(proc)
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

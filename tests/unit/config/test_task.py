@@ -266,3 +266,80 @@ def test_a_user_metric_module_that_ends_while_loading_is_one_line(tmp_path, monk
         user_spec(f"ul_{case}:f")
     assert words.format(case) in caught.value.one_line(), caught.value.one_line()
     assert capfd.readouterr().out == ""
+
+
+def _two_heads(first=("softmax", (4,)), second=("linear", (3,)), inp=(8,)):
+    """A model with two outputs, ``class`` and ``box``, as decide() reads it (shapes, names, activations)."""
+    layers = {"class": SimpleNamespace(activation=SimpleNamespace(__name__=first[0])),
+              "box": SimpleNamespace(activation=SimpleNamespace(__name__=second[0]))}
+    return SimpleNamespace(input_shape=(None, *inp), output_shape=[(None, *first[1]), (None, *second[1])],
+                           output_names=["class", "box"], get_layer=layers.__getitem__, layers=list(layers.values()))
+
+
+LABELS, BOXES = np.arange(6) % 4, np.zeros((6, 3), np.float32)
+
+
+@pytest.mark.parametrize("model, targets, config, kinds, losses", [
+    (_two_heads(), [LABELS, BOXES], None, ["classification", "regression"],
+     ["sparse_categorical_crossentropy", "mean_squared_error"]),
+    (_two_heads(), [LABELS, BOXES], {"loss": ["sparse_categorical_crossentropy", "mae"]},
+     ["classification", "regression"], ["sparse_categorical_crossentropy", "mean_absolute_error"]),
+    (_two_heads(), [LABELS, BOXES], {"loss": {"box": "huber_loss"}}, ["classification", "regression"],
+     ["sparse_categorical_crossentropy", "huber"]),
+    (_two_heads(("linear", (8,)), ("linear", (8,))), [None, None], None, ["reconstruction", "reconstruction"],
+     ["mean_squared_error", "mean_squared_error"]),
+], ids=["inferred", "compiled-list", "compiled-dict", "inputs-only"])
+def test_each_output_of_a_model_gets_its_own_task(model, targets, config, kinds, losses):
+    task = decide(model, config, "d.npz", targets)
+    assert [t.kind for _, t in task.heads()] == kinds and [t.loss for _, t in task.heads()] == losses
+    assert [name for name, _ in task.heads()] == ["class", "box"]
+    assert task.describe()["outputs"][0]["output"] == "box"
+    assert task.metric == ("accuracy" if kinds[0] == "classification" else "mse")
+
+
+def test_the_loss_and_metric_asked_for_are_the_first_outputs_and_bad_targets_name_their_key():
+    task = decide(_two_heads(("linear", (3,)), ("linear", (3,))), None, "d.npz", [BOXES, BOXES], loss="mae",
+                  metric="psnr")
+    assert (task.loss, task.metric) == ("mean_absolute_error", "psnr")
+    assert (task.outputs[0][1].loss, task.outputs[0][1].metric) == ("mean_squared_error", "mse")
+    with pytest.raises(InvalidInputError) as err:
+        decide(_two_heads(), None, "d.npz", [LABELS, np.zeros((6, 2), np.float32)])
+    assert err.value.one_line().startswith("d.npz (output 'box'): targets y_box ([6, 2] float32)")
+
+
+@pytest.mark.parametrize("arrays, first, second", [
+    ({"y": LABELS, "y_box": BOXES}, "y", "y_box"),
+    ({"y_class": LABELS, "y_box": BOXES, "y": LABELS + 1}, "y_class", "y_box"),
+], ids=["y-for-the-first", "named-first"])
+def test_each_output_reads_its_own_targets(arrays, first, second):
+    from edgedeploy.config.data import output_arrays
+
+    views = output_arrays("d.npz", {"x": np.zeros((6, 8)), "split": np.zeros(6), **arrays}, ["class", "box"])
+    assert views[0]["y"] is arrays[first] and views[1]["y"] is arrays[second]
+    assert "x" in views[1] and "split" in views[1]
+
+
+def test_the_train_test_layout_and_inputs_only_data_for_several_outputs():
+    from edgedeploy.config.data import output_arrays
+
+    given = {"x_train": np.zeros((4, 8)), "x_test": np.zeros((2, 8)), "y_train": LABELS[:4], "y_test": LABELS[:2],
+             "y_train_box": BOXES[:4], "y_test_box": BOXES[:2]}
+    views = output_arrays("d.npz", given, ["class", "box"])
+    assert views[1]["y_train"] is given["y_train_box"] and views[1]["y_test"] is given["y_test_box"]
+    inputs_only = {"x_train": given["x_train"], "x_test": given["x_test"]}
+    assert output_arrays("d.npz", inputs_only, ["class", "box"]) == [inputs_only, inputs_only]
+
+
+@pytest.mark.parametrize("arrays, missing", [
+    ({"x": np.zeros((6, 8)), "split": np.zeros(6), "y": LABELS}, "no 'y_box'"),
+    ({"x": np.zeros((6, 8)), "split": np.zeros(6), "y_box": BOXES}, "output 'class' (no 'y_class')"),
+    ({"x_train": np.zeros((4, 8)), "x_test": np.zeros((2, 8)), "y_train": LABELS[:4], "y_test": LABELS[:2]},
+     "no 'y_train_box' or 'y_test_box'"),
+])
+def test_a_file_without_every_outputs_targets_stops_naming_the_key_and_the_fix(arrays, missing):
+    from edgedeploy.config.data import output_arrays
+
+    with pytest.raises(InvalidInputError) as err:
+        output_arrays("d.npz", arrays, ["class", "box"])
+    line = err.value.one_line()
+    assert line.startswith("d.npz: has no targets for the model's output") and missing in line and ". add y_" in line

@@ -107,3 +107,26 @@ def test_the_compile_table_shows_the_task_metric_of_a_regression_leaf(tmp_path):
     for r in records:  # imported .tflite files: no quality column at all, as before
         r.parent = None
     assert "accuracy" not in dict(compile_columns(compile_rows(m, records, set())))
+
+
+def test_a_classifier_with_other_outputs_shows_their_metrics_beside_its_accuracy():
+    """The first output's accuracy is the judged score; another output's metrics (``int8_box_mse``) are named after
+    the output in *Other int8 metrics*; a classifier with one output gets no such column."""
+    from edgedeploy.report.columns import value_columns
+
+    def convert(leaf: str, extra: dict) -> StageRecord:
+        rec = StageRecord(id=f"convert/{leaf}", stage="convert", variant=leaf, status="ok")
+        rec.metrics = {"float_accuracy": Metric(80.0, "%", "measured"), "int8_accuracy": Metric(79.0, "%", "measured"),
+                       "tflite_bytes": Metric(1000, "B", "measured"), "gzip_bytes": Metric(900, "B", "measured"),
+                       **extra}
+        return rec
+
+    heads = {"int8_box_mse": Metric(0.02, "", "measured"), "int8_box_psnr": Metric(17.5, "dB", "measured"),
+             "int8_top_box_mae": Metric(0.1, "", "measured")}
+    mine = _accuracy_values(_Variant("ptq", accuracy=convert("ptq", heads)), None)
+    assert mine["int8_accuracy_pct"]["value"] == 79.0
+    assert mine["int8_other_metrics"]["value"] == "box MSE 0.02, box PSNR 17.5 dB, top_box MAE 0.1"
+    alone = _accuracy_values(_Variant("ptq", accuracy=convert("ptq", {})), None)
+    assert "int8_other_metrics" not in alone
+    keys = [[c.key for c in value_columns([{"values": values}])] for values in (mine, alone)]
+    assert "int8_other_metrics" in keys[0] and "int8_other_metrics" not in keys[1]

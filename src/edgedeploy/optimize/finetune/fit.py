@@ -36,12 +36,13 @@ def in_notebook() -> bool:
 class Progress:
     """A rich progress bar for Keras training (shown when stderr is a terminal, and in a Jupyter notebook)."""
 
-    def __init__(self, keras, title: str, epochs: int, steps: int) -> None:
+    def __init__(self, keras, title: str, epochs: int, steps: int, accuracy: str = "accuracy") -> None:
         self.keras, self.title, self.epochs, self.steps = keras, title, epochs, steps
+        self.accuracy = accuracy  # the key of the accuracy in Keras's logs
 
     def callback(self):
         keras: Any = self.keras
-        title, total = self.title, self.epochs * self.steps
+        title, total, accuracy = self.title, self.epochs * self.steps, self.accuracy
         enabled = (sys.stderr.isatty() or in_notebook()) and log.getEffectiveLevel() <= logging.WARNING
 
         class CB(keras.callbacks.Callback):
@@ -62,7 +63,7 @@ class Progress:
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs or {}
                 log.info("%s epoch %d: loss %.4f accuracy %.4f", title, epoch + 1, logs.get("loss", math.nan),
-                         logs.get("accuracy", math.nan))
+                         logs.get(accuracy, math.nan))
 
             def on_train_end(self, logs=None):
                 if self.bar is not None:
@@ -84,6 +85,8 @@ class TrainingSet:
     notes: list[str] = field(default_factory=list)
     p: np.ndarray | None = None  # probability targets (y: their arg max), trained on as they are
     p_val: np.ndarray | None = None
+    # a model with several outputs: each other output's task and training set (the same rows, its targets)
+    others: list[tuple[Task, "TrainingSet"]] = field(default_factory=list)
 
     @property
     def distill(self) -> bool:
@@ -113,11 +116,13 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
     labelled = getattr(data, "labelled", True)
     strata = data.y_fit if labelled else np.zeros(len(data.y_fit), np.int64)
     train_idx, val_idx = holdout_split(strata, recipe.validation_fraction, recipe.seed)
-    if teacher is None and labelled:
-        unlabelled = train_idx[data.y_fit[train_idx] < 0]
-        if len(unlabelled):
-            notes.append(f"{len(unlabelled)} unlabelled samples not used (they need distillation)")
-            train_idx = train_idx[data.y_fit[train_idx] >= 0]
+    heads = [data, *[other for _, other in getattr(data, "others", ())]]
+    if teacher is None:
+        labelled_rows = np.all([d.y_fit[train_idx] >= 0 for d in heads if d.labelled], axis=0) \
+            if any(d.labelled for d in heads) else np.ones(len(train_idx), bool)
+        if not labelled_rows.all():
+            notes.append(f"{int(np.sum(~labelled_rows))} unlabelled samples not used (they need distillation)")
+            train_idx = train_idx[labelled_rows]
     if len(train_idx) == 0:
         raise InvalidInputError(f"{data.path}: no fine-tune sample is left to train on",
                                 "give labelled samples, or turn distillation on for unlabelled ones")
@@ -128,8 +133,12 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
         x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx],
         teacher_val=None if teacher is None else teacher[val_idx], notes=notes,
         p=None if p is None else p[train_idx], p_val=None if p is None else p[val_idx],
+        others=[(other.task, _rows(other, recipe, train_idx, val_idx)) for _, other in getattr(data, "others", ())],
     )
     if not mirrored:
+        return ts
+    if ts.others:
+        notes.append(f"thin_augment = {recipe.thin_augment} not applied: the model has several outputs")
         return ts
     mirrored_targets = getattr(data, "mirrored_targets", None)
     if ts.teacher is None or mirrored_targets is None or ts.x.ndim != 4:
@@ -140,6 +149,16 @@ def training_set(data: Dataset, recipe: Recipe, mirrored: bool = False) -> Train
     twice = (lambda a: None if a is None else np.concatenate([a, a]))
     return replace(ts, x=np.concatenate([ts.x, mirror(ts.x)]), y=np.concatenate([ts.y, ts.y]), p=twice(ts.p),
                    teacher=np.concatenate([ts.teacher, mirrored_targets[train_idx].astype(ts.teacher.dtype)]))
+
+
+def _rows(data: Dataset, recipe: Recipe, train_idx: np.ndarray, val_idx: np.ndarray) -> TrainingSet:
+    """The training set of another output of the model: its targets (and teacher outputs) on the given rows."""
+    teacher = data.soft_targets if recipe.distill else None
+    p = data.p_fit if data.labelled else None
+    pick = (lambda a, idx: None if a is None else a[idx])
+    return TrainingSet(x=data.x_fit[train_idx], y=data.y_fit[train_idx], teacher=pick(teacher, train_idx),
+                       x_val=data.x_fit[val_idx], y_val=data.y_fit[val_idx], teacher_val=pick(teacher, val_idx),
+                       p=pick(p, train_idx), p_val=pick(p, val_idx))
 
 
 @timed("fine_tune")
@@ -170,7 +189,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
     else:
         lr = schedule_object(keras, tf, base=settings.learning_rate, total_steps=total, schedule=recipe.lr_schedule,
                              warmup_steps=warmup)
-    objective = _objective(env, ts, recipe, loss, int(model.output_shape[-1]), classifier)
+    objective = _objectives(env, model, ts, recipe, loss)
     freeze_at = recipe.freeze_batch_norm_after if recipe.freeze_batch_norm else None
     if freeze_at is not None and freeze_at >= settings.epochs:
         freeze_at = None
@@ -188,7 +207,7 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
                                                  recipe.lr_schedule, warmup),
             # an epoch counts once the technique is fully in place and batch norm is as it will stay
             eligible=lambda e: e >= eligible_from and (freeze_at is None or e > freeze_at))
-    progress = Progress(keras, title, settings.epochs, steps).callback()
+    progress = Progress(keras, title, settings.epochs, steps, objective.accuracy).callback()
     frozen = _fit(model, ts, objective, keras.optimizers.Adam(lr), [*callbacks, *([validate] if validate else []),
                   progress], recipe.batch_size, settings.epochs, freeze_at, validate, curve, classifier)
     report.update({
@@ -211,6 +230,10 @@ def fine_tune(env, model, data: Dataset, recipe: Recipe, kind: str, loss: Task, 
         "notes": ts.notes,
         **({"targets": "probability rows: cross-entropy on the probabilities, accuracy against their arg max"}
            if ts.p is not None else {}),
+        **({"outputs": {"loss": "the sum of every output's loss", "each": [
+            {"output": task.output, "loss": task.loss, "distilled": part.distill}
+            for task, part in [(loss, ts), *ts.others]]}}
+           if ts.others else {}),
     })
     return report
 
@@ -221,9 +244,10 @@ EVERY_ROW = slice(None)  # the rows of the hold-out a loss is taken over, by def
 def hold_out_losses(env, model, ts: TrainingSet, recipe: Recipe, loss: Task) -> np.ndarray:
     """Per hold-out sample of ``ts``, the loss :func:`fine_tune`'s hold-out scores (its mean is the hold-out loss)
     of ``model``'s outputs: two models compared sample by sample on the same hold-out."""
-    objective = _objective(env, ts, recipe, loss, int(model.output_shape[-1]), getattr(loss, "classifier", True))
-    out = np.asarray(model.predict(ts.x_val, batch_size=256, verbose=0))
-    return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(out))])
+    objective = _objectives(env, model, ts, recipe, loss)
+    out = model.predict(ts.x_val, batch_size=256, verbose=0)
+    out = out if ts.others else np.asarray(out)
+    return np.array([objective.val_loss(out, slice(i, i + 1)) for i in range(len(ts.x_val))])
 
 
 @dataclass
@@ -231,10 +255,29 @@ class _Objective:
     """What a stage fits the model to: the Keras loss and the targets it reads, the metrics Keras shows, and the
     hold-out loss of the model's outputs on the hold-out."""
 
-    loss: Any
-    y: np.ndarray
+    loss: Any  # a list, one per output, for a model with several outputs (y and metrics likewise)
+    y: Any
     metrics: list[Any]
     val_loss: Callable[..., float]  # (outputs, rows=every row): the hold-out loss of those rows
+    accuracy: str = "accuracy"  # the key of the (first output's) accuracy in Keras's logs
+
+
+def _units(model, index: int) -> int:
+    shape = model.output_shape[index] if isinstance(model.output_shape, list) else model.output_shape
+    return int(shape[-1])
+
+
+def _objectives(env, model, ts: TrainingSet, recipe: Recipe, loss: Task) -> _Objective:
+    """The objective of every output of ``model``: for several outputs, the sum of each output's loss on its own
+    targets (each distilled from the float model's outputs when the recipe distils), the hold-out loss likewise."""
+    first = _objective(env, ts, recipe, loss, _units(model, 0), getattr(loss, "classifier", True))
+    if not ts.others:
+        return first
+    parts = [first, *[_objective(env, other, recipe, task, _units(model, i + 1), task.classifier)
+                      for i, (task, other) in enumerate(ts.others)]]
+    return _Objective([p.loss for p in parts], [p.y for p in parts], [p.metrics for p in parts],
+                      lambda out, rows=EVERY_ROW: float(sum(p.val_loss(o, rows) for p, o in zip(parts, out))),
+                      f"{model.output_names[0]}_accuracy")  # (Keras names it after the output layer)
 
 
 def _objective(env, ts: TrainingSet, recipe: Recipe, loss: Task, num_classes: int, classifier: bool) -> _Objective:
@@ -295,7 +338,8 @@ def _validation(keras, ts: TrainingSet, objective: _Objective, selector, recipe:
 
     def on_epoch(epoch: int, logs: dict, row: dict) -> None:
         row.update(loss=round(float(logs.get("loss", math.nan)), 5),
-                   **({"accuracy": round(100 * float(logs.get("accuracy", math.nan)), 3)} if classifier else {}),
+                   **({"accuracy": round(100 * float(logs.get(objective.accuracy, math.nan)), 3)}
+                      if classifier else {}),
                    learning_rate=float(f"{lr_at(epoch):.3g}"))
         curve.append(row)
         if not classifier:
@@ -303,10 +347,13 @@ def _validation(keras, ts: TrainingSet, objective: _Objective, selector, recipe:
         log.info("%s epoch %d: val accuracy %s val loss %.4f%s", title, epoch, row.get("val_accuracy", "-"),
                  row["val_loss"], "" if row["eligible"] else " (not selectable yet)")
 
+    score = None if classifier else (lambda out: math.nan)
+    if ts.others:  # several outputs: the hold-out accuracy is the first output's
+        score = ((lambda out: float(np.mean(np.argmax(out[0], axis=-1) == ts.y_val)) * 100.0) if classifier
+                 else (lambda out: math.nan))
     return validation_callback(
         keras, x_val=ts.x_val, y_val=ts.y_val, t_val=ts.teacher_val, loss_fn=lambda _p, out: objective.val_loss(out),
-        selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch,
-        score=None if classifier else (lambda out: math.nan), eligible=eligible)
+        selector=selector, restore_best=recipe.restore_best, on_epoch=on_epoch, score=score, eligible=eligible)
 
 
 def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: list, batch_size: int, epochs: int,
@@ -328,7 +375,8 @@ def _fit(model, ts: TrainingSet, objective: _Objective, optimizer, callbacks: li
             history = model.fit(ts.x, objective.y, batch_size=batch_size, initial_epoch=first, epochs=last,
                                 shuffle=True, verbose=0, callbacks=callbacks)
             if validate is None:
-                accuracies = history.history.get("accuracy", [math.nan] * len(history.history.get("loss", [])))
+                accuracies = history.history.get(objective.accuracy,
+                                                 [math.nan] * len(history.history.get("loss", [])))
                 for j, (l_, a_) in enumerate(zip(history.history.get("loss", []), accuracies)):
                     curve.append({"epoch": first + j + 1, "loss": round(float(l_), 5),
                                   **({"accuracy": round(100 * float(a_), 3)} if classifier else {})})
@@ -400,12 +448,16 @@ def _selection_summary(validate, selector, recipe: Recipe, ts: TrainingSet, loss
     }
 
 
-def teacher_targets(model, x: np.ndarray, from_logits: bool, classifier: bool = True) -> np.ndarray:
+def teacher_targets(model, x: np.ndarray, from_logits: bool, classifier: bool = True,
+                    heads: list[tuple[bool, bool]] | None = None) -> Any:
     """The float model's log-probabilities (a classifier) or outputs on ``x`` (inference mode): the soft targets
-    of distillation."""
+    of distillation. ``heads``: for a model with several outputs, each output's ``(from_logits, classifier)``; the
+    soft targets are then a list, one array per output."""
     from edgedeploy.optimize.finetune.loop import log_probs
 
     out = model.predict(x, batch_size=256, verbose=0)
+    if heads is not None:
+        return [log_probs(o, fl) if c else np.asarray(o, np.float32) for o, (fl, c) in zip(out, heads)]
     return log_probs(out, from_logits) if classifier else np.asarray(out, np.float32)
 
 

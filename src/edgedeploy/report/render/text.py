@@ -57,6 +57,8 @@ def render_table(doc: Mapping[str, Any], width: int = 200) -> str:
         by_leaf.setdefault(r["leaf"], r)
     cols = {c.key: c for c in columns_of(doc)}
     acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ACCURACY_KEYS]
+    if "int8_other_metrics" in cols:  # a classifier's other outputs (a box regressor beside it)
+        acc_cols.insert(-2, cols["int8_other_metrics"])
     if "int8_metric" in cols:  # leaves judged by their task's metric (MSE, PSNR, AUC ...) instead of accuracy
         acc_cols = [cols["leaf"], cols["level"]] + [cols[k] for k in ("float_metric", "int8_metric", "int8_metric_drop",
                                                                       "int8_other_metrics", "tflite_bytes", "gzip_bytes")]
