@@ -11,12 +11,15 @@ from edgedeploy.config.data import Dataset
 from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.tree import NODE_TABLE
 from edgedeploy.errors import UsageError
+from edgedeploy.keras.bn_as_depthwise import batch_norms_as_depthwise
+from edgedeploy.keras.hard_swish import hard_activations_as_layers
 from edgedeploy.keras.input_affine import fold_input_affine
 from edgedeploy.keras.model import clone
 from edgedeploy.keras.qat_annotate import (
     freeze_quantized, init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat,
 )
 from edgedeploy.keras.rewrites import separate_kernel_outputs
+from edgedeploy.keras.split_activation import separate_swish
 from edgedeploy.optimize.finetune.fit import fine_tune
 
 from .selection import mirrored
@@ -29,11 +32,29 @@ def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
     (:func:`edgedeploy.keras.input_affine.fold_input_affine`): fake-quantized, it would stay in the int8 model as
     an elementwise operator over the whole input, which ``ptq``'s converter folds away. Those kernels keep their
     folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
-    and what was left, with its reason."""
+    and what was left, with its reason. The parent is first rewritten into layers TFMOT quantizes as the int8
+    converter computes them (:func:`qat_float`)."""
+    parent = qat_float(parent, details)
     parent, folded = fold_qat_input(parent, NODE_TABLE[node].keeps_clusters, details)
     model = _quantized(parent, node)
     freeze_quantized(model, {name for into in folded.values() for name in into})
     return model
+
+
+def qat_float(parent, details: dict[str, Any] | None = None):
+    """``parent`` rewritten, with the same function, into layers TFMOT's QAT can take and quantizes as the int8
+    converter computes them: hard-swish and hard-sigmoid from TensorFlow operations as one layer each
+    (:func:`edgedeploy.keras.hard_swish.hard_activations_as_layers`), batch norms it cannot fold as 1x1 depthwise convolutions
+    (:func:`edgedeploy.keras.bn_as_depthwise.batch_norms_as_depthwise`), a kernel layer's swish as an activation
+    layer of its own (:func:`edgedeploy.keras.split_activation.separate_swish`). ``details`` (when given) records
+    what was rewritten. A model without such layers comes back as it is."""
+    rewrites = (("hard_activations_as_layers", hard_activations_as_layers),
+                ("batch_norms_as_depthwise", batch_norms_as_depthwise), ("separate_swish", separate_swish))
+    for key, rewrite in rewrites:
+        parent, names = rewrite(parent)
+        if names and details is not None:
+            details.setdefault("qat_rewrites", {})[key] = names
+    return parent
 
 
 def fold_qat_input(parent, uniform_only: bool, details: dict[str, Any] | None = None
@@ -139,12 +160,14 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 
 def qat_node(run) -> Any:
     """QAT with the node's scheme, its activation ranges started from the float parent."""
-    parent, node = run.parent(), run.node.name
+    parent, node = qat_float(run.parent(), run.details), run.node.name  # (the ranges start from its layers)
     model = qat_model(run.env, parent, node, run.details)
     run.warnings.extend(input_fold_warnings(run.details))
     start_qat_ranges(model, parent, run.data, run.recipe, run.details)
     folded = run.details.get("input_preprocessing", {}).get("folded", {})
-    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded]
+    # the hard activations' layers are fake-quantized at their output by design (edgedeploy.keras.hard_swish)
+    rewritten = set(run.details.get("qat_rewrites", {}).get("hard_activations_as_layers", ()))
+    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded and name not in rewritten]
     if unquantized:
         run.details["qat_unquantized_layers"] = unquantized
         # reshapes and max poolings only move values and keep their input's scale: nothing to say
