@@ -5,13 +5,19 @@ TFMOT's QAT cannot clone the TensorFlow operations (``TFOpLambda`` layers) these
 quantization between them would keep the int8 converter from fusing hard-swish into the one HARD_SWISH operator
 ``ptq`` gets. :class:`HardSwish` and :class:`HardSigmoid` compute the same operations on the same values (the
 same float outputs); QAT fake-quantizes their outputs only (TFMOT's output config), so the converter still sees
-``x * (relu6(x + 3) * (1 / 6))`` and writes HARD_SWISH.
+``x * (relu6(x + 3) * (1 / 6))`` and writes HARD_SWISH. A squeeze-and-excitation's gate (a hard-sigmoid of a
+convolution's output) keeps its ``ReLU(6)`` after the convolution, whose bias takes the ``+ 3``, as ``ptq``'s
+converter folds it: a fake quantization between the two would leave an int8 ADD of its own.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
+
+from edgedeploy.keras.model import KERNEL_LAYERS
 
 ADD = ("__operators__.add", "math.add")
 SCALE = {"math.multiply": 1.0 / 6.0, "math.truediv": 6.0}  # function -> the constant of a hard-sigmoid's last step
@@ -29,18 +35,19 @@ def layer_classes() -> dict[str, Any]:
     # registered: rebuilding a model from its config (a rewrite, TFMOT's quantize_apply) finds them by name
     @keras.utils.register_keras_serializable(package="edgedeploy")
     class HardSigmoid(layer):
-        """``relu6(x + 3) * (1 / 6)`` (``divide``: ``relu6(x + 3) / 6``), as the operations it replaces."""
+        """``relu6(x + 3) * (1 / 6)`` (``divide``: ``relu6(x + 3) / 6``), as the operations it replaces;
+        ``clipped``: only the last step, its input already ``relu6(x + 3)``."""
 
-        def __init__(self, divide: bool = False, **kwargs):
+        def __init__(self, divide: bool = False, clipped: bool = False, **kwargs):
             super().__init__(**kwargs)
-            self.divide = divide
+            self.divide, self.clipped = divide, clipped
 
         def call(self, inputs):
-            shifted = tf.nn.relu6(inputs + 3.0)
+            shifted = inputs if self.clipped else tf.nn.relu6(inputs + 3.0)
             return shifted / 6.0 if self.divide else tf.math.multiply(shifted, 1.0 / 6.0)
 
         def get_config(self):
-            return {**super().get_config(), "divide": self.divide}
+            return {**super().get_config(), "divide": self.divide, "clipped": self.clipped}
 
     @keras.utils.register_keras_serializable(package="edgedeploy")
     class HardSwish(HardSigmoid):
@@ -78,7 +85,9 @@ def _source(spec: dict) -> str | None:
 def hard_activations_as_layers(model):
     """Each hard-sigmoid (``relu6(x + 3) * (1 / 6)`` or ``/ 6`` from TensorFlow operations and a ``ReLU(6)``) as a
     :class:`HardSigmoid` named after its last operation, and each hard-swish (``Multiply`` of ``x`` and its
-    hard-sigmoid) as a :class:`HardSwish` named after the ``Multiply``. Same function. Returns (model, [names])."""
+    hard-sigmoid) as a :class:`HardSwish` named after the ``Multiply``. A hard-sigmoid of a Conv/Dense layer's output
+    (a squeeze-and-excitation's gate) keeps its ``ReLU(6)``, the ``+ 3`` moved into that layer's bias. Same
+    function (to float rounding where a bias moved). Returns (model, [names])."""
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
@@ -88,7 +97,9 @@ def hard_activations_as_layers(model):
     specs = {spec["name"]: spec for spec in config["layers"]}
     consumers = {layer.name: len(layer._outbound_nodes) for layer in model.layers}
     drop: set[str] = set()
-    replace: dict[str, tuple[str, str, bool]] = {}  # spec to replace -> (class, source, divide)
+    replace: dict[str, tuple[str, str, bool, bool]] = {}  # spec to replace -> (class, source, divide, clipped)
+    shift: dict[str, float] = {}  # kernel layer -> what its bias gains
+    reroute: dict[str, str] = {}  # layer -> the layer it reads instead
     for spec in config["layers"]:
         last = spec
         if last["class_name"] != "TFOpLambda" or last["config"].get("function") not in SCALE:
@@ -104,13 +115,19 @@ def hard_activations_as_layers(model):
         source, divide = _source(add), last["config"]["function"] == "math.truediv"
         if source is None:
             continue
-        drop |= {add["name"], relu["name"]}
         product = _hard_swish_product(config["layers"], last["name"], source) if consumers[last["name"]] == 1 else None
         if product is not None:
-            drop.add(last["name"])
-            replace[product] = ("HardSwish", source, divide)
+            drop |= {add["name"], relu["name"], last["name"]}
+            replace[product] = ("HardSwish", source, divide, False)
+        elif _biased_kernel(specs[source]) and consumers[source] == 1:
+            # the + 3 into the kernel's bias, as ptq's converter folds it: the ReLU(6) then follows the kernel
+            # (TFMOT fuses the two, the converter writes one kernel with a fused relu6), and no int8 ADD is left
+            drop.add(add["name"])
+            shift[source], reroute[relu["name"]] = 3.0, source
+            replace[last["name"]] = ("HardSigmoid", relu["name"], divide, True)
         else:
-            replace[last["name"]] = ("HardSigmoid", source, divide)
+            drop |= {add["name"], relu["name"]}
+            replace[last["name"]] = ("HardSigmoid", source, divide, False)
     if not replace:
         return model, []
     classes = layer_classes()
@@ -119,16 +136,28 @@ def hard_activations_as_layers(model):
         if spec["name"] in drop:
             continue
         if spec["name"] in replace:
-            kind, source, divide = replace[spec["name"]]
-            layer = classes[kind](divide=divide, name=spec["name"])
+            kind, source, divide, clipped = replace[spec["name"]]
+            layer = classes[kind](divide=divide, clipped=clipped, name=spec["name"])
             spec = {**keras.layers.serialize(layer), "name": spec["name"], "inbound_nodes": [[[source, 0, 0, {}]]]}
+        elif spec["name"] in reroute:
+            spec = {**spec, "inbound_nodes": [[[reroute[spec["name"]], 0, 0, {}]]]}
         new_specs.append(spec)
     config["layers"] = new_specs
     new = keras.Model.from_config(config)
     for layer in new.layers:
         if layer.name not in replace:
-            layer.set_weights(model.get_layer(layer.name).get_weights())
+            weights = model.get_layer(layer.name).get_weights()
+            if layer.name in shift:  # [kernel, bias]
+                weights = [weights[0], weights[1] + np.float32(shift[layer.name])]
+            layer.set_weights(weights)
     return new, sorted(replace)
+
+
+def _biased_kernel(spec: dict) -> bool:
+    """A Conv/Dense layer with a bias and no activation, called once."""
+    c = spec["config"]
+    return (spec["class_name"] in KERNEL_LAYERS and c.get("activation") in (None, "linear") and bool(c.get("use_bias"))
+            and len(spec["inbound_nodes"]) == 1)
 
 
 def _is_relu6(spec: dict) -> bool:

@@ -1,6 +1,6 @@
 """The rewrites before QAT (edgedeploy.optimize.techniques.qat.qat_float) on small real tf_keras models: the same
 function, no layer TFMOT refuses left, and the int8 model of the quantization-aware twin computing every operator
-in int8 with the operators ptq gets (HARD_SWISH, one kernel for a batch norm)."""
+in int8 with the operators ptq gets (HARD_SWISH, no ADD for a gate's + 3, one kernel for a batch norm)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,10 @@ def test_hard_swish_and_sigmoid_become_one_layer_each_with_the_same_outputs(kera
     kinds = [layer.__class__.__name__ for layer in new.layers]
     assert (kinds.count("HardSwish"), kinds.count("HardSigmoid"), kinds.count("TFOpLambda")) == (1, 1, 0)
     assert "hswish" in names and new.get_layer("hswish").__class__.__name__ == "HardSwish"
-    np.testing.assert_array_equal(new(_x()).numpy(), model(_x()).numpy())
+    # the gate's + 3 moved into the bias of the convolution before it, its ReLU(6) now reading that convolution
+    np.testing.assert_allclose(new.get_layer("se").get_weights()[1], model.get_layer("se").get_weights()[1] + 3)
+    assert kinds.count("ReLU") == 1 and new.get_layer("se")._outbound_nodes[0].outbound_layer.__class__.__name__ == "ReLU"
+    np.testing.assert_allclose(new(_x()).numpy(), model(_x()).numpy(), rtol=1e-6, atol=1e-6)
     assert hard_activations_as_layers(new)[1] == []  # nothing left to rewrite
 
 
@@ -109,6 +112,8 @@ def test_the_qat_twin_converts_to_int8_with_hard_swish_and_no_float_operator(ker
     inp = keras.Input((8, 8, 3))
     x = L.Conv2D(8, 3, padding="same", name="conv")(inp)
     x = L.Multiply(name="hswish")([x, L.ReLU(6.0)(x + 3.0) * (1.0 / 6.0)])
+    gate = L.Conv2D(8, 1, name="gate")(L.GlobalAveragePooling2D(keepdims=True)(x))
+    x = L.Multiply(name="excite")([x, L.ReLU(6.0)(gate + 3.0) * (1.0 / 6.0)])
     y = L.Conv2D(4, 1, use_bias=False, name="branch")(x)
     x = L.Concatenate(name="concat")([x, y])
     x = L.ReLU(name="post_relu")(L.BatchNormalization(name="post_bn")(x))
@@ -121,4 +126,5 @@ def test_the_qat_twin_converts_to_int8_with_hard_swish_and_no_float_operator(ker
     path = tmp_path / "qat.tflite"
     path.write_bytes(data)
     ops = {o.op for o in read_tflite(path).operators}
-    assert "HARD_SWISH" in ops and calibrated is None, (ops, calibrated)
+    # (the gate's + 3 folded into its convolution's bias, as ptq's converter does: no ADD)
+    assert "HARD_SWISH" in ops and "ADD" not in ops and calibrated is None, (ops, calibrated)
