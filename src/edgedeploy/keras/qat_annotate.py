@@ -3,7 +3,7 @@ activation ranges it starts from."""
 
 from __future__ import annotations
 
-from edgedeploy.keras.model import is_linear, KERNEL_LAYERS
+from edgedeploy.keras.rewrites.bn_as_depthwise import folds_into_source
 
 
 def unsupported_for_qat(model) -> list[str]:
@@ -25,12 +25,10 @@ def unsupported_for_qat(model) -> list[str]:
         if kind == "BatchNormalization":
             # not in the registry: TFMOT's graph transforms (Conv2DBatchNormQuantize, DenseBatchNormQuantize and
             # their activation variants) fold a batch norm into the layer before it, where that is one Conv2D,
-            # DepthwiseConv2D or Dense (KERNEL_LAYERS) without an activation of its own (any other one, e.g. after
-            # a SeparableConv2D or an Add, makes quantize_apply refuse the whole model)
-            sources = [n.inbound_layers for n in layer._inbound_nodes]
-            source = sources[0] if len(sources) == 1 and not isinstance(sources[0], (list, tuple)) else None
-            return (source is not None and source.__class__.__name__ in KERNEL_LAYERS
-                    and is_linear(source) and registry.supports(source))
+            # DepthwiseConv2D or Dense (KERNEL_LAYERS) without an activation of its own, read by nothing else;
+            # a batch norm after any other layer (a Concatenate, an Add) or a convolution read by other layers
+            # too makes quantize_apply refuse the whole model (edgedeploy.keras.rewrites.bn_as_depthwise rewrites those)
+            return folds_into_source(layer) and registry.supports(layer._inbound_nodes[0].inbound_layers)
         return registry.supports(layer)
 
     return [layer.name for layer in model.layers if not supported(layer)]

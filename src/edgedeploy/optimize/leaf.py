@@ -22,7 +22,7 @@ from edgedeploy.config.recipe import Recipe
 from edgedeploy.core.stage import StageResult
 from edgedeploy.config.tree import LEAVES, PRUNED_NODES, QAT_NODES, THINNED_NODES
 from .scoring import float_scores, int8_scores, metric_details, metrics, task_of
-from .techniques.tfmot import load_qat
+from .techniques.qat import load_qat
 
 FLOAT_MODEL = "model.h5"
 QAT_WEIGHTS = "weights.h5"

@@ -12,7 +12,10 @@ from .leaf import convert_leaf
 from .leaf16 import convert_leaf_16x8
 from .node import keras_node_stage
 from .palette import stages as palette_stages
-from .techniques.tfmot import baseline_node, cluster_node, prune_node, qat_node
+from .techniques.baseline import baseline_node
+from .techniques.cluster import cluster_node
+from .techniques.prune import prune_node
+from .techniques.qat import qat_node
 from .techniques.thin import thin_node
 
 

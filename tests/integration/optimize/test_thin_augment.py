@@ -67,7 +67,7 @@ def test_hflip_on_inputs_that_are_not_images_is_not_applied_and_says_so():
 def test_the_thinned_branch_below_the_thinned_node_fine_tunes_on_mirrored_images_too():
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.config.tree import NODE_TABLE
-    from edgedeploy.optimize.techniques.tfmot import mirrored
+    from edgedeploy.optimize.techniques.selection import mirrored
 
     recipe = load_recipe(overrides={"thin_augment": "hflip"})
     run = type("Run", (), {"recipe": recipe})
@@ -83,7 +83,7 @@ def test_the_2_of_4_copy_has_the_prune_stages_final_masks_and_leaves_the_model_a
     from edgedeploy.config import pattern
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.keras import tfenv
-    from edgedeploy.optimize.techniques.tfmot import optimizable
+    from edgedeploy.optimize.techniques.selection import optimizable
     from edgedeploy.optimize.techniques.two_of_four import pruned_copy
 
     model = _model(tfenv.load().keras)

@@ -40,17 +40,8 @@ CASES = {
     "dense_autoencoder": ("ptq,qat,thinned", {"reconstruction": "it is a model output"}),
     "two_outputs": ("ptq,qat,thinned", {"class": "it is a model output", "box": "it is a model output"}),
 }
-# architecture -> (exit code, what the one error line says) where a QAT-family leaf asked for stops today (ptq goes
-# through): TFMOT's cloning cannot take MobileNetV3's hard-swish TensorFlow operations (TFOpLambda); it has no QAT
-# config for a batch norm that follows a Concatenate (DenseNet's pre-activation); the EfficientNet-like net's
-# squeeze-and-excitation Dense, reading a GlobalAveragePooling, gets its int8 bias quantized for another input scale
-# (the conversion check refuses it)
-KNOWN = {
-    "mobilenet_v3_small": (3, "stage qat: TFMOT cannot build the quantization-aware model"),
-    "densenet_like": (3, "stage pcqat: TFMOT cannot build the quantization-aware model (Layer dense0_0_bn:"),
-    "efficientnet_like": (6, "leaf qat: int8 conversion quantized the bias of 1 operator(s) for another input scale "
-                             "(FULLY_CONNECTED 'efficientnet_like/quant_block3_se_reduce/MatMul'"),
-}
+# architecture -> (exit code, what the one error line says) where a QAT-family leaf asked for stops (ptq goes through)
+KNOWN: dict[str, tuple[int, str]] = {}
 
 
 @pytest.fixture(scope="module")

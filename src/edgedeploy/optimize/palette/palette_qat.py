@@ -149,7 +149,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers.
 
     Preprocessing at the input (a ``Rescaling``, ``Normalization``) is folded into the kernels it feeds first, as
-    for the other QAT nodes (:func:`edgedeploy.optimize.techniques.tfmot.fold_qat_input`; ``details``, when given,
+    for the other QAT nodes (:func:`edgedeploy.optimize.techniques.qat.fold_qat_input`; ``details``, when given,
     records it), so that the int8 model takes the raw input as ``ptq`` does. Only a scaling by one value is
     folded (a palette kernel times one value keeps its palette), and the kernels folded into keep their folded
     weights in training. The fold is the same on every call, so the trained weights load into the model that
@@ -168,7 +168,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     quant = env.tfmot.quantization.keras
     from edgedeploy.keras.model import clone
     from edgedeploy.keras.qat_annotate import freeze_quantized, quantize_for_qat
-    from ..techniques.tfmot import fold_qat_input
+    from ..techniques.qat import fold_qat_input
 
     parent, inputs_folded = fold_qat_input(parent, uniform_only=True, details=details)
     quantizer_cls, config_cls = _quantizer_classes()

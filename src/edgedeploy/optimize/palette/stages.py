@@ -18,7 +18,7 @@ from edgedeploy.config.tree import LEAVES, NODE_TABLE, QAT_NODES
 from edgedeploy.optimize.finetune.fit import fine_tune
 from ..leaf import FLOAT_MODEL, QAT_WEIGHTS, convert_and_score, leaf_result, start_keras_stage
 from ..scoring import float_scores, metrics, task_of
-from ..techniques.tfmot import input_fold_warnings, start_qat_ranges
+from ..techniques.qat import input_fold_warnings, start_qat_ranges
 from .projection import DAMP, PALETTE_LIMIT
 from edgedeploy.vela.debugdb import WEIGHT_OPS, layer_of_tensor
 from .models import HESSIAN_SAMPLES, _palette_opt, apply_plan, default_plan, fold_batch_norm, kernel_layers, layer_hessians, projection_method, scale_method

@@ -35,7 +35,7 @@ from .thin_widths import (N, Staircase, alternatives, candidate_widths, choose, 
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
 from edgedeploy.optimize.leaf import tfenv_seed
-from .tfmot import mirrored, optimizable
+from .selection import mirrored, optimizable
 from .two_of_four import pruned_copy
 
 log = logging.getLogger("edgedeploy")

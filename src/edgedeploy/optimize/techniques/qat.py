@@ -1,102 +1,28 @@
-"""The TFMOT techniques of the deployment tree: prune, cluster (sparsity-preserving or not) and QAT with its
-scheme. Each builds a node's model from its parent's; :mod:`edgedeploy.optimize.registry` names them.
-"""
+"""The ``qat`` technique: quantization-aware training with TFMOT and the node's scheme (plain, prune- or
+cluster-preserving), its input preprocessing folded first and its activation ranges started from the float
+parent."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from edgedeploy.config.data import Dataset
+from edgedeploy.config.recipe import Recipe
+from edgedeploy.config.tree import NODE_TABLE
 from edgedeploy.errors import UsageError
-from edgedeploy.keras.model import base_name, clone, inner, load_model
-from edgedeploy.keras.rewrites import conv1d_as_conv2d, fuse_separate_relu, separate_kernel_outputs, separate_relu_layers, split_separable
+from edgedeploy.keras.rewrites.bn_as_depthwise import batch_norms_as_depthwise
+from edgedeploy.keras.rewrites.hard_swish import hard_activations_as_layers
 from edgedeploy.keras.input_affine import fold_input_affine
+from edgedeploy.keras.model import clone
 from edgedeploy.keras.qat_annotate import (
     freeze_quantized, init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat,
 )
-from edgedeploy.config.recipe import Recipe
-from edgedeploy.config.tree import NODE_TABLE
-from edgedeploy.config.task import Task
-from edgedeploy.optimize.finetune.fit import fine_tune, training_set
+from edgedeploy.keras.rewrites import separate_kernel_outputs
+from edgedeploy.keras.rewrites.split_activation import separate_swish
+from edgedeploy.optimize.finetune.fit import fine_tune
 
-log = logging.getLogger("edgedeploy")
-
-def optimizable(layer, recipe: Recipe) -> bool:
-    kind = inner(layer).__class__.__name__
-    return kind in ("Conv2D", "Dense") and base_name(layer.name) not in recipe.skip_layers
-
-
-def prune(env, parent, data: Dataset, recipe: Recipe, loss: Task, *, record: dict | None = None,
-          mirrored: bool = False):
-    from edgedeploy.optimize.finetune.loop import pruning_plan
-
-    keras, sparsity = env.keras, env.tfmot.sparsity.keras
-    settings = recipe.stage("prune")
-    if settings.epochs < 1:
-        raise UsageError("pruning needs at least one epoch of fine-tuning", "set [stages.prune] epochs >= 1")
-    ts = training_set(data, recipe, mirrored)
-    plan = pruning_plan(recipe.pruning_schedule, ts.steps_per_epoch(recipe.batch_size), settings.epochs,
-                        recipe.pruning_end_fraction)
-    if plan.kind == "polynomial":
-        schedule = sparsity.PolynomialDecay(initial_sparsity=0.0, final_sparsity=recipe.sparsity,
-                                            begin_step=plan.begin_step, end_step=plan.end_step,
-                                            frequency=plan.frequency)
-    else:
-        schedule = sparsity.ConstantSparsity(recipe.sparsity, begin_step=plan.begin_step, frequency=plan.frequency)
-
-    pattern = None
-    if recipe.sparsity_pattern == "2:4":  # Ethos-U85 structured sparsity (edgedeploy.optimize.techniques.two_of_four)
-        from edgedeploy.optimize.techniques.two_of_four import TwoOfFour
-
-        pattern = TwoOfFour(env, plan)
-
-    def wrap(layer):
-        if optimizable(layer, recipe):
-            if pattern is not None:
-                return pattern.wrap(layer)
-            return sparsity.prune_low_magnitude(layer, pruning_schedule=schedule)
-        return layer
-
-    model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    callbacks = [sparsity.UpdatePruningStep()] + ([pattern.callback()] if pattern is not None else [])
-    report = fine_tune(env, model, data, recipe, "prune", loss, "prune", callbacks=callbacks,
-                       train_set=ts, eligible_from=plan.full_epoch, record=record)
-    report["pruning"] = {"target_sparsity": recipe.sparsity, **plan.to_dict(),
-                         **({"structured": pattern.describe()} if pattern is not None else {})}
-    return sparsity.strip_pruning(model)
-
-
-def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_sparsity: bool, *,
-            record: dict | None = None, mirrored: bool = False):
-    from tensorflow_model_optimization.python.core.clustering.keras.cluster_config import GradientAggregation
-
-    keras, clustering = env.keras, env.tfmot.clustering.keras
-    aggregation = {"sum": GradientAggregation.SUM, "avg": GradientAggregation.AVG}[recipe.cluster_gradient_aggregation]
-    init = {
-        "kmeans++": clustering.CentroidInitialization.KMEANS_PLUS_PLUS,
-        "linear": clustering.CentroidInitialization.LINEAR,
-        "density": clustering.CentroidInitialization.DENSITY_BASED,
-        "random": clustering.CentroidInitialization.RANDOM,
-    }[recipe.centroid_init]
-
-    def wrap(layer):
-        if optimizable(layer, recipe):
-            kwargs = {"preserve_sparsity": preserve_sparsity, "cluster_gradient_aggregation": aggregation}
-            if recipe.per_channel_clusters and inner(layer).__class__.__name__ == "Conv2D":
-                kwargs["cluster_per_channel"] = True
-            return clustering.cluster_weights(layer, number_of_clusters=recipe.clusters,
-                                              cluster_centroids_init=init, **kwargs)
-        return layer
-
-    model = keras.models.clone_model(clone(parent), clone_function=wrap)
-    report = fine_tune(env, model, data, recipe, "cluster", loss, "cluster", record=record, mirrored=mirrored)
-    report["clustering"] = {"clusters": recipe.clusters, "centroid_init": recipe.centroid_init,
-                            "preserve_sparsity": preserve_sparsity, "per_channel": recipe.per_channel_clusters,
-                            "centroid_gradient": recipe.cluster_gradient_aggregation,
-                            "centroid_learning_rate": "the stage's (TFMOT 0.8.1 has no separate centroid rate)"}
-    return clustering.strip_clustering(model)
+from .selection import mirrored
 
 
 def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
@@ -106,11 +32,29 @@ def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
     (:func:`edgedeploy.keras.input_affine.fold_input_affine`): fake-quantized, it would stay in the int8 model as
     an elementwise operator over the whole input, which ``ptq``'s converter folds away. Those kernels keep their
     folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
-    and what was left, with its reason."""
+    and what was left, with its reason. The parent is first rewritten into layers TFMOT quantizes as the int8
+    converter computes them (:func:`qat_float`)."""
+    parent = qat_float(parent, details)
     parent, folded = fold_qat_input(parent, NODE_TABLE[node].keeps_clusters, details)
     model = _quantized(parent, node)
     freeze_quantized(model, {name for into in folded.values() for name in into})
     return model
+
+
+def qat_float(parent, details: dict[str, Any] | None = None):
+    """``parent`` rewritten, with the same function, into layers TFMOT's QAT can take and quantizes as the int8
+    converter computes them: hard-swish and hard-sigmoid from TensorFlow operations as one layer each
+    (:func:`edgedeploy.keras.rewrites.hard_swish.hard_activations_as_layers`), batch norms it cannot fold as 1x1 depthwise convolutions
+    (:func:`edgedeploy.keras.rewrites.bn_as_depthwise.batch_norms_as_depthwise`), a kernel layer's swish as an activation
+    layer of its own (:func:`edgedeploy.keras.rewrites.split_activation.separate_swish`). ``details`` (when given) records
+    what was rewritten. A model without such layers comes back as it is."""
+    rewrites = (("hard_activations_as_layers", hard_activations_as_layers),
+                ("batch_norms_as_depthwise", batch_norms_as_depthwise), ("separate_swish", separate_swish))
+    for key, rewrite in rewrites:
+        parent, names = rewrite(parent)
+        if names and details is not None:
+            details.setdefault("qat_rewrites", {})[key] = names
+    return parent
 
 
 def fold_qat_input(parent, uniform_only: bool, details: dict[str, Any] | None = None
@@ -214,61 +158,16 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
     return model
 
 
-
-# One function per technique of edgedeploy.config.tree: the node's model from its parent's (see node.NodeRun).
-
-
-def baseline_node(run) -> Any:
-    """The user's model, rewritten into layers every technique of the tree knows."""
-    model, info = load_model(run.inputs["model"], run.trust_lambda)
-    if info.flattened:  # nested models, their layers now in the model's own graph (edgedeploy.keras.flatten)
-        run.details["flattened"] = list(info.flattened)
-    # TFMOT prunes a SeparableConv2D's pointwise kernel but has no QAT config for it (PQAT/PCQAT would then
-    # train it freely and lose its zeros and clusters): the tree works on the two layers it computes
-    model, split = split_separable(model)
-    if split:
-        run.details["split_separable"] = split
-        log.info("split %s into a DepthwiseConv2D (NAME_depthwise) and a 1x1 Conv2D each", ", ".join(split))
-    # nor has TFMOT a QAT config for Conv1D, and the palette leaves know 2-D kernels: the tree works on the
-    # Conv2D each one computes (the converter writes it as one anyway)
-    model, as_2d = conv1d_as_conv2d(model)
-    if as_2d:
-        run.details["conv1d_as_conv2d"] = as_2d
-        log.info("rewrote %s as Conv2D layers between reshapes (NAME_2d, NAME_1d)", ", ".join(as_2d))
-    relu = separate_relu_layers(model)
-    if relu and run.recipe.fuse_relu:
-        model, fused = fuse_separate_relu(model)
-        run.details["fused_relu"] = fused
-        run.warnings.append(f"folded the separate ReLU after {', '.join(fused)} into the layer's activation, "
-                            "so QAT keeps their quantizers (and PQAT/PCQAT their sparsity and clusters)")
-    elif relu:
-        run.details["separate_relu"] = relu
-    return model
-
-
-def mirrored(run) -> bool:
-    """The node fine-tunes on mirrored images as well: ``thin_augment = "hflip"`` in the thinned branch."""
-    return run.recipe.thin_augment == "hflip" and run.node.keeps_channels
-
-
-def prune_node(run) -> Any:
-    return prune(run.env, run.parent(), run.data, run.recipe, run.loss, record=run.training, mirrored=mirrored(run))
-
-
-def cluster_node(run) -> Any:
-    return cluster(run.env, run.parent(), run.data, run.recipe, run.loss,
-                   preserve_sparsity=bool(run.node.settings.get("preserve_sparsity", False)), record=run.training,
-                   mirrored=mirrored(run))
-
-
 def qat_node(run) -> Any:
     """QAT with the node's scheme, its activation ranges started from the float parent."""
-    parent, node = run.parent(), run.node.name
+    parent, node = qat_float(run.parent(), run.details), run.node.name  # (the ranges start from its layers)
     model = qat_model(run.env, parent, node, run.details)
     run.warnings.extend(input_fold_warnings(run.details))
     start_qat_ranges(model, parent, run.data, run.recipe, run.details)
     folded = run.details.get("input_preprocessing", {}).get("folded", {})
-    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded]
+    # the hard activations' layers are fake-quantized at their output by design (edgedeploy.keras.rewrites.hard_swish)
+    rewritten = set(run.details.get("qat_rewrites", {}).get("hard_activations_as_layers", ()))
+    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded and name not in rewritten]
     if unquantized:
         run.details["qat_unquantized_layers"] = unquantized
         # reshapes and max poolings only move values and keep their input's scale: nothing to say
