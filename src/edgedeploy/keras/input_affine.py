@@ -6,8 +6,10 @@ The int8 converter does this fold itself for a float model (``ptq``), but not in
 the layer's output is fake-quantized, and the int8 model keeps it as a MUL (and ADD) over the whole input, which on
 an Ethos-U costs NPU cycles that ``ptq`` does not spend. Folded before QAT, every QAT-derived leaf takes the raw
 input as ``ptq`` does. The fold is exact: an offset (``b`` not zero) is only folded into layers that pad nothing
-(``padding = "valid"``, a Dense), as a padded border would read ``b`` where it read zero; a layer is otherwise left
-as it is, with its reason.
+(``padding = "valid"``, a Dense), as a padded border would read ``b`` where it read zero; a layer is otherwise left,
+with its reason, and at an image input computed as one 1x1 ``DepthwiseConv2D`` (kernel ``a``, bias ``b``): the same
+function, which TFMOT quantizes as a convolution, where a fake-quantized ``Rescaling`` or ``Normalization`` converts
+to a DEQUANTIZE/QUANTIZE pair on the CPU before its MUL and ADD.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ def _fold(layer, a: np.ndarray, b: np.ndarray, weights: list[np.ndarray]) -> lis
 def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
                       ) -> tuple[Any, dict[str, list[str]], dict[str, str]]:
     """``model`` with each affine preprocessing layer at a model input folded into the kernel layers it feeds (see
-    the module's text): ``(model, {folded layer: [layers folded into]}, {layer left as it is: reason})``.
+    the module's text): ``(model, {folded layer: [layers folded into]}, {layer left: reason})`` (a
+    layer left at an image input is now part of one 1x1 depthwise convolution, not trained with ``freeze``).
 
     With ``freeze`` the layers folded into are built not trainable: their kernels are now in the units of the raw
     input (x 1/255 for a ``Rescaling(1/255)``), where an optimizer step of about the learning rate, whatever the
@@ -145,7 +148,9 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
     keras = tfenv.load().keras
     if model.__class__.__name__ != "Functional":
         return model, {}, {}
-    plans, left = [], {}
+    plans: list = []
+    swaps: list = []  # (layers, a, b): affine chains at an image input that stay, as one 1x1 depthwise convolution
+    left: dict[str, str] = {}
     for start in model._input_layers:
         layers, a, b = _chain(model, start)
         if not layers:
@@ -158,26 +163,36 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
         if reason is None and uniform_only and not np.all(a == a[0]):
             reason = "its scale differs per channel, which would multiply the clusters of the kernels it feeds"
         if reason is not None:
+            if len(start.output_shape[0] if isinstance(start.output_shape, list) else start.output_shape) == 4:
+                swaps.append((layers, a, b))  # an image input: one 1x1 depthwise convolution computes the chain
+                reason += "; computed as one 1x1 depthwise convolution"
             left.update({layer.name: reason for layer in layers})
             continue
         plans.append((start, layers, a, b, targets))
-    if not plans:
+    if not plans and not swaps:
         return model, {}, left
     config = model.get_config()
     rename = {layer.name: (plan[1][i - 1].name if i else plan[0].name)
               for plan in plans for i, layer in enumerate(plan[1])}
+    rename.update({layer.name: layers[0].name for layers, _, _ in swaps for layer in layers[1:]})
     config = bypass_layers(config, {name: _first(rename, name) for name in rename})
     folds = {t.name: (t, a, b) for _, _, a, b, ts in plans for t in ts}
+    depthwise = {layers[0].name: [a.reshape(1, 1, -1, 1).astype(np.float32), b.astype(np.float32)]
+                 for layers, a, b in swaps}
     for spec in config["layers"]:
         if spec["name"] in folds:
             spec["config"]["use_bias"] = True
             if freeze:
                 spec["config"]["trainable"] = False
+        if spec["name"] in depthwise:
+            spec["class_name"] = "DepthwiseConv2D"
+            spec["config"] = {"name": spec["name"], "kernel_size": (1, 1), "use_bias": True, "padding": "valid",
+                              "trainable": not freeze, "dtype": spec["config"].get("dtype", "float32")}
     new = keras.Model.from_config(config)
     for layer in new.layers:
         if layer.__class__.__name__ == "InputLayer":
             continue
-        weights = model.get_layer(layer.name).get_weights()
+        weights = depthwise.get(layer.name) or model.get_layer(layer.name).get_weights()
         if layer.name in folds:
             weights = _fold(*folds[layer.name], weights)
         layer.set_weights(weights)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -119,6 +120,12 @@ def load_model(path: Path, trust_lambda: bool = False):
             model = keras.models.load_model(path, compile=False, safe_mode=not trust_lambda) \
                 if path.suffix == ".keras" else keras.models.load_model(path, compile=False)
         except Exception as exc:  # Keras raises many kinds of errors on bad files
+            custom = re.search(r"Unknown (?:layer|object type|[a-z ]+): '([^']+)'", str(exc))
+            if custom:  # a subclassed layer: its code is not in the file, and edgedeploy loads no user code
+                raise InvalidInputError(
+                    f"{path}: the model uses {custom.group(1)}, a custom layer class whose code is not in the file, "
+                    "so tf_keras cannot rebuild (nor edgedeploy flatten) the model",
+                    "build that part from built-in Keras layers and save the model again") from exc
             raise InvalidInputError(f"{path} does not load with tf_keras ({type(exc).__name__}: {exc})".splitlines()[0],
                                     "check the file was saved by tf_keras 2.x") from exc
     if len(model.inputs) != 1:

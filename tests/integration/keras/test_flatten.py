@@ -181,6 +181,29 @@ def test_a_subclassed_keras3_model_inside_is_refused_with_its_name(keras3, tmp_p
     assert "cannot be flattened" in str(err.value)
 
 
+def test_a_subclassed_layer_in_a_nested_tf_keras_block_is_refused_with_its_class(tf_keras, tmp_path):
+    """A tf_keras file does not hold a custom layer's code: one line names the class, not Keras's advice to use
+    a custom-object scope (which edgedeploy has no way to take)."""
+    L = tf_keras.layers
+
+    class Scale(L.Layer):
+        def build(self, shape):
+            self.w = self.add_weight("w", shape=(shape[-1],), initializer="ones")
+
+        def call(self, x):
+            return x * self.w
+
+    block = tf_keras.Sequential([L.Conv2D(4, 3, name="conv"), Scale(name="scale")], name="block")
+    inp = tf_keras.Input((8, 8, 3))
+    path = tmp_path / "m.h5"
+    tf_keras.Model(inp, L.Dense(2, name="head")(L.GlobalAveragePooling2D()(block(inp)))).save(path)
+    with pytest.raises(InvalidInputError) as err:
+        load_model(path)
+    assert str(err.value).startswith(f"{path}: the model uses Scale, a custom layer class")
+    assert "\n" not in str(err.value)
+    assert "custom_object_scope" not in str(err.value) and "built-in Keras layers" in str(err.value.hint)
+
+
 def test_a_flat_model_is_left_as_it_is(tf_keras, tmp_path):
     from edgedeploy.keras.flatten import flatten_nested
 

@@ -91,8 +91,10 @@ def test_the_fold_is_exact_or_left_with_its_reason(keras, front, first, left):
         assert set(done) == set(names) and all(into == ["k"] for into in done.values()) and kept == {}
         assert not any(layer.name.startswith("pre") for layer in folded.layers)
         assert not folded.get_layer("k").trainable and folded.get_layer("head").trainable
-    else:
-        assert done == {} and kept == {name: left for name in names} and folded is model
+    else:  # at an image input the chain stays as one 1x1 depthwise convolution, which TFMOT can quantize
+        assert done == {} and kept == {name: left + "; computed as one 1x1 depthwise convolution" for name in names}
+        assert [(layer.name, layer.__class__.__name__) for layer in folded.layers if layer.name.startswith("pre")] \
+            == [("pre", "DepthwiseConv2D")]
     outs = [m.predict(x, verbose=0) for m in (model, folded)]
     for want, got in (zip(*outs) if first == "output" else [outs]):  # (each output of the model)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
@@ -130,3 +132,33 @@ def test_a_folded_qat_model_converts_without_an_operator_over_the_input(keras, t
     assert ops(int8) == ops(convert_int8(model, x)) and "MUL" not in ops(int8)
     first = next(t for t in read_weight_tensors(tmp_path / "m.tflite") if t.op == "CONV_2D")
     assert np.count_nonzero(first.values()) > 0.9 * first.values().size
+
+
+@pytest.mark.parametrize("front", ["offset", "norm"])
+def test_an_input_affine_left_before_a_padded_conv_converts_from_qat_without_cpu_operators(keras, tmp_path, front):
+    """An offset that cannot be folded (the convolution pads its input) stays as a 1x1 depthwise convolution: the
+    QAT model converts to int8 operators only, without the DEQUANTIZE/QUANTIZE pair a fake-quantized
+    ``Rescaling``/``Normalization`` left at the input (which runs on the CPU), and computes what the float does."""
+    from edgedeploy.keras.qat_annotate import quantize_for_qat
+    from edgedeploy.tflite.convert import convert_qat_int8, tflite_predict
+    from edgedeploy.tflite.interpreter import make_interpreter
+    from edgedeploy.tflite.reader import read_tflite
+
+    keras.utils.set_random_seed(SEED)
+    model = _model(keras, front, "same")
+    x = _images(64)
+    folded, done, kept = fold_input_affine(model)
+    assert done == {} and list(kept) == ["pre"]
+    qat = quantize_for_qat(folded)
+    qat.compile(keras.optimizers.Adam(1e-4), "mse")
+    qat.fit(x, model.predict(x, verbose=0), batch_size=16, epochs=1, verbose=0)
+    int8, _ = convert_qat_int8(qat, lambda: (x, "64 images"))
+    path = tmp_path / "m.tflite"
+    path.write_bytes(int8)
+    ops = [o.op for o in read_tflite(path).operators]
+    assert ops[:2] == ["DEPTHWISE_CONV_2D", "CONV_2D"], ops
+    assert not {"DEQUANTIZE", "QUANTIZE", "MUL", "ADD", "SUB"} & set(ops), ops
+    want = model.predict(x, verbose=0)
+    scale, zero = make_interpreter(int8).get_output_details()[0]["quantization"]
+    got = scale * (tflite_predict(int8, x).astype(np.float32) - zero)
+    assert np.abs(got - want).max() < 0.2 * np.abs(want).max()  # int8 error; a dropped offset is far larger

@@ -93,3 +93,37 @@ def test_without_a_ptq_on_the_target_nothing_is_flagged(facts):
     rows, layers = facts
     rows[0]["target"] = "other"
     assert flag_over_reference(rows, layers) == [] and rows[1]["over_reference"] is None
+
+
+def cpu_row(leaf, level, cycles, cpu_ops):
+    r = row(leaf, level, cycles, 4528)
+    r["values"]["cpu_operators"] = cell(len(cpu_ops), "count")
+    r["cpu_operator_list"] = [{"op": op, "name": name, "reason": "Unsupported opType"} for op, name in cpu_ops]
+    return r
+
+
+@pytest.mark.parametrize("leaf_ops,flagged", [
+    ([], None),  # none on the CPU, as ptq
+    ([("DEQUANTIZE", "model/quantize_layer/fq"), ("QUANTIZE", "tfl.quantize")],
+     ["DEQUANTIZE 'model/quantize_layer/fq'", "QUANTIZE 'tfl.quantize'"]),
+    ([("CUSTOM", "user_op"), ("DEQUANTIZE", "model/quantize_layer/fq")], ["DEQUANTIZE 'model/quantize_layer/fq'"]),
+])
+def test_a_leaf_with_more_cpu_operators_than_ptq_is_flagged_naming_them(facts, leaf_ops, flagged):
+    """Same NPU cycles and flash as ptq, but operators left to the CPU: their time is in no cycle count, so the
+    flag names the operators ptq does not have (a CUSTOM op ptq has too is not named)."""
+    _, layers = facts
+    ptq = cpu_row("ptq", 0, 15146, [("CUSTOM", "user_op")] if any(o == "CUSTOM" for o, _ in leaf_ops) else [])
+    rows = [ptq, cpu_row("qat", 1, 15146, leaf_ops)]
+    notes = flag_over_reference(rows, layers)
+    got = rows[1]["over_reference"]
+    if flagged is None:
+        assert got is None and notes == []
+        return
+    assert list(got) == ["reference", "cpu_operators", "layers", "text"]  # not over on cycles nor flash
+    assert (got["cpu_operators"]["value"], got["cpu_operators"]["reference"]) == (
+        len(leaf_ops), len(ptq["cpu_operator_list"]))
+    assert notes == [got["text"]]
+    assert got["text"].startswith(f"qat costs more than ptq on {T}: {len(leaf_ops)} operators on the CPU (ptq ")
+    for name in flagged:
+        assert name in got["text"]
+    assert "CUSTOM" not in got["text"]
