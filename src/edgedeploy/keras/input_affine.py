@@ -132,6 +132,9 @@ def _fold(layer, a: np.ndarray, b: np.ndarray, weights: list[np.ndarray]) -> lis
     return [folded.astype(np.float32), new_bias.astype(np.float32), *weights[2:]]
 
 
+AS_DEPTHWISE = "computed as one 1x1 depthwise convolution"  # the end of the reason of a chain kept that way
+
+
 def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
                       ) -> tuple[Any, dict[str, list[str]], dict[str, str]]:
     """``model`` with each affine preprocessing layer at a model input folded into the kernel layers it feeds (see
@@ -165,7 +168,7 @@ def fold_input_affine(model, freeze: bool = True, uniform_only: bool = False
         if reason is not None:
             if len(start.output_shape[0] if isinstance(start.output_shape, list) else start.output_shape) == 4:
                 swaps.append((layers, a, b))  # an image input: one 1x1 depthwise convolution computes the chain
-                reason += "; computed as one 1x1 depthwise convolution"
+                reason += "; " + AS_DEPTHWISE
             left.update({layer.name: reason for layer in layers})
             continue
         plans.append((start, layers, a, b, targets))

@@ -13,7 +13,7 @@ from edgedeploy.config.tree import NODE_TABLE
 from edgedeploy.errors import UsageError
 from edgedeploy.keras.rewrites.bn_as_depthwise import batch_norms_as_depthwise
 from edgedeploy.keras.rewrites.hard_swish import hard_activations_as_layers
-from edgedeploy.keras.input_affine import fold_input_affine
+from edgedeploy.keras.input_affine import AS_DEPTHWISE, fold_input_affine
 from edgedeploy.keras.model import clone
 from edgedeploy.keras.qat_annotate import (
     freeze_quantized, init_activation_ranges, quantize_for_qat, shape_only, unsupported_for_qat,
@@ -167,7 +167,11 @@ def qat_node(run) -> Any:
     folded = run.details.get("input_preprocessing", {}).get("folded", {})
     # the hard activations' layers are fake-quantized at their output by design (edgedeploy.keras.rewrites.hard_swish)
     rewritten = set(run.details.get("qat_rewrites", {}).get("hard_activations_as_layers", ()))
-    unquantized = [name for name in unsupported_for_qat(parent) if name not in folded and name not in rewritten]
+    # an input affine left at an image input is a 1x1 depthwise convolution in the QAT model, quantized as one
+    as_depthwise = {name for name, why in run.details.get("input_preprocessing", {}).get("left", {}).items()
+                    if why.endswith(AS_DEPTHWISE)}
+    unquantized = [name for name in unsupported_for_qat(parent)
+                   if name not in folded and name not in rewritten and name not in as_depthwise]
     if unquantized:
         run.details["qat_unquantized_layers"] = unquantized
         # reshapes and max poolings only move values and keep their input's scale: nothing to say
