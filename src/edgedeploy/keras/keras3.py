@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgedeploy.errors import InvalidInputError
+from edgedeploy.keras.keras3_activations import AS_GRAPH, AS_LAYER, RENAMED, chain, unique_name
 
 # keyword arguments every tf_keras layer takes (tf_keras.layers.Layer.__init__ and its **kwargs)
 _BASE_KWARGS = {"trainable", "name", "dtype", "dynamic", "input_dim", "input_shape", "batch_input_shape",
@@ -24,9 +25,13 @@ _BASE_KWARGS = {"trainable", "name", "dtype", "dynamic", "input_dim", "input_sha
 
 # Keras 3 settings tf_keras has under another name
 _RENAMED = {("LeakyReLU", "negative_slope"): "alpha"}
-# Keras 3 activations tf_keras has under another name, or as a layer of its own (the same function)
-_ACTIVATION_NAMES = {"silu": "swish"}
-_ACTIVATION_LAYERS = {"relu6": ("ReLU", {"max_value": 6.0}), "leaky_relu": ("LeakyReLU", {"alpha": 0.2})}
+# the largest difference between the Keras 3 and the tf_keras model's outputs on seeded samples, relative to the
+# outputs' largest magnitude (at least 1), that counts as the same function
+TOLERANCE = 1e-4
+CHECK_SAMPLES = 4
+# Keras 3 operations (keras.ops) that tf_keras has as a TensorFlow operation layer (TFOpLambda) when one operand is
+# a constant number, as in keras.applications' MobileNetV3 (its hard sigmoid is ReLU(6)(x + 3) * (1 / 6))
+_OPERATIONS = {"Add": "__operators__.add", "Multiply": "math.multiply"}
 
 
 def _fail(path: Path, what: str) -> InvalidInputError:
@@ -102,13 +107,13 @@ def _layer_config(path: Path, entry: dict) -> dict:
             config[renamed] = config.pop(key)
     activation = config.get("activation")
     if isinstance(activation, str):
-        config["activation"] = activation = _ACTIVATION_NAMES.get(activation, activation)
-        if kind == "Activation" and activation in _ACTIVATION_LAYERS:  # the layer itself becomes that layer
-            kind, settings = _ACTIVATION_LAYERS[activation]
+        config["activation"] = activation = RENAMED.get(activation, activation)
+        if kind == "Activation" and activation in AS_LAYER:  # the layer itself becomes that layer
+            kind, settings = AS_LAYER[activation]
             cls = _tf_keras_class(kind, "keras.layers")
             config = {"name": config["name"], "trainable": config.get("trainable", True),
                       "dtype": config.get("dtype"), **settings}
-        elif activation not in _ACTIVATION_LAYERS and not hasattr(_tf_keras_activations(), activation):
+        elif activation not in (*AS_LAYER, *AS_GRAPH) and not hasattr(_tf_keras_activations(), activation):
             raise _fail(path, f"layer {name} ({kind}) uses the activation {activation}, which tf_keras does not have")
     accepted = _accepted(cls)
     for key in [k for k in config if k not in accepted]:
@@ -117,30 +122,33 @@ def _layer_config(path: Path, entry: dict) -> dict:
             raise _fail(path, f"layer {name} ({kind}) sets {key} = {value!r}, which tf_keras's {kind} does not have")
     return {"class_name": kind, "config": config, "name": name}
 
-def unique_name(name: str, taken: set[str]) -> str:
-    """``name``, with ``_`` appended until no layer in ``taken`` has it; the result is added to ``taken``."""
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
-
-
 def _tf_keras_activations():
     import tf_keras
 
     return tf_keras.activations
 
 
-def _activation_layer(layer: dict, taken: set[str]) -> dict | None:
-    """For a layer whose activation tf_keras has only as a layer (``relu6``): that layer, to follow it, and the
-    layer's own activation set to linear. None for any other layer."""
+def _graph_activation(entry: dict) -> str | None:
+    """The activation of a Keras 3 Activation layer that tf_keras computes with several layers; else None."""
+    activation = entry["config"].get("activation") if entry["class_name"] == "Activation" else None
+    return activation if activation in AS_GRAPH else None
+
+
+def _activation_layers(layer: dict, calls: int, taken: set[str]) -> list[dict]:
+    """For a layer whose activation tf_keras has only as a layer (``relu6``) or as several (``hard_silu``): those
+    layers, to follow each of its ``calls``, and the layer's own activation set to linear. [] for any other
+    layer."""
     activation = layer["config"].get("activation")
-    if layer["class_name"] == "Activation" or activation not in _ACTIVATION_LAYERS:
-        return None
-    kind, settings = _ACTIVATION_LAYERS[activation]
+    if layer["class_name"] == "Activation" or activation not in (*AS_LAYER, *AS_GRAPH):
+        return []
     layer["config"]["activation"] = "linear"
-    name = unique_name(f"{layer['name']}_{activation}", taken)
-    return {"class_name": kind, "name": name, "config": {"name": name, "dtype": layer["config"].get("dtype"), **settings}}
+    name, dtype = unique_name(f"{layer['name']}_{activation}", taken), layer["config"].get("dtype")
+    nodes = [[[layer["name"], i, 0, {}]] for i in range(calls)]
+    if activation in AS_GRAPH:
+        return chain(activation, name, nodes, dtype, taken)
+    kind, settings = AS_LAYER[activation]
+    return [{"class_name": kind, "name": name, "config": {"name": name, "dtype": dtype, **settings},
+             "inbound_nodes": nodes}]
 
 
 def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str], models: set[str]) -> list[list[Any]]:
@@ -160,6 +168,25 @@ def _tensor_refs(path: Path, name: str, args: Any, after: dict[str, str], models
     return refs
 
 
+def _operation(path: Path, entry: dict, after: dict[str, str], models: set[str]) -> dict | None:
+    """A Keras 3 operation of a tensor and a number (``x + 3.0``) as the same tf_keras TFOpLambda layer; None for
+    any other layer (an operation tf_keras has not is refused by :func:`_layer_config`)."""
+    kind, module = entry["class_name"], entry.get("module") or ""
+    if not module.startswith("keras.src.ops") or kind not in _OPERATIONS:
+        return None
+    name, nodes = entry.get("name") or entry["config"].get("name"), []
+    for node in entry.get("inbound_nodes", []):
+        args = node.get("args", [])
+        tensors = [a for a in args if isinstance(a, dict) and a.get("class_name") == "__keras_tensor__"]
+        numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        if node.get("kwargs") or len(tensors) != 1 or len(numbers) != 1 or len(args) != 2:
+            return None
+        ref = _tensor_refs(path, name, tensors, after, models)[0]
+        nodes.append([*ref[:3], {"y": float(numbers[0]), "name": None}])  # one reference, as tf_keras writes it
+    return {"class_name": "TFOpLambda", "name": name, "inbound_nodes": nodes,
+            "config": {"name": name, "trainable": True, "dtype": "float32", "function": _OPERATIONS[kind]}}
+
+
 def _functional_config(path: Path, config: dict) -> dict:
     layers, after = [], dict[str, str]()
     taken = {entry.get("name") or entry["config"].get("name") for entry in config["layers"]}
@@ -168,6 +195,10 @@ def _functional_config(path: Path, config: dict) -> dict:
         out = _nested_config(path, entry)
         if out:
             models.add(out["name"])
+        operation = None if out else _operation(path, entry, after, models)
+        if operation:
+            layers.append(operation)
+            continue
         out = out or _layer_config(path, entry)
         nodes = []
         for node in entry.get("inbound_nodes", []):
@@ -177,13 +208,16 @@ def _functional_config(path: Path, config: dict) -> dict:
                 raise _fail(path, f"layer {out['name']} is called with arguments {sorted(kwargs)}, which "
                                   "edgedeploy cannot rebuild in tf_keras")
             nodes.append(_tensor_refs(path, out["name"], node.get("args", []), after, models))
+        graph = _graph_activation(out)
+        if graph:  # the layer becomes the layers computing it, the last one under its name
+            layers += chain(graph, out["name"], nodes, out["config"].get("dtype"), taken)
+            continue
         out["inbound_nodes"] = nodes
         layers.append(out)
-        activation = _activation_layer(out, taken)
-        if activation:
-            activation["inbound_nodes"] = [[[out["name"], i, 0, {}]] for i in range(len(nodes))]
-            layers.append(activation)
-            after[out["name"]] = activation["name"]
+        follow = _activation_layers(out, len(nodes), taken)
+        if follow:
+            layers += follow
+            after[out["name"]] = follow[-1]["name"]
 
     def ends(value):  # Keras 3 writes one input or output as [name, 0, 0], several as a list of those
         return [value] if value and isinstance(value[0], str) else value
@@ -201,22 +235,55 @@ def _nested_config(path: Path, entry: dict) -> dict | None:
     if kind not in ("Functional", "Sequential") or not module.startswith("keras"):
         return None
     name = entry.get("name") or entry["config"].get("name")
-    config = _sequential_config(path, entry["config"]) if kind == "Sequential" else \
-        _functional_config(path, entry["config"])
+    if kind == "Sequential" and _needs_graph(entry["config"]):
+        kind, config = "Functional", _functional_config(path, _sequential_as_functional(path, entry["config"]))
+    elif kind == "Sequential":
+        config = _sequential_config(path, entry["config"])
+    else:
+        config = _functional_config(path, entry["config"])
     return {"class_name": kind, "config": {**config, "name": name}, "name": name}
+
+
+def _needs_graph(config: dict) -> bool:
+    """Whether a Sequential model's config has an activation tf_keras computes with several layers (which a
+    Sequential model cannot hold: they read the activation's input twice)."""
+    return any(entry["config"].get("activation") in AS_GRAPH for entry in config["layers"])
+
+
+def _sequential_entries(config: dict, taken: set[str]) -> list[dict]:
+    """A Sequential model's layer entries, an input layer first where it was built without one (as when it is
+    built, so that tf_keras numbers its calls as Keras 3's config does)."""
+    entries = config["layers"]
+    if config.get("build_input_shape") and (not entries or entries[0]["class_name"] != "InputLayer"):
+        entries = [{"module": "keras.layers", "class_name": "InputLayer",
+                    "config": {"batch_shape": list(config["build_input_shape"]),
+                               "name": unique_name(f"{config.get('name', 'sequential')}_input", taken)}}, *entries]
+    return entries
+
+
+def _sequential_as_functional(path: Path, config: dict) -> dict:
+    """A Sequential model's Keras 3 config as the config of the same functional model, each layer reading the
+    one before it."""
+    entries = _sequential_entries(config, {entry["config"].get("name") for entry in config["layers"]})
+    if not entries or entries[0]["class_name"] != "InputLayer":
+        raise _fail(path, f"the Sequential model {config.get('name', 'sequential')} has no input shape")
+    layers, previous = [], ""
+    for entry in entries:
+        name = entry.get("name") or entry["config"]["name"]
+        tensor = {"class_name": "__keras_tensor__", "config": {"keras_history": [previous, 0, 0]}}
+        layers.append({**entry, "name": name, "inbound_nodes": [{"args": [tensor], "kwargs": {}}] if previous else []})
+        previous = name
+    first = layers[0]["name"]
+    return {"name": config.get("name", "sequential"), "layers": layers, "input_layers": [[first, 0, 0]],
+            "output_layers": [[previous, 0, 0]]}
 
 
 def _sequential_config(path: Path, config: dict) -> dict:
     layers, taken = [], {entry["config"].get("name") for entry in config["layers"]}
-    entries = config["layers"]
-    if config.get("build_input_shape") and (not entries or entries[0]["class_name"] != "InputLayer"):
-        # an input layer first, as when it is built, so that tf_keras numbers its calls as Keras 3's config does
-        entries = [{"module": "keras.layers", "class_name": "InputLayer",
-                    "config": {"batch_shape": list(config["build_input_shape"]),
-                               "name": unique_name(f"{config.get('name', 'sequential')}_input", taken)}}, *entries]
-    for entry in entries:
+    for entry in _sequential_entries(config, taken):
         layers.append(_nested_config(path, entry) or _layer_config(path, entry))
-        layers += filter(None, [_activation_layer(layers[-1], taken)])
+        for follow in _activation_layers(layers[-1], 1, taken):
+            layers.append({k: v for k, v in follow.items() if k != "inbound_nodes"})
     return {"name": config.get("name", "sequential"), "layers": layers}
 
 
@@ -279,7 +346,10 @@ def load_keras3(path: Path, trust_lambda: bool = False):
                           "models can be rebuilt in tf_keras")
     _refuse_subclassed(path, source, keras3.Model)
     config = source.get_config()
-    if kind == "Sequential":
+    if kind == "Sequential" and _needs_graph(config):
+        functional = _functional_config(path, _sequential_as_functional(path, config))
+        build = lambda: tf_keras.Model.from_config(functional)  # noqa: E731
+    elif kind == "Sequential":
         sequential = _sequential_config(path, config)
         build = lambda: tf_keras.Sequential.from_config(sequential)  # noqa: E731
     else:
@@ -291,4 +361,28 @@ def load_keras3(path: Path, trust_lambda: bool = False):
         raise _fail(path, f"tf_keras cannot rebuild this Keras 3 model ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
     _copy_weights(path, source, model)
+    _check_same_function(path, source, model)
     return model
+
+
+def _check_same_function(path: Path, source, model) -> None:
+    """The tf_keras model computes what the Keras 3 one does: their outputs on seeded samples in [-4, 4) (where
+    the hard activations bend) differ by at most :data:`TOLERANCE`; else one line says by how much. A model with
+    a non-float input is not checked."""
+    import numpy as np
+
+    if not all(t.dtype.is_floating for t in model.inputs):  # token ids, say: no seeded floats to check on
+        return
+    rng = np.random.default_rng(0)
+    shapes = model.input_shape if isinstance(model.input_shape, list) else [model.input_shape]
+    samples = [rng.uniform(-4, 4, size=(CHECK_SAMPLES, *[d or 8 for d in shape[1:]])).astype("float32")
+               for shape in shapes]
+    inputs = samples if len(samples) > 1 else samples[0]
+    ref, got = source(inputs, training=False), model(inputs, training=False)
+    ref, got = ([np.asarray(t, dtype=np.float64) for t in (v if isinstance(v, (list, tuple)) else [v])]
+                for v in (ref, got))
+    for r, g in zip(ref, got):
+        diff = float(np.max(np.abs(r - g))) if r.size else 0.0
+        if not diff <= TOLERANCE * max(1.0, float(np.max(np.abs(r))) if r.size else 1.0):
+            raise _fail(path, f"rebuilt in tf_keras, the model's outputs differ from Keras 3's by up to {diff:.3g} "
+                              f"on {CHECK_SAMPLES} seeded samples")

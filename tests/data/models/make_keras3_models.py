@@ -6,7 +6,7 @@ run with Keras 3 as `keras` (TF_USE_LEGACY_KERAS unset):
 Trains on the bundled Speech Commands subset (examples/kws_tree/speech_commands_subset.npz) and writes
 functional/sequential as .keras and .h5 with Keras 3's probabilities and accuracy on its evaluation split
 (NAME_ref.npz); ops.keras has a Keras 3 operation (x / 255) in its graph, lora.keras a LoRA Dense layer,
-hard_silu.keras an activation tf_keras does not have (these three are not trained).
+hard_silu.keras an activation tf_keras computes with several layers (these three are not trained).
 """
 
 from pathlib import Path
