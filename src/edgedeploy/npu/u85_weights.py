@@ -8,7 +8,9 @@ dilation), IFM and OFM micro-blocks, kernel strides (part-kernel-first and depth
 (rows in alternating directions), then groups of 4 output channels by 8 input channels (16 with 2:4 sparse
 weights; 1 for depthwise), with zero padding where a sub-kernel's positions round up (to 5, or 10 for 16-bit or
 sparse weights and depthwise). An NPU of several cores has one weight stream per core; core ``s`` holds the
-groups of 4 output channels ``s, s + cores, ...`` of each micro-block.
+groups of 4 output channels ``s, s + cores, ...`` of each micro-block. The fast weight format (FWD, decoded by
+:mod:`edgedeploy.npu.u85_fwd`) holds the same order in one stream, the cores' orders taken in turn
+(:func:`fwd_order`).
 
 The scale stream holds one 10-byte record per output channel, padded to whole micro-blocks: with 32-bit
 accumulators a 32-bit bias, a 31-bit multiplier and a 6-bit shift; with 48-bit accumulators a 48-bit bias, a
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..errors import NpuModelError
 from .commands import Operation
+from .u85_fwd import decode as fwd_decode
 from .weight_streams import decoded, kernel
 
 SCALE_RECORD = 10
@@ -69,8 +72,6 @@ def layout(op: Operation, macs: int, ifm_bits: int) -> Layout:
     """The weight layout of a CONV or DEPTHWISE operation, from its registers and the NPU's configuration."""
     stride_reg = op.reg("KERNEL_STRIDE")
     fmt = op.r0.get("WEIGHT_FORMAT", 0)
-    if fmt & 1:
-        raise NpuModelError(f"{op.title}: the fast weight format (FWD) is not modelled", "the standard format is")
     sparse = bool(fmt & 0x10)
     stride = ((stride_reg >> 1 & 1 | (stride_reg >> 9 & 1) << 1) + 1, (stride_reg & 1 | (stride_reg >> 6 & 1) << 1) + 1)
     dilation = ((stride_reg >> 4 & 1) + 1, (stride_reg >> 3 & 1) + 1)
@@ -79,8 +80,9 @@ def layout(op: Operation, macs: int, ifm_bits: int) -> Layout:
     od = op.reg("OFM_DEPTH_M1") + 1
     ub = ublock_depth(op, macs)
     if op.kind == "DEPTHWISE":
-        if sparse:
-            raise NpuModelError(f"{op.title}: 2:4 sparse depthwise weights are not modelled", "Vela writes none")
+        if sparse or fmt & 1:
+            raise NpuModelError(f"{op.title}: {'2:4 sparse' if sparse else 'fast-format (FWD)'} depthwise weights "
+                                "are not modelled", "Vela writes none; compile the model again with Vela")
         return Layout((od, kh, kw, 1), stride, dilation, op.reg("OFM_BLK_DEPTH_M1") + 1, 1, ub, "DEPTHWISE", False,
                       ifm_bits, macs)
     part_kernel = bool(stride_reg >> 2 & 1)
@@ -97,18 +99,23 @@ def layout(op: Operation, macs: int, ifm_bits: int) -> Layout:
                   sparse, ifm_bits, macs)
 
 
+def _blocking(lay: Layout) -> tuple[int, int]:
+    """The sub-kernel rounding (kernel positions) and IFM micro-block depth of a layout."""
+    wide = lay.ifm_bits == 16
+    if lay.traversal == "PART_KERNEL_FIRST":
+        return (10 if wide or lay.sparse else 5), (8 if wide and not lay.sparse else lay.ifm_block)
+    if lay.traversal == "DEPTHWISE":
+        return 10, 1
+    return 1, lay.ifm_block
+
+
 @lru_cache(maxsize=256)
 def order(lay: Layout, stream: int, streams: int) -> np.ndarray:
     """For each weight of stream ``stream`` (of ``streams``), the flat OHWI index it holds (-1: a zero)."""
     od, kh, kw, idp = lay.shape
     depthwise = lay.traversal == "DEPTHWISE"
     wide = lay.ifm_bits == 16
-    if lay.traversal == "PART_KERNEL_FIRST":
-        rounding, ifm_ublock = (10 if wide or lay.sparse else 5), (8 if wide and not lay.sparse else lay.ifm_block)
-    elif depthwise:
-        rounding, ifm_ublock = 10, 1
-    else:
-        rounding, ifm_ublock = 1, lay.ifm_block
+    rounding, ifm_ublock = _blocking(lay)
     sy, sx = lay.stride
     decomp_y, decomp_x = 8 // lay.dilation[0], 8 // lay.dilation[1]
     dw_pad = 0 if (not wide and lay.macs <= 256) else (2 if lay.macs <= 512 else 6)
@@ -158,19 +165,59 @@ def order(lay: Layout, stream: int, streams: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+@lru_cache(maxsize=256)
+def fwd_order(lay: Layout, cores: int) -> np.ndarray:
+    """The order of the one fast-format (FWD) stream of an NPU of ``cores`` cores: the cores' own orders
+    (:func:`order`) interleaved, a block of ``ublock * ifm micro-block * rounding / cores`` weights of each core
+    in turn (Vela 5.2's FWD weight source; one core: its order as it is). ValueError where the cores' orders do
+    not split into whole blocks (no layout Vela 5.2 writes)."""
+    if cores == 1:
+        return order(lay, 0, 1)
+    rounding, ifm_ublock = _blocking(lay)
+    block = lay.ublock * ifm_ublock * rounding // cores
+    parts = [order(lay, s, cores) for s in range(cores)]
+    if len({p.size for p in parts}) != 1 or parts[0].size % block:
+        raise ValueError(f"its {cores} cores' weight orders of {[p.size for p in parts]} weights do not interleave "
+                         f"in blocks of {block}")
+    return np.stack([p.reshape(-1, block) for p in parts], axis=1).reshape(-1)
+
+
+def _stream(op: Operation, region: np.ndarray, s: int) -> bytes:
+    name = STREAMS[s]
+    base, length = op.reg32(f"{name}_BASE") & ((1 << 40) - 1), op.reg32(f"{name}_LENGTH")
+    if base + length > region.size:
+        raise NpuModelError(f"{op.title}: weight stream {s} ({length} B at {base}) runs past its region "
+                            f"({region.size} B)", "the command stream is corrupt; compile the model again")
+    return bytes(region[base : base + length])
+
+
 def weights(op: Operation, region: np.ndarray, macs: int, ifm_bits: int) -> np.ndarray:
-    """The operation's weights, OHWI (depthwise: channels, h, w, 1), from its weight streams."""
+    """The operation's weights, OHWI (depthwise: channels, h, w, 1), from its weight streams: one stream per core
+    in the standard format, one stream in all in the fast format (FWD)."""
     lay = layout(op, macs, ifm_bits)
-    streams = CORES[macs]
+    fast = bool(op.r0.get("WEIGHT_FORMAT", 0) & 1)
+    cores = CORES[macs]
+    streams = 1 if fast else cores
     flat = np.zeros(int(np.prod(lay.shape)), dtype=np.int64)
+    if fast:
+        for s in range(1, cores):
+            extra = op.r1.get(f"{STREAMS[s]}_LENGTH", 0)
+            if extra:
+                raise NpuModelError(f"{op.title}: fast-format (FWD) weights with a second stream "
+                                    f"({STREAMS[s]}_LENGTH {extra} B) are not modelled",
+                                    "Vela writes one FWD stream; compile the model again with Vela")
     for s in range(streams):
-        name = STREAMS[s]
-        base, length = op.reg32(f"{name}_BASE") & ((1 << 40) - 1), op.reg32(f"{name}_LENGTH")
-        if base + length > region.size:
-            raise NpuModelError(f"{op.title}: weight stream {s} ({length} B at {base}) runs past its region "
-                                f"({region.size} B)", "the command stream is corrupt; compile the model again")
-        values = np.asarray(decoded(bytes(region[base : base + length])), dtype=np.int64)
-        where = order(lay, s, streams)
+        data = _stream(op, region, s)
+        if fast:
+            try:
+                where = fwd_order(lay, cores)
+            except ValueError as exc:
+                raise NpuModelError(f"{op.title}: fast-format (FWD) weights are not modelled: {exc}",
+                                    "the command stream is not one Vela 5.2 writes; compile the model again") from exc
+            values = fwd_decode(data, where.size, f"{op.title}: weight stream {s}")
+        else:
+            values = np.asarray(decoded(data), dtype=np.int64)
+            where = order(lay, s, streams)
         if values.size != where.size:
             raise NpuModelError(f"{op.title}: weight stream {s} decodes to {values.size} weights; its layout "
                                 f"holds {where.size}", "the weights are corrupt; compile the model again with Vela")

@@ -29,7 +29,11 @@ MODELS = {
                       REPO / "examples/kws_tree/speech_commands_subset.npz"),
     "dscnn_u85_512": (REPO / "examples/kws/dscnn_mlperf_int8.tflite", "ethos-u85-512",
                       REPO / "examples/kws_tree/speech_commands_subset.npz"),
+    # a network of dense random weights, some of which Vela 5.2 writes in the U85's fast weight format (FWD)
+    "fwd_convs_u85_256": (HERE / "fwd_convs_int8.tflite", "ethos-u85-256", None),
+    "fwd_convs_u85_512": (HERE / "fwd_convs_int8.tflite", "ethos-u85-512", None),
 }
+FWD_INPUT = (12, 12, 3)
 FLOAT_DSCNN = REPO / "examples/kws_tree/dscnn_mlperf_float.h5"
 CALIBRATION = 100
 
@@ -80,12 +84,59 @@ def dscnn_16x8(data: Path, out: Path) -> Path:
     return path
 
 
+def fwd_convs(path: Path) -> Path:
+    """A small int8 convolution network (seeded): a 5x5 stride-2 convolution, a 3x3 one (48 input channels, the
+    one Vela writes in FWD) and a fully-connected layer of uniform random weights, which do not compress, a 1x1
+    convolution of 4 distinct weights and a 3x3 one of 14 (each channel's set the same up to its scale), which
+    the standard format compresses better."""
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
+
+    t = tfenv.load()
+    tf, keras = t.tf, t.keras
+    L = keras.layers
+    rng = np.random.default_rng(7)
+    inp = keras.Input(FWD_INPUT)
+    x = L.Conv2D(48, 5, strides=2, padding="same", activation="relu", name="pkf")(inp)
+    x = L.Conv2D(32, 3, padding="same", activation="relu", name="dense3x3")(x)
+    x = L.Conv2D(32, 1, activation="relu", name="lut4")(x)
+    x = L.Conv2D(20, 3, padding="same", name="lut16")(x)
+    out = L.Dense(10, name="fc")(L.GlobalAveragePooling2D()(x))
+    model = keras.Model(inp, out)
+    for layer in model.layers:
+        if not layer.weights:
+            continue
+        kernel, bias = layer.get_weights()
+        if layer.name == "lut4":
+            kernel = rng.choice([-1.0, -1 / 3, 1 / 3, 1.0], size=kernel.shape)
+        elif layer.name == "lut16":
+            kernel = rng.choice([k / 7 for k in range(-7, 8) if k], size=kernel.shape)
+            kernel[0, 0, 0, :], kernel[0, 0, 1, :] = 1.0, -1.0  # every channel spans the same range
+        else:
+            kernel = rng.uniform(-1.0, 1.0, size=kernel.shape)
+        bias = rng.normal(scale=0.1, size=bias.shape)
+        layer.set_weights([(kernel * 0.2).astype(np.float32), bias.astype(np.float32)])
+    conv = function_converter(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([rng.normal(size=(1,) + FWD_INPUT).astype(np.float32)] for _ in range(30))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    path.write_bytes(conv.convert())
+    return path
+
+
 def main(names: list[str]) -> None:
     for name, (model, target, data) in MODELS.items():
         if names and name not in names:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             model = model or dscnn_16x8(data, Path(tmp))
+            if data is None:  # weights only: no reference cases
+                if not model.exists():
+                    fwd_convs(model)
+                shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
+                print(f"{name}: {target}")
+                continue
             shutil.copy(vela_raw(model, target, Path(tmp)), HERE / f"{name}_vela.npz")
             x, y = reference(model, rows(data, CASES))
         np.savez(HERE / f"{name}_cases.npz", x=x, y=y)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -104,14 +103,6 @@ def test_a_stream_past_its_region_is_named():
     op, fast = convs[0]
     with pytest.raises(NpuModelError, match="weight stream 0 .* runs past its region"):
         u85_weights.weights(op, fast[: op.r1["WEIGHT_BASE"] + 10], leaf.macs, 8)
-
-
-def test_the_fast_weight_format_is_not_modelled():
-    leaf, convs = _after_dma("dscnn_u85_256")
-    op = convs[2][0]
-    fast_format = replace(op, r0={**op.r0, "WEIGHT_FORMAT": 1})
-    with pytest.raises(NpuModelError, match="fast weight format"):
-        u85_weights.layout(fast_format, leaf.macs, 8)
 
 
 @pytest.mark.parametrize("lay, streams", [
