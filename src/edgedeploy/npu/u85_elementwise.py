@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from . import lut, sigmoid16
+from . import lut, sigmoid16, u85_ofm_order
 from .commands import Operation
 from .featuremap import feature_map, read, write
 
@@ -146,7 +146,7 @@ def store(op: Operation, mem: Memory, chain: dict, acc) -> None:
         chain[op.reg("OFM_REGION") & 0x7] = out
         return
     fm = feature_map(op, "OFM")
-    write(mem(fm.region & 0x7), fm, out, op.title)
+    write(mem(fm.region & 0x7), fm, u85_ofm_order.arrange(op, out), op.title)
 
 
 # LUT_U8_U8, LUT_S8_S8, LUT_S8_S16, LUT_S8_S32: bytes per entry and entry type. Each is a table of 256 entries in

@@ -11,8 +11,9 @@ What is not executed stops, before the stream runs, with the first operation tha
 BILINEAR and REPLICATE resize, convolutions or pooling reading a chained IFM, accumulators kept across operations or
 read from IFM2, weights taken from IFM2 (MATMUL), activation functions other than LUT_U8_U8, LUT_S8_S8, LUT_S8_S16,
 LUT_S8_S32, LUT_S16_S16 (table 0), TANH and SIGMOID (16-bit outputs) -- LUT_S16_S32 among them --, IFM up-scaling,
-transposed or reversed outputs, convolution and pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and
-TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D DMA and DMA out of the NPU's internal memory.
+the OFM orders :mod:`u85_ofm_order` refuses (transposed and reversed OFMs are stored as it says), convolution and
+pooling rounding other than DOUBLE_SYMMETRIC, NATURAL and TRUNCATE_TO_ZERO or with a double-rounding point, 2D/3D
+DMA and DMA out of the NPU's internal memory.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NpuModelError
-from . import arith
+from . import arith, u85_ofm_order
 from .commands import Operation
 from .featuremap import OFM_SIZES, FeatureMap, feature_map, read, write
 from .ops import _divide, convolve, ofm_shape, pool_windows  # what every Ethos-U shares
@@ -60,8 +61,8 @@ def why_not(op: Operation) -> str | None:
         return "weights read from IFM2 are not modelled"
     if op.kind != "ELEMENTWISE" and (op.r0.get("IFM_PRECISION", 0) >> 14) & 0x3 == 2:
         return "a chained IFM of a convolution or pooling is not modelled"
-    if (op.r0.get("OFM_PRECISION", 0) >> 9) & 0x1F:
-        return "a transposed or reversed OFM is not modelled"
+    if (order := u85_ofm_order.why_not(op)) is not None:
+        return order
     acc = op.r0.get("ACC_FORMAT", 0)
     if (acc >> 4) & 0x7:
         return "an accumulator kept across operations, read from IFM2 or not written out is not modelled"
@@ -214,5 +215,5 @@ def _output(op: Operation, mem: Memory, ofm: FeatureMap, acc: np.ndarray, mult, 
     if (op.reg("OFM_PRECISION") >> 14) & 0x3 == 2:  # CHAINED: handed to the next operation, not to memory
         chain[op.reg("OFM_REGION") & 0x7] = value
         return
-    write(mem(ofm.region & 0x7), ofm, value, op.title)
+    write(mem(ofm.region & 0x7), ofm, u85_ofm_order.arrange(op, value), op.title)
 

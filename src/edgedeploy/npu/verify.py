@@ -31,7 +31,7 @@ from .fused_tables import Table, activation_table, explained
 from .leaf_layout import Leaf, read_leaf
 from .machine import run
 from .origin import describe, origins, recompiled_tables, recorded_tables
-from .ops import ofm_shape
+from .u85_ofm_order import stored_shape
 from .reference import Reference, declared_bytes, run_reference
 
 DEFAULT_COUNT = 8
@@ -175,7 +175,7 @@ def verify_leaf(vela_model: Path, int8_model: Path, data: Path | None, count: in
     def keep(op: Operation, memory) -> None:
         if op.kind != "DMA" and not u85_ops.chained_output(op):  # a chained OFM never reaches memory
             fm = feature_map(op, "OFM")
-            snaps.append((op, read(memory(fm.region), fm, ofm_shape(op), op.title).astype(fm.dtype)))
+            snaps.append((op, read(memory(fm.region), fm, stored_shape(op), op.title).astype(fm.dtype)))
             if (table := activation_table(op, memory, u85)) is not None:
                 tables[op.index] = table
 
