@@ -44,7 +44,8 @@ def kws_data(shared_data, tmp_path_factory, stratified) -> Path:
 @pytest.fixture(scope="session")
 def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
     """512 fine-tune and 256 evaluation clips (seeded, class-balanced): for tests of a tree's structure (kernels,
-    operators), which need trained models, not accurate figures."""
+    operators), which need trained models, not accurate figures, and of a command's outcome (a refusal, a leaf
+    built)."""
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz")
     idx = np.concatenate([np.sort(stratified(np.where(d["split"] == s)[0], d["y"], n, seed=0))
                           for s, n in ((0, 512), (1, 256))])
@@ -211,10 +212,10 @@ def _one_line_error(proc, code, *needles):
         assert n in line, line
 
 
-def test_model_that_does_not_load(tmp_path, kws_data):
+def test_model_that_does_not_load(tmp_path, small_kws):
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"not hdf5 at all")
-    _one_line_error(_optimize_cli(bad, "--data", kws_data, "-o", tmp_path / "o"), 3, "bad.h5", "not a readable HDF5")
+    _one_line_error(_optimize_cli(bad, "--data", small_kws, "-o", tmp_path / "o"), 3, "bad.h5", "not a readable HDF5")
     assert not (tmp_path / "o").exists()
 
 
@@ -276,7 +277,7 @@ def test_what_tf_keras_cannot_rebuild_is_refused_with_the_layer(keras3_models, t
     assert not (tmp_path / "o").exists()
 
 
-def test_lambda_layers_need_trust(tmp_path, kws_data):
+def test_lambda_layers_need_trust(tmp_path, small_kws):
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
@@ -285,9 +286,9 @@ def test_lambda_layers_need_trust(tmp_path, kws_data):
     out = keras.layers.Dense(12, activation="softmax")(keras.layers.Flatten()(x))
     path = tmp_path / "lam.h5"
     keras.Model(inp, out).save(path)
-    _one_line_error(_optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o"), 3, "Lambda layers (halve)",
+    _one_line_error(_optimize_cli(path, "--data", small_kws, "-o", tmp_path / "o"), 3, "Lambda layers (halve)",
                     "--trust-lambda")
-    ok = _optimize_cli(path, "--data", kws_data, "-o", tmp_path / "o", "--trust-lambda", "--leaves", "ptq", "--json")
+    ok = _optimize_cli(path, "--data", small_kws, "-o", tmp_path / "o", "--trust-lambda", "--leaves", "ptq", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
 
@@ -484,7 +485,7 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
         drive(Plan(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe))
 
 
-def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(tmp_path, kws_data):
+def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(tmp_path, small_kws):
     """A GRU that is not unrolled becomes a loop whose int8 calibration crashes TFLite's converter (a segmentation
     fault), and an LSTM's QAT model does not convert: refused with one line before anything is written. An LSTM
     itself converts to one operator, so its ptq leaf is built."""
@@ -499,12 +500,12 @@ def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(
         return tmp_path / f"{name}.h5"
 
     gru = save("gru", keras.layers.Bidirectional(keras.layers.GRU(8, name="g"), name="bigru"))
-    _one_line_error(_optimize_cli(gru, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq"), 3,
+    _one_line_error(_optimize_cli(gru, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq"), 3,
                     "gru.h5", "bigru (Bidirectional(GRU)) is not unrolled", "unroll=True")
     lstm = save("lstm", keras.layers.LSTM(8, name="lstm"))
-    _one_line_error(_optimize_cli(lstm, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq,pcqat"), 3,
+    _one_line_error(_optimize_cli(lstm, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq,pcqat"), 3,
                     "lstm.h5", "QAT leaf pcqat cannot be built", "--leaves ptq")
     assert not (tmp_path / "o").exists()
-    ok = _optimize_cli(lstm, "--data", kws_data, "-o", tmp_path / "o", "--leaves", "ptq", "--json")
+    ok = _optimize_cli(lstm, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
