@@ -58,10 +58,12 @@ def test_every_zoo_model_is_covered():
     assert sorted(CASES) == sorted(zoo.ZOO)
 
 
-# The default run takes the nets that bring the couplings the others share (squeeze-and-excitation, hard-swish,
+# The default run takes the nets that bring the couplings the others share (squeeze-and-excitation and swish,
 # Conv1D, a dense autoencoder's inputs-only data, two outputs); the larger nets run with -m slow (and in
-# bench/bench_models.py).
-DEFAULT = {"efficientnet_like", "mobilenet_v3_small", "conv1d_kws", "dense_autoencoder", "two_outputs"}
+# bench/bench_models.py). MobileNetV3's hard-swish is checked in the default run on small models instead: its QAT
+# rewrite in tests/integration/keras/test_qat_rewrites.py, its Keras 3 loading and its NPU operators in
+# tests/integration/keras/test_keras3_activations.py.
+DEFAULT = {"efficientnet_like", "conv1d_kws", "dense_autoencoder", "two_outputs"}
 
 
 @pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
