@@ -395,7 +395,10 @@ def main(argv=None) -> int:
         page = page.replace(where, "OUT")  # the page names the --out folder, wherever this run put it
     if args.markdown:
         page = (header("Support matrix: the model zoo through every stage", argv) + "\n" + PAGE_INTRO.format(
-            recipe=TINY_RECIPE.strip(), seconds=doc["seconds"]) + "\n" + page)
+            recipe=TINY_RECIPE.strip(), run=(
+                f"The run was taken in pieces (`--only NAME@FORMAT,...` into the same `--json` file, then this page "
+                f"with `--reuse`, which keeps what the file holds); its parts took {doc['seconds']} s in all."
+                if kept else f"The whole run took {doc['seconds']} s.")) + "\n" + page)
     print(page)
     return 0
 
@@ -406,7 +409,7 @@ again with `--sparsity-pattern 2:4`), `edgedeploy compile --allow-cpu-ops` per t
 every target and `edgedeploy export` for the first. Each cell: `ok`, the operators Vela left on the CPU, or the
 reason the command gave; then the command's time and its number in the list under the table (the compile command builds every leaf of
 its run folder, so its time is shared). Training is tiny, so accuracies mean nothing here; the matrix checks which
-stages each architecture goes through; `OUT` is the `--out` folder. The whole run took {seconds} s. The recipe
+stages each architecture goes through; `OUT` is the `--out` folder. {run} The recipe
 (`--recipe`):
 
 ```toml
