@@ -144,13 +144,34 @@ def qat_palettes(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0) -
     return out
 
 
+def palette_qat_float(parent, details: dict[str, Any] | None = None):
+    """``parent`` (a palette node's model) rewritten for QAT as the other QAT nodes rewrite theirs
+    (:func:`edgedeploy.optimize.techniques.qat.qat_float`), then each ReLU or ReLU6 that a rewrite left after a
+    kernel layer (a squeeze-and-excitation gate's, once its ``+ 3`` is in the bias) fused into that layer, as the
+    palette node fused the others: TFMOT's QAT would otherwise take the layer with its ReLU and drop the layer's
+    weight quantizer, its palette with it. The rewrites keep every kernel layer's name and kernel, so the plan and
+    its palettes apply as they are. ``details`` (when given) records them under ``qat_rewrites``. The same
+    function on every call (a rewritten model comes back as it is)."""
+    from edgedeploy.keras.rewrites import fuse_separate_relu
+
+    from ..techniques.qat import qat_float
+
+    model, fused = fuse_separate_relu(qat_float(parent, details), relu6=True)
+    if fused and details is not None:
+        details.setdefault("qat_rewrites", {})["fuse_separate_relu"] = sorted(fused)
+    return model
+
+
 def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
                       folded: Mapping[str, Any] | None = None, details: dict[str, Any] | None = None):
     """The QAT model of a palette node: TFMOT's default 8-bit scheme, palette quantizers on the palette layers.
 
-    Preprocessing at the input (a ``Rescaling``, ``Normalization``) is folded into the kernels it feeds first, as
-    for the other QAT nodes (:func:`edgedeploy.optimize.techniques.qat.fold_qat_input`; ``details``, when given,
-    records it), so that the int8 model takes the raw input as ``ptq`` does. Only a scaling by one value is
+    ``parent`` is first rewritten into layers TFMOT quantizes as the int8 converter computes them, with the
+    rewrites of the other QAT nodes (:func:`palette_qat_float`: hard-swish as one layer, batch norms it cannot
+    fold as depthwise convolutions, a kernel's swish as a layer of its own). Preprocessing at the input (a
+    ``Rescaling``, ``Normalization``) is then folded into the kernels it feeds, as for the other QAT nodes
+    (:func:`edgedeploy.optimize.techniques.qat.fold_qat_input`), so that the int8 model takes the raw input as
+    ``ptq`` does; ``details``, when given, records both. Only a scaling by one value is
     folded (a palette kernel times one value keeps its palette), and the kernels folded into keep their folded
     weights in training. The fold is the same on every call, so the trained weights load into the model that
     the convert stage builds again.
@@ -170,6 +191,7 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     from edgedeploy.keras.qat_annotate import freeze_quantized, quantize_for_qat
     from ..techniques.qat import fold_qat_input
 
+    parent = palette_qat_float(parent, details)
     parent, inputs_folded = fold_qat_input(parent, uniform_only=True, details=details)
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)
@@ -235,7 +257,8 @@ def kernel_variable(layer, quantizer):
 
 def load_palette_qat(parent_path: Path, weights_path: Path, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
                      folded: Mapping[str, Any] | None = None):
-    """The trained QAT model of a palette node, its kernels snapped to their palettes (ready to convert)."""
+    """The trained QAT model of a palette node, its kernels snapped to their palettes (ready to convert): the
+    model :func:`palette_qat_model` builds from the parent (the same rewrites and input fold as in training)."""
     from edgedeploy.keras import tfenv
 
     parent = tfenv.load().keras.models.load_model(parent_path, compile=False)

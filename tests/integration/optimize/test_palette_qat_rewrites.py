@@ -1,0 +1,81 @@
+"""A small model with what the QAT nodes rewrite before TFMOT (hard-swish and a squeeze-and-excitation gate's
+hard-sigmoid as TensorFlow operations, a batch norm after a ``Concatenate``, a Dense layer's own swish) through the
+palette QAT leaf on the command line: its node applies the rewrites the other QAT nodes apply, records them, and
+its int8 model converts with HARD_SWISH and one kernel for the batch norm, every planned layer keeping its
+palette."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import run_in_process
+
+SEED = 3
+LEAF = "pcqat_palette"
+
+
+def _model(keras):
+    L = keras.layers
+
+    def hard_sigmoid(x):
+        return L.ReLU(6.0)(x + 3.0) * (1.0 / 6.0)
+
+    inp = keras.Input((16, 16, 3))
+    x = L.Conv2D(8, 3, strides=2, padding="same", name="stem")(inp)
+    x = L.Multiply(name="hswish")([x, hard_sigmoid(x)])
+    gate = L.Conv2D(8, 1, name="gate")(L.GlobalAveragePooling2D(keepdims=True, name="squeeze")(x))
+    x = L.Multiply(name="excite")([x, hard_sigmoid(gate)])
+    y = L.Conv2D(8, 3, padding="same", use_bias=False, name="branch")(x)
+    x = L.Concatenate(name="concat")([x, y])
+    x = L.ReLU(name="post_relu")(L.BatchNormalization(name="post_bn")(x))
+    s = L.Dense(8, activation="swish", name="reduce")(L.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inp, L.Dense(4, activation="softmax", name="out")(s))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    from edgedeploy.keras import tfenv
+
+    env = tfenv.load()
+    tfenv.set_seed(SEED)
+    out = tmp_path_factory.mktemp("palette_rewrites")
+    rng = np.random.default_rng(SEED)
+    y = rng.integers(0, 4, 192)
+    x = rng.normal(size=(192, 16, 16, 3)).astype(np.float32) + y[:, None, None, None] * 0.5
+    np.savez(out / "data.npz", x=x, y=y, split=(np.arange(192) >= 128).astype(np.int64))
+    model = _model(env.keras)
+    model.compile(env.keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    model.fit(x[:128], y[:128], epochs=1, batch_size=32, verbose=0)  # (batch-norm statistics not the identity's)
+    model.save(out / "model.h5", include_optimizer=False)
+    proc = run_in_process("optimize", out / "model.h5", "--data", out / "data.npz", "-o", out / "run", "--leaves",
+                          LEAF, "--epochs", "1", "--min-steps", "0", "--clusters", "8", "--seed", SEED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "run"
+
+
+def test_the_palette_qat_node_records_the_rewrites_the_qat_nodes_apply(run):
+    manifest = json.loads((run / "manifest.json").read_text())
+    node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == LEAF)
+    rewrites = node["details"]["qat_rewrites"]
+    assert rewrites["batch_norms_as_depthwise"] == ["post_bn"] and rewrites["separate_swish"] == ["reduce"]
+    assert "hswish" in rewrites["hard_activations_as_layers"]
+    # the ReLUs left after a kernel layer (the gate's, once its + 3 is in the bias) fused into it, so that TFMOT
+    # keeps the layer's palette quantizer: the convert stage checked every planned layer kept its palette
+    assert rewrites["fuse_separate_relu"] == ["gate", "post_bn"], rewrites
+    convert = next(r for r in manifest["stages"] if r["id"] == f"convert/{LEAF}")
+    planned = {r["layer"] for r in convert["details"]["preservation"] if r.get("clusters") is not None}
+    assert {"stem", "gate", "branch"} <= planned, planned
+
+
+def test_the_palette_qat_leaf_converts_with_hard_swish_and_a_kernel_for_the_batch_norm(run):
+    from edgedeploy.tflite.reader import read_tflite
+
+    ops = [o.op for o in read_tflite(run / "convert" / LEAF / "model_int8.tflite").operators]
+    # hard-swish as one operator; the gate's + 3 in its convolution's bias (no ADD); the batch norm a depthwise
+    # convolution; every operator in int8
+    assert "HARD_SWISH" in ops and "ADD" not in ops and "DEPTHWISE_CONV_2D" in ops, ops
+    assert "DEQUANTIZE" not in ops, ops
