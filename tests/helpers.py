@@ -71,6 +71,26 @@ def ran_in_a_fresh_interpreter(request, tmp_path: Path) -> bool:
     return True
 
 
+def write_int8_tflite(model, path: Path, seed: int = 0, samples: int = 30) -> Path:
+    """``model`` (tf_keras) converted to a full-int8 TFLite file at ``path`` (int8 input and output), calibrated on
+    ``samples`` seeded normal samples of its input shape, as a user's post-training quantization writes it."""
+    import numpy as np
+
+    from edgedeploy.keras import tfenv
+    from edgedeploy.tflite.convert import function_converter
+
+    tf = tfenv.load().tf
+    shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+    rng = np.random.default_rng(seed)
+    conv = function_converter(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([rng.normal(size=(1, *shape)).astype(np.float32)] for _ in range(samples))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    path.write_bytes(conv.convert())
+    return path
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     """The single ``error:`` line of a failed command's stderr (fails when there is none, several, or a traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

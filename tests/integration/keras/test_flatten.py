@@ -10,21 +10,6 @@ from edgedeploy.errors import InvalidInputError
 from edgedeploy.keras.model import load_model
 
 
-@pytest.fixture(scope="module")
-def tf_keras():
-    from edgedeploy.keras import tfenv
-
-    return tfenv.load().keras
-
-
-@pytest.fixture(scope="module")
-def keras3(tf_keras):
-    import keras  # Keras 3, whatever TF_USE_LEGACY_KERAS says
-
-    assert keras.__version__.startswith("3")
-    return keras
-
-
 def _block(k, name, channels=4, input_shape=(8, 8, 4)):
     """A user's own block model: conv, batch norm, ReLU, and an Add back to its input (an inner layer is called
     ``dense``-like ``conv``, as an outer one is: the flat model renames it)."""

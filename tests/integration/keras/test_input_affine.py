@@ -14,13 +14,6 @@ from edgedeploy.keras.input_affine import fold_input_affine
 SEED = 5
 
 
-@pytest.fixture(scope="module")
-def keras():
-    from edgedeploy.keras import tfenv
-
-    return tfenv.load().keras
-
-
 def _images(n=16):
     return np.random.default_rng(SEED).uniform(0, 255, (n, 12, 12, 3)).astype(np.float32)
 

@@ -19,21 +19,6 @@ from helpers import one_error_line, run_in_process
 ACTIVATIONS = ["hard_sigmoid", "hard_silu", "hard_swish", "relu6", "leaky_relu", "silu"]
 
 
-@pytest.fixture(scope="module")
-def tf_keras():
-    from edgedeploy.keras import tfenv
-
-    return tfenv.load().keras
-
-
-@pytest.fixture(scope="module")
-def keras3(tf_keras):
-    import keras  # Keras 3, whatever TF_USE_LEGACY_KERAS says
-
-    assert keras.__version__.startswith("3")
-    return keras
-
-
 def _samples() -> np.ndarray:
     return np.random.default_rng(1).uniform(-1, 1, size=(16, 6, 6, 3)).astype("float32")
 

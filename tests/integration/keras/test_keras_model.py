@@ -9,13 +9,6 @@ from edgedeploy.keras.rewrites import fuse_separate_relu, separate_relu_layers
 from edgedeploy.keras.model import keras_weight_stats, load_model
 
 
-@pytest.fixture(scope="module")
-def keras():
-    from edgedeploy.keras import tfenv
-
-    return tfenv.load().keras
-
-
 def test_separate_relu_is_folded_into_the_layer(keras):
     keras.utils.set_random_seed(3)
     inp = keras.Input((8, 8, 3))

@@ -14,13 +14,6 @@ from edgedeploy.keras.rewrites.split_activation import separate_swish
 SEED = 3
 
 
-@pytest.fixture(scope="module")
-def keras():
-    from edgedeploy.keras import tfenv
-
-    return tfenv.load().keras
-
-
 def _x(n=8, shape=(8, 8, 3)):
     return np.random.default_rng(SEED).normal(size=(n, *shape)).astype(np.float32)
 

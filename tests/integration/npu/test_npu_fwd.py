@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
-from helpers import invoke_cli as cli
+from helpers import invoke_cli as cli, write_int8_tflite
 
 SHAPE = (12, 12, 8)
 U85 = "ethos-u85-256"
@@ -16,24 +14,14 @@ U85 = "ethos-u85-256"
 def _dense_convs(path):
     """Two 3x3 convolutions of uniform random weights (little for the standard format to compress) and a head."""
     from edgedeploy.keras import tfenv
-    from edgedeploy.tflite.convert import function_converter
 
-    t = tfenv.load()
-    tf, keras = t.tf, t.keras
+    keras = tfenv.load().keras
     L = keras.layers
-    rng = np.random.default_rng(3)
     init = keras.initializers.RandomUniform(-0.3, 0.3, seed=3)
     inp = keras.Input(SHAPE)
     x = L.Conv2D(32, 3, padding="same", activation="relu", kernel_initializer=init)(inp)
     x = L.Conv2D(32, 3, strides=2, padding="same", kernel_initializer=init)(x)
-    model = keras.Model(inp, L.Dense(6)(L.GlobalAveragePooling2D()(x)))
-    conv = function_converter(model)
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SHAPE).astype(np.float32)] for _ in range(30))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    path.write_bytes(conv.convert())
-    return path
+    return write_int8_tflite(keras.Model(inp, L.Dense(6)(L.GlobalAveragePooling2D()(x))), path, seed=3)
 
 
 def _weight_formats(vela_model) -> list[int]:

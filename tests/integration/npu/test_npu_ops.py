@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
+from helpers import write_int8_tflite
 
 SHAPE = (16, 16, 8)
 
@@ -46,20 +47,10 @@ def _zoo(name: str):
 
 def _int8_model(name: str, path):
     from edgedeploy.keras import tfenv
-    from edgedeploy.tflite.convert import function_converter
 
-    t = tfenv.load()
-    tf, keras = t.tf, t.keras
-    rng = np.random.default_rng(0)
+    keras = tfenv.load().keras
     inp = keras.Input(SHAPE)
-    model = keras.Model(inp, _zoo(name)(inp))
-    conv = function_converter(model)
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SHAPE).astype(np.float32)] for _ in range(30))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    path.write_bytes(conv.convert())
-    return path
+    return write_int8_tflite(keras.Model(inp, _zoo(name)(inp)), path)
 
 
 def _verify(name: str, tmp_path, targets: list[str]) -> list[dict]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
+from helpers import write_int8_tflite
 
 SHAPE = (8, 6, 4)  # height, width and depth all different: a swapped axis cannot go unnoticed
 TARGET = "ethos-u85-256"
@@ -40,19 +40,10 @@ EXPECTED = {
 
 def _compile(name: str, tmp_path):
     from edgedeploy.keras import tfenv
-    from edgedeploy.tflite.convert import function_converter
 
-    t = tfenv.load()
-    tf, keras = t.tf, t.keras
-    rng = np.random.default_rng(0)
+    keras = tfenv.load().keras
     inp = keras.Input(SHAPE)
-    conv = function_converter(keras.Model(inp, _zoo(name)(inp)))
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SHAPE).astype(np.float32)] for _ in range(30))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    model = tmp_path / f"{name}.tflite"
-    model.write_bytes(conv.convert())
+    model = write_int8_tflite(keras.Model(inp, _zoo(name)(inp)), tmp_path / f"{name}.tflite")
     run = tmp_path / "run"
     done = CliRunner().invoke(app, ["compile", str(model), "-o", str(run), "--allow-cpu-ops", "-t", TARGET])
     assert done.exit_code == 0, done.output

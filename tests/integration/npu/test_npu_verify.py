@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import invoke_cli as cli
+from helpers import invoke_cli as cli, write_int8_tflite
 
 TARGET = "ethos-u55-128"
 VELA = Path("compile") / "dscnn_mlperf" / TARGET / "model_int8_vela.tflite"
@@ -197,24 +197,15 @@ SE_SHAPE = (8, 8, 64)
 
 @pytest.fixture(scope="module")
 def se_gate(tmp_path_factory):
-    import numpy as np
-
     from edgedeploy.keras import tfenv
-    from edgedeploy.tflite.convert import function_converter
 
     t = tfenv.load()
-    tf, keras, L = t.tf, t.keras, t.keras.layers
+    keras, L = t.keras, t.keras.layers
     keras.utils.set_random_seed(0)
     inp = keras.Input(SE_SHAPE)
     gate = L.Dense(64, activation="sigmoid")(L.Dense(16, activation="relu")(L.GlobalAveragePooling2D()(inp)))
-    conv = function_converter(keras.Model(inp, L.Multiply()([inp, L.Reshape((1, 1, 64))(gate)])))
-    rng = np.random.default_rng(0)
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.representative_dataset = lambda: ([rng.normal(size=(1,) + SE_SHAPE).astype(np.float32)] for _ in range(30))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
     folder = tmp_path_factory.mktemp("se")
-    (folder / "se.tflite").write_bytes(conv.convert())
+    write_int8_tflite(keras.Model(inp, L.Multiply()([inp, L.Reshape((1, 1, 64))(gate)])), folder / "se.tflite")
     run = folder / "run"
     assert cli("compile", folder / "se.tflite", "-t", TARGET, "-t", U85, "-o", run).exit_code == 0
     return run
