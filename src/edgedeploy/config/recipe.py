@@ -81,7 +81,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("sparsity_pattern", str, "unstructured", "unstructured, or 2:4: two zeros in every four input channels "
         "(Ethos-U85 skips them)", choices=PATTERNS),
     Key("clusters", int, 16, "distinct values per clustered kernel", minimum=2, maximum=256),
-    Key("per_channel_clusters", bool, False, "cluster each output channel on its own"),
+    Key("per_channel_clusters", bool, False, "cluster each output channel of a Conv2D on its own (a kernel whose "
+        "channels hold too few weights is clustered per tensor)"),
     Key("epochs", int, 4, "fine-tuning epochs of every trained stage", minimum=0, maximum=MAX_EPOCHS),
     Key("batch_size", int, 32, "fine-tuning batch size", minimum=1, maximum=2**16),
     Key("learning_rate", float, 5e-4, "peak learning rate of the fine-tuning schedule", minimum=0,

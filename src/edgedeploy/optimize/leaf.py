@@ -93,11 +93,13 @@ def keras_kernels(model, recipe: Recipe):
     return keras_kernels(model) if recipe.sparsity_pattern == "2:4" else None
 
 
-def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None):
+def verdict(node: str, where: str, found, recipe: Recipe, relu_followed, kernels=None,
+            fallback: dict[str, str] | None = None):
     def check(skipped):
         return preserve.check(node, where, found, sparsity=recipe.sparsity, clusters=recipe.clusters,
                               tolerance=recipe.sparsity_tolerance, skipped=skipped,
-                              per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed)
+                              per_channel_clusters=recipe.per_channel_clusters, relu_followed=relu_followed,
+                              fallback=fallback)
 
     if recipe.sparsity_pattern == "2:4" and node in PRUNED_NODES and kernels is not None:
         from edgedeploy.optimize.techniques.two_of_four import pattern_verdict

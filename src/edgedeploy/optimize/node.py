@@ -69,7 +69,8 @@ def keras_node_stage(build: Callable[[NodeRun], Any], env, node: str, inputs: di
             keras_stats = keras_weight_stats(result_model)
             relu_followed = separate_relu_layers(result_model) if not spec.qat else []
             found = verdict(node, "keras", keras_stats, recipe, relu_followed,
-                            kernels=keras_kernels(result_model, recipe))
+                            kernels=keras_kernels(result_model, recipe),
+                            fallback=training.get("clustering", {}).get("fallback_layers"))
             details["preservation"] = found.rows
             warnings += found.warnings
             preserve.raise_failures(found, node)

@@ -36,8 +36,14 @@ def check(
     skipped: Iterable[str] = (),
     per_channel_clusters: bool = False,
     relu_followed: Iterable[str] = (),
+    fallback: dict[str, str] | None = None,
 ) -> Verdict:
-    """Judge the weights of ``node`` (``where`` is "keras" or "int8") against what the node promises."""
+    """Judge the weights of ``node`` (``where`` is "keras" or "int8") against what the node promises.
+
+    ``fallback`` names the layers the clustering node did not cluster as asked, with why (per-channel clusters
+    asked, but an output channel holds too few weights): one clustered per tensor instead is judged per tensor;
+    one kept as it is already holds no more than ``clusters`` distinct values per channel."""
+    fallback = fallback or {}
     skipped = set(skipped)
     relu_followed = set(relu_followed)
     wants_sparsity = node in PRUNED_NODES
@@ -59,7 +65,9 @@ def check(
             if wants_clusters:
                 per_tensor_ok = s.unique <= limit
                 per_channel_ok = s.max_unique_per_channel <= limit
-                if per_channel_clusters or s.scales > 1:
+                by_tensor = fallback.get(s.layer, "").startswith("clustered per tensor")
+                row["note"] = fallback.get(s.layer, "")
+                if (per_channel_clusters and not by_tensor) or s.scales > 1:
                     # per-channel clusters, or int8 per-channel scales: judge each output channel
                     if not per_channel_ok:
                         problems.append(f"{s.max_unique_per_channel} distinct values in one channel > {limit}")
