@@ -91,6 +91,45 @@ def write_int8_tflite(model, path: Path, seed: int = 0, samples: int = 30) -> Pa
     return path
 
 
+PAYLOAD32 = 0x4000  # a command-stream code with this bit takes a 32-bit payload in the next word
+
+
+def set_registers(words, settings) -> list[int]:
+    """An NPU command stream's ``words`` with the first setting of each register in ``settings`` (``(code, value)``:
+    a 16-bit command's code, or PAYLOAD32 | a 32-bit command's code) given the value."""
+    words = list(words)
+    for code, value in settings:
+        i = next(i for i, w in enumerate(words) if w & 0xFFFF == code)
+        if code & PAYLOAD32:
+            words[i + 1] = value
+        else:
+            words[i] = code | (value << 16)
+    return words
+
+
+def int8_kernels(model_path: Path) -> list:
+    """An int8 ``.tflite``'s CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED weights in operator order, as OHWI
+    (depthwise: C, H, W, 1; fully connected: O, 1, 1, I), read with the flatbuffer classes Vela ships."""
+    import numpy as np
+    from ethosu.vela.tflite.Model import Model
+
+    conv_2d, depthwise_conv_2d, fully_connected = 3, 4, 9  # TFLite's builtin operator codes
+    model = Model.GetRootAsModel(Path(model_path).read_bytes(), 0)
+    graph = model.Subgraphs(0)
+    out = []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        kind = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if kind in (conv_2d, depthwise_conv_2d, fully_connected):
+            t = graph.Tensors(op.Inputs(1))
+            w = np.frombuffer(model.Buffers(t.Buffer()).DataAsNumpy().tobytes(), np.int8).reshape(t.ShapeAsNumpy())
+            if kind == depthwise_conv_2d:
+                w = w.transpose(3, 1, 2, 0)
+            out.append(w.reshape(w.shape[0], 1, 1, -1) if kind == fully_connected else w)
+    return out
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     """The single ``error:`` line of a failed command's stderr (fails when there is none, several, or a traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

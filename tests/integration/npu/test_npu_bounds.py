@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import one_error_line, run_cli
+from helpers import PAYLOAD32, one_error_line, run_cli, set_registers
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
 TARGET = "ethos-u55-128"
 VELA = Path("compile") / "dscnn_mlperf" / TARGET / "model_int8_vela.tflite"
 DEBUG_DB = VELA.with_name("model_int8_debug.xml")
 INT8 = Path("import") / "dscnn_mlperf" / "model_int8.tflite"
-PAYLOAD32 = 0x4000
 # register codes (Vela's ethos_u55_regs): 16-bit cmd0 and 32-bit cmd1 settings
 OFM_WIDTH_M1, OFM_HEIGHT_M1, OFM_DEPTH_M1 = 0x111, 0x112, 0x113
 KERNEL_WIDTH_M1, KERNEL_HEIGHT_M1 = 0x120, 0x121
@@ -69,13 +68,7 @@ def _registers(*settings: tuple[int, int]):
         words = list(leaf.commands)
         start = data.find(struct.pack(f"<{len(words)}I", *words))
         assert start > 0
-        for code, value in settings:
-            i = next(i for i, w in enumerate(words) if w & 0xFFFF == code)
-            if code & PAYLOAD32:
-                words[i + 1] = value
-            else:
-                words[i] = code | (value << 16)
-        data[start : start + 4 * len(words)] = struct.pack(f"<{len(words)}I", *words)
+        data[start : start + 4 * len(words)] = struct.pack(f"<{len(words)}I", *set_registers(words, settings))
 
     return change
 

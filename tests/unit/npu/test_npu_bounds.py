@@ -16,9 +16,9 @@ from edgedeploy.npu.bounds import KERNEL_POSITIONS, leaf_cost
 from edgedeploy.npu.commands import OPERATIONS_LIMIT, decode
 from edgedeploy.npu.leaf_layout import Tensor, read_leaf
 from edgedeploy.npu.machine import run
+from helpers import PAYLOAD32, set_registers
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"
-PAYLOAD32 = 0x4000
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +28,7 @@ def dscnn():
 
 def _set(leaf, *settings: tuple[int, int]):
     """``leaf`` with the first setting of each register (a cmd0 code, or PAYLOAD32 | a cmd1 code) given a value."""
-    words = list(leaf.commands)
-    for code, value in settings:
-        i = next(i for i, w in enumerate(words) if w & 0xFFFF == code)
-        if code & PAYLOAD32:
-            words[i + 1] = value
-        else:
-            words[i] = code | (value << 16)
-    return replace(leaf, commands=tuple(words))
+    return replace(leaf, commands=tuple(set_registers(leaf.commands, settings)))
 
 
 def _io(leaf, **changes):

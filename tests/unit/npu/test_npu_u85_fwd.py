@@ -14,28 +14,10 @@ from edgedeploy.npu import u85_fwd, u85_weights
 from edgedeploy.npu.commands import decode_for
 from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.u85_weights import Layout, fwd_order, order
+from helpers import int8_kernels
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"
 MODEL = DATA / "fwd_convs_int8.tflite"
-CONV_2D, FULLY_CONNECTED = 3, 9
-
-
-def _tflite_weights() -> list[np.ndarray]:
-    """The model's CONV_2D and FULLY_CONNECTED weights as OHWI, read with the flatbuffer classes Vela ships."""
-    from ethosu.vela.tflite.Model import Model
-
-    model = Model.GetRootAsModel(MODEL.read_bytes(), 0)
-    graph = model.Subgraphs(0)
-    out = []
-    for i in range(graph.OperatorsLength()):
-        op = graph.Operators(i)
-        code = model.OperatorCodes(op.OpcodeIndex())
-        kind = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if kind in (CONV_2D, FULLY_CONNECTED):
-            t = graph.Tensors(op.Inputs(1))
-            w = np.frombuffer(model.Buffers(t.Buffer()).DataAsNumpy().tobytes(), np.int8).reshape(t.ShapeAsNumpy())
-            out.append(w.reshape(w.shape[0], 1, 1, -1) if kind == FULLY_CONNECTED else w)
-    return out
 
 
 def _convolutions(name: str):
@@ -72,7 +54,7 @@ def test_fast_format_weights_are_the_tflite_models(name):
     if leaf.macs == 512:  # two cores, one FWD stream: the second core's stream is empty
         assert fwd.r1["WEIGHT1_LENGTH"] == 0 and convs[0][0].r1["WEIGHT1_LENGTH"] > 0
     decoded = [u85_weights.weights(op, region, leaf.macs, 8) for op, region in convs]
-    expected = _tflite_weights()
+    expected = int8_kernels(MODEL)
     assert len(decoded) == len(expected)
     for got, want in zip(decoded, expected):
         np.testing.assert_array_equal(got, want)

@@ -12,31 +12,10 @@ from edgedeploy.npu import u85_weights
 from edgedeploy.npu.commands import decode_for
 from edgedeploy.npu.leaf_layout import read_leaf
 from edgedeploy.npu.u85_weights import Layout, order
+from helpers import int8_kernels
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "npu"
 MODEL = Path(__file__).resolve().parents[3] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
-CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED = 3, 4, 9
-
-
-def _tflite_weights() -> list[np.ndarray]:
-    """The int8 model's CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED weights as OHWI (depthwise: C, H, W, 1),
-    read with the flatbuffer classes Vela ships."""
-    from ethosu.vela.tflite.Model import Model
-
-    model = Model.GetRootAsModel(MODEL.read_bytes(), 0)
-    graph = model.Subgraphs(0)
-    out = []
-    for i in range(graph.OperatorsLength()):
-        op = graph.Operators(i)
-        code = model.OperatorCodes(op.OpcodeIndex())
-        kind = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if kind in (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED):
-            t = graph.Tensors(op.Inputs(1))
-            w = np.frombuffer(model.Buffers(t.Buffer()).DataAsNumpy().tobytes(), np.int8).reshape(t.ShapeAsNumpy())
-            if kind == DEPTHWISE_CONV_2D:
-                w = w.transpose(3, 1, 2, 0)
-            out.append(w.reshape(w.shape[0], 1, 1, -1) if kind == FULLY_CONNECTED else w)
-    return out
 
 
 def _after_dma(name: str):
@@ -63,7 +42,7 @@ def test_decoded_weights_are_the_tflite_models(name):
     # Vela splits the first convolution's 64 output channels into operations of 16 and 48
     assert [w.shape[0] for w in decoded[:2]] == [16, 48]
     layers = [np.concatenate(decoded[:2])] + decoded[2:]
-    expected = _tflite_weights()
+    expected = int8_kernels(MODEL)
     assert len(layers) == len(expected)
     for got, want in zip(layers, expected):
         np.testing.assert_array_equal(got, want)
