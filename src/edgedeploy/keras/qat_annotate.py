@@ -162,7 +162,9 @@ def quantize_for_qat(model, scheme=None, custom_objects=None, what: str = "QAT")
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         leave_out = "leave the QAT leaves out (e.g. --leaves ptq,pruned,pruned_clustered,clustered)"
         # TFMOT's model cloning misroutes TensorFlow math ops (TFOpLambda), e.g. an input scaling x / 255 - 0.5
-        ops = [layer.name for layer in model.layers if layer.__class__.__name__ == "TFOpLambda" and not shape_only(layer)]
+        ops = list(dict.fromkeys(  # the operations by their TensorFlow name (a layer's name may carry a _N suffix)
+            f"tf.{layer.symbol}" if getattr(layer, "symbol", None) else layer.name for layer in model.layers
+            if layer.__class__.__name__ == "TFOpLambda" and not shape_only(layer)))
         fix = (f"write the TensorFlow ops {', '.join(ops[:4])} as Keras layers (an input scaling x / 255 - 0.5 is "
                f"keras.layers.Rescaling(1 / 255, offset=-0.5)), or {leave_out}" if ops else
                f"{leave_out}, or report this model")
