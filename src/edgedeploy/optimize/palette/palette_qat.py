@@ -183,6 +183,12 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     convolution) to x7 (DS-CNN's depthwise ones); trained as folded, such a layer's steps are some 70x too
     large (each one moving a weight by up to a tenth of itself) or several times too small.
     """
+    return palette_qat_of_float(palette_qat_float(parent, details), plan, seed, folded, details)
+
+
+def palette_qat_of_float(parent, plan: Mapping[str, Mapping[str, Any]], seed: int = 0,
+                         folded: Mapping[str, Any] | None = None, details: dict[str, Any] | None = None):
+    """:func:`palette_qat_model` of a parent :func:`palette_qat_float` has rewritten already."""
     from edgedeploy.keras import tfenv
 
     env = tfenv.load()
@@ -191,7 +197,6 @@ def palette_qat_model(parent, plan: Mapping[str, Mapping[str, Any]], seed: int =
     from edgedeploy.keras.qat_annotate import freeze_quantized, quantize_for_qat
     from ..techniques.qat import fold_qat_input
 
-    parent = palette_qat_float(parent, details)
     parent, inputs_folded = fold_qat_input(parent, uniform_only=True, details=details)
     quantizer_cls, config_cls = _quantizer_classes()
     palettes = qat_palettes(parent, plan, seed)

@@ -23,7 +23,7 @@ from .projection import DAMP, PALETTE_LIMIT
 from edgedeploy.vela.debugdb import WEIGHT_OPS, layer_of_tensor
 from .models import HESSIAN_SAMPLES, _palette_opt, apply_plan, default_plan, fold_batch_norm, kernel_layers, layer_hessians, projection_method, scale_method
 from edgedeploy.optimize.palette.sensitivity import sensitivity_sweep, sweep_holdout
-from .palette_qat import load_palette_qat, palette_qat_float, palette_qat_model, qat_palettes
+from .palette_qat import load_palette_qat, palette_qat_float, palette_qat_of_float, qat_palettes
 
 PLAN_FILE = "palette.json"
 
@@ -148,7 +148,7 @@ def train_node(env, node: str, inputs: Mapping[str, Path], out: Path, data, reci
         doc = read_plan(Path(inputs["model"]).parent)
         plan, folded = doc["plan"], doc["batch_norm_factors"]
         parent = palette_qat_float(parent, details)  # (the activation ranges start from its layers)
-        result_model = palette_qat_model(parent, plan, recipe.seed, folded, details)
+        result_model = palette_qat_of_float(parent, plan, recipe.seed, folded, details)
         warnings.extend(input_fold_warnings(details))
         start_qat_ranges(result_model, parent, data, recipe, details)
         # The same training budget as TFMOT's cluster + QAT path (the cluster stage's epochs plus the QAT

@@ -34,7 +34,11 @@ def qat_model(env, parent, node: str, details: dict[str, Any] | None = None):
     folded weights in training (and so their zeros and clusters). ``details`` (when given) records what was folded
     and what was left, with its reason. The parent is first rewritten into layers TFMOT quantizes as the int8
     converter computes them (:func:`qat_float`)."""
-    parent = qat_float(parent, details)
+    return _qat_of_float(qat_float(parent, details), node, details)
+
+
+def _qat_of_float(parent, node: str, details: dict[str, Any] | None = None):
+    """:func:`qat_model` of a parent :func:`qat_float` has rewritten already."""
     parent, folded = fold_qat_input(parent, NODE_TABLE[node].keeps_clusters, details)
     model = _quantized(parent, node)
     freeze_quantized(model, {name for into in folded.values() for name in into})
@@ -161,7 +165,7 @@ def load_qat(env, parent_path: Path, weights_path: Path, node: str):
 def qat_node(run) -> Any:
     """QAT with the node's scheme, its activation ranges started from the float parent."""
     parent, node = qat_float(run.parent(), run.details), run.node.name  # (the ranges start from its layers)
-    model = qat_model(run.env, parent, node, run.details)
+    model = _qat_of_float(parent, node, run.details)
     run.warnings.extend(input_fold_warnings(run.details))
     start_qat_ranges(model, parent, run.data, run.recipe, run.details)
     folded = run.details.get("input_preprocessing", {}).get("folded", {})
