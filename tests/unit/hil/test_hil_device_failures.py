@@ -4,17 +4,20 @@ The device is a small server on 127.0.0.1 that speaks the runner's frame protoco
 and misbehaves in one way per case: it hangs up, answers with the wrong length or PMU count, sends a frame longer
 than the host reads, a corrupted frame, nothing at all, or an error frame whose text is 75 KB of terminal escapes
 and newlines. The sample HIL tests (examples/hil) run against it through ``--edgedeploy-device
-serial:socket://127.0.0.1:PORT`` in a pytest of their own, as a user runs them.
+serial:socket://127.0.0.1:PORT`` in a pytest session of their own per device (exit code, output and JUnit XML
+each its own), as a user runs them.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import subprocess
+import sys
 import threading
-import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -135,6 +138,14 @@ RUNNER = "check that the firmware runs the edgedeploy runner on this port at thi
 REBUILD = "build the firmware from a bundle exported by this edgedeploy"
 SANITIZED = "FATAL AAAA"  # the start of the error text once its escapes and newlines are gone
 
+# A device that sends nothing (or not the awaited frame) is waited out: these cases get a short timeout.
+TIMEOUT = {"hello-answered-as-infer": "0.5", "infer-silent": "0.5", "infer-wrong-sequence": "0.5"}
+
+
+def within(case: str) -> str:
+    return f"within {TIMEOUT.get(case, '1')} s"
+
+
 # name, the device's answer, what fails (setup: the handshake, every test; call: each test's INFER), the line(s)
 CASES = [
     ("hello-hangs-up", on_hello(lambda f: None), "setup",
@@ -155,7 +166,7 @@ CASES = [
     ("hello-of-another-protocol", on_hello(lambda f: reply(f, bytes([fr.PROTOCOL_VERSION + 1]) + hello_payload()[1:])),
      "setup", [f"speaks runner protocol {fr.PROTOCOL_VERSION + 1}, not {fr.PROTOCOL_VERSION}. {REBUILD}"]),
     ("hello-answered-as-infer", on_hello(lambda f: fr.encode(fr.INFER | fr.REPLY, f.seq, hello_payload())), "setup",
-     [f"did not answer HELLO within 1 s (a frame of type 0x82 seq 1, not the answer to HELLO seq 1). {RUNNER}"]),
+     [f"did not answer HELLO {within('hello-answered-as-infer')} (a frame of type 0x82 seq 1, not the answer to HELLO seq 1). {RUNNER}"]),
     ("infer-error-of-an-unknown-code-and-no-text", on_infer(lambda f: fr.encode(fr.ERROR, f.seq, bytes([250]))), "call",
      [f"refused INFER: error 250, not a code the runner sends (no text). {REBUILD}"]),
     ("infer-255-pmu-counters-in-full", on_infer(lambda f: reply(f, result_payload(f.payload, 255)[:24] + bytes(4 * 255)
@@ -173,52 +184,112 @@ CASES = [
     ("infer-75KB-error-text", on_infer(lambda f: error(f, NOISE)), "call",
      [f"refused INFER: the model failed to run ({SANITIZED}"]),
     ("infer-silent", on_infer(lambda f: b""), "call",
-     [f"did not answer INFER within 1 s (no bytes arrived). {RUNNER}"]),
+     [f"did not answer INFER {within('infer-silent')} (no bytes arrived). {RUNNER}"]),
     ("infer-wrong-sequence", on_infer(lambda f: good(fr.Frame(f.type, (f.seq + 1) & 0xFF, f.payload))), "call",
-     ["did not answer INFER within 1 s (a frame of type 0x82 seq "]),
+     [f"did not answer INFER {within('infer-wrong-sequence')} (a frame of type 0x82 seq "]),
 ]
 
 
-def run_hil(bundle: Path, url: str) -> tuple[subprocess.CompletedProcess, str]:
-    xml = bundle.parent / "report.xml"
-    argv = pytest_argv(str(EXAMPLES), "-q", "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", f"serial:{url}",
-                       "--edgedeploy-timeout", "1", f"--junitxml={xml}")  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=bundle.parent)
-    return proc, xml.read_text()
+# One interpreter runs the sample HIL tests once per device, each run a pytest session of its own with its own
+# stdout, stderr, JUnit XML and exit code, as separate `pytest` commands would have: a new interpreter for each
+# of the many devices would spend most of the file's time starting Python and importing pytest and the plugin.
+# The sample's own modules are imported afresh for every run.
+SESSIONS = r"""
+import json, os, sys, time
+import pytest
 
-
-@pytest.mark.parametrize(("answer", "stage", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_misbehaving_device_fails_each_test_in_one_line(tmp_path, answer, stage, expected):
-    bundle = tiny_bundle(tmp_path / "fw")
-    device = StubDevice(answer)
-    try:
+runs, examples = json.loads(sys.argv[1]), sys.argv[2]
+results = []
+for run in runs:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(run["stdout"], "wb") as out, open(run["stderr"], "wb") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
         start = time.monotonic()
-        proc, xml = run_hil(bundle, device.url)
-        took = time.monotonic() - start
+        try:
+            code = int(pytest.main(run["args"]))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    results.append({"returncode": code, "seconds": time.monotonic() - start})
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(examples):
+            del sys.modules[name]
+print(json.dumps(results))
+"""
+@dataclass
+class HilRun:
+    url: str
+    returncode: int
+    stdout: str
+    stderr: str
+    xml: str
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def hil_runs(tmp_path_factory) -> dict[str, HilRun]:
+    """Each case's device, the sample HIL tests run against it through ``--edgedeploy-device serial:URL``."""
+    work = tmp_path_factory.mktemp("devices")
+    bundle = tiny_bundle(work / "fw")
+    devices = {case[0]: StubDevice(case[1]) for case in CASES}
+    runs = []
+    for name, device in devices.items():
+        args = pytest_argv(str(EXAMPLES), "-q", "--edgedeploy-bundle", str(bundle), "--edgedeploy-device",
+                           f"serial:{device.url}", "--edgedeploy-timeout", TIMEOUT.get(name, "1"),
+                           f"--junitxml={work / name}.xml")[3:]  # fmt: skip
+        runs.append({"args": args, "stdout": str(work / f"{name}.out"), "stderr": str(work / f"{name}.err")})
+    # the devices that are waited out in an interpreter of their own, beside the others: waiting takes no processor
+    groups = [[i for i, name in enumerate(devices) if (name in TIMEOUT) == waits] for waits in (False, True)]
+    try:
+        procs = [subprocess.Popen([sys.executable, "-c", SESSIONS, json.dumps([runs[i] for i in group]), str(EXAMPLES)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
+                 for group in groups]  # fmt: skip
+        outputs = [proc.communicate(timeout=600) for proc in procs]
     finally:
-        device.stop()
-    out = proc.stdout + proc.stderr
-    prefix = f"--edgedeploy-device serial:{device.url}: the device on {device.url} "
+        for device in devices.values():
+            device.stop()
+    results: list[dict] = [{}] * len(runs)
+    for group, proc, (stdout, stderr) in zip(groups, procs, outputs):
+        assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        for i, res in zip(group, json.loads(stdout.strip().splitlines()[-1]), strict=True):
+            results[i] = res
+    return {name: HilRun(device.url, res["returncode"], (work / f"{name}.out").read_text(),
+                         (work / f"{name}.err").read_text(), (work / f"{name}.xml").read_text(), res["seconds"])
+            for (name, device), res in zip(devices.items(), results, strict=True)}  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "stage", "expected"), [(c[0], *c[2:]) for c in CASES], ids=[c[0] for c in CASES])
+def test_a_misbehaving_device_fails_each_test_in_one_line(hil_runs, case, stage, expected):
+    run = hil_runs[case]
+    out = run.stdout + run.stderr
+    prefix = f"--edgedeploy-device serial:{run.url}: the device on {run.url} "
     if "runs model" in expected[0] or "speaks runner protocol" in expected[0]:
-        prefix = f"--edgedeploy-device serial:{device.url}: the firmware on {device.url} "
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("--edgedeploy-device ")]
-    assert proc.returncode == 1, out
+        prefix = f"--edgedeploy-device serial:{run.url}: the firmware on {run.url} "
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("--edgedeploy-device ")]
+    assert run.returncode == 1, out
     assert len(lines) == len(TESTS), out  # one failure per test, nothing more
     wanted = expected if len(expected) == len(TESTS) else expected * len(TESTS)
     for line, want in zip(lines, wanted):
         assert line.startswith(prefix + want) if not want.startswith("failed") else want in line, line
         assert len(line) <= 1000 and line.isprintable(), line
-    assert f"{len(TESTS)} {'errors' if stage == 'setup' else 'failed'}" in proc.stdout, out
+    assert f"{len(TESTS)} {'errors' if stage == 'setup' else 'failed'}" in run.stdout, out
     for sign in ("Traceback", "serialutil", "SerialException", "ValueError", "\x1b", "AAAA\n"):
         assert sign not in out, out
-    assert not [ln for ln in proc.stdout.splitlines() if ln.startswith(("E   ", ">   "))], out  # no traceback lines
-    report = ET.fromstring(xml)
+    assert not [ln for ln in run.stdout.splitlines() if ln.startswith(("E   ", ">   "))], out  # no traceback lines
+    report = ET.fromstring(run.xml)
     failures = [el for el in report.iter() if el.tag in ("failure", "error")]
     assert len(failures) == len(TESTS)
     for el in failures:
         text = el.get("message", "") + (el.text or "")
         assert "\x1b" not in text and "AAAA\n" not in text and len(el.get("message", "")) <= 1100, text[:300]
-    assert took < 60
+    assert run.seconds < 60
 
 
 def test_device_text_is_cut_and_stripped_of_control_characters():
