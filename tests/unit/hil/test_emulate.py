@@ -114,6 +114,25 @@ def test_runtime_sources_leave_out_test_helpers_and_exist():
     assert all((TREE / s).is_file() for s in srcs)
 
 
+@needs_tree
+def test_the_library_compiles_only_the_cmsis_nn_files_its_kernels_call():
+    cmsis = "third_party/cmsis_nn/Source/"
+    reshape = tflm.library_sources(TREE, tflm.op_kernels(TREE, ["RESHAPE"]))
+    assert not [s for s in reshape if s.startswith(cmsis)]  # the runtime and a reference kernel call no CMSIS-NN
+    conv = tflm.library_sources(TREE, tflm.op_kernels(TREE, ["CONV_2D"]))
+    assert cmsis + "ConvolutionFunctions/arm_convolve_wrapper_s8.c" in conv  # called by cmsis_nn/conv.cc
+    assert cmsis + "NNSupportFunctions/arm_nn_mat_mult_nt_t_s8.c" in conv  # called by arm_convolve_s8.c in turn
+    assert cmsis + "SoftmaxFunctions/arm_softmax_s8.c" not in conv and set(tflm.runtime_sources(TREE)) < conv
+    # closed: every CMSIS-NN function or table a chosen file names has a chosen file defining it
+    defined, mentions = tflm._cmsis_nn_index(TREE)
+    chosen = {s for s in conv if s.startswith(cmsis)}
+    for rel in chosen:
+        for name in mentions[rel] & defined.keys():
+            assert defined[name] & chosen, (rel, name)
+    everything = tflm.library_sources(TREE, tflm.op_kernels(TREE, tflm.resolver_methods(TREE)))
+    assert {s for s in everything if s.startswith(cmsis)} < set(mentions)  # all operators: still not all of it
+
+
 def test_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert tflm.cache_root() == tmp_path / "edgedeploy" / "tflm"

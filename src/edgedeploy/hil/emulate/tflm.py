@@ -1,7 +1,7 @@
 """TensorFlow Lite Micro as a static library for Cortex-M55, built once per tree and settings, then cached.
 
-Only what firmware links is compiled: the runtime, CMSIS-NN and the kernels of the operators the
-model uses (the full tree, 318 sources, takes minutes on two cores). The library lives in
+Only what firmware links is compiled: the runtime, the kernels of the operators the model uses and the
+CMSIS-NN sources those kernels call (the full tree, 318 sources, takes minutes on two cores). The library lives in
 ``$XDG_CACHE_HOME/edgedeploy/tflm/<key>``, where the key hashes the tree (each file's path, size and
 modification time), the compile settings and the compiler version; a model with new operators
 adds their kernels to the same library, and only those are compiled.
@@ -119,8 +119,53 @@ def runtime_sources(tree: Path) -> list[str]:
             if path.name not in RUNTIME_SKIP:
                 srcs.append(str(path.relative_to(tree)))
     srcs += [f"{KERNELS}/{k}" for k in ALWAYS_KERNELS]
-    srcs += sorted(str(p.relative_to(tree)) for p in (tree / CMSIS_NN_SOURCES).rglob("*.c"))
     return srcs
+
+
+_CMSIS_NAME_RE = re.compile(r"\b(arm_\w+|\w+_table_\w+)\b")  # CMSIS-NN's functions and its lookup tables
+# a definition at file scope: a line that starts with its type (not static, extern or a preprocessor line)
+_CMSIS_DEF_RE = re.compile(r"^(?!static\b|extern\b)[A-Za-z_][\w \t*]*?\b(arm_\w+|\w+_table_\w+)\s*[(\[]", re.M)
+
+
+@cache
+def _cmsis_nn_index(tree: Path) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """CMSIS-NN's C files: name -> the files defining it, and file -> the names it mentions."""
+    defined: dict[str, set[str]] = {}
+    mentions: dict[str, frozenset[str]] = {}
+    for path in sorted((tree / CMSIS_NN_SOURCES).rglob("*.c")):
+        rel = str(path.relative_to(tree))
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for name in _CMSIS_DEF_RE.findall(text):
+            defined.setdefault(name, set()).add(rel)
+        mentions[rel] = frozenset(_CMSIS_NAME_RE.findall(text))
+    return {k: frozenset(v) for k, v in defined.items()}, mentions
+
+
+def cmsis_nn_sources(tree: Path, sources: Iterable[str]) -> list[str]:
+    """The CMSIS-NN C files that ``sources`` (relative to the tree) call, and those these call in turn.
+
+    A name is followed to every file that defines it at file scope, so a file the linker could need is never left
+    out; the linker drops what is compiled but unused (``--gc-sections``) either way.
+    """
+    defined, mentions = _cmsis_nn_index(tree)
+    names: set[str] = set()
+    for source in sources:
+        names |= set(_CMSIS_NAME_RE.findall((tree / source).read_text(encoding="utf-8", errors="replace")))
+    chosen: set[str] = set()
+    todo = list(names)
+    while todo:
+        for rel in defined.get(todo.pop(), ()):
+            if rel not in chosen:
+                chosen.add(rel)
+                todo.extend(mentions[rel] - names)
+                names |= mentions[rel]
+    return sorted(chosen)
+
+
+def library_sources(tree: Path, kernels: Iterable[OpKernel]) -> set[str]:
+    """What the library compiles for these kernels: the runtime, the kernels and the CMSIS-NN files they call."""
+    tflm = set(runtime_sources(tree)) | {s for k in kernels for s in k.sources}
+    return tflm | set(cmsis_nn_sources(tree, tflm))
 
 
 def tree_digest(tree: Path) -> str:
@@ -188,7 +233,7 @@ def _build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, ti
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per cache entry at a time
         listed = root / "sources.txt"
         have = set(listed.read_text().split()) if listed.is_file() else set()
-        want = set(runtime_sources(tree)) | {s for k in kernels for s in k.sources}
+        want = library_sources(tree, kernels)
         lib = root / "build" / "libtflm.a"
         if want <= have and lib.is_file():
             return TflmLibrary(lib, key, False, 0.0, len(have))
