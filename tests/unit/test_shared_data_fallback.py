@@ -51,7 +51,8 @@ def test_only_a_folder_holding_the_data_counts_as_shared_data(tmp_path, monkeypa
         assert conf.has_shared_data(folder) is found
 
 
-@pytest.mark.parametrize("value", ["", " ", "/nonexistent"])
+# a blank value other than "" is slow: test_only_a_folder_holding_the_data_counts_as_shared_data reads one as unset
+@pytest.mark.parametrize("value", ["", pytest.param(" ", marks=pytest.mark.slow), "/nonexistent"])
 def test_the_test_run_never_takes_the_current_folder_for_the_data(tmp_path, value):
     proc = subprocess.run(pytest_argv("--co", str(TESTS / "unit" / "core" / "test_names.py")), capture_output=True,
                           text=True, timeout=120,

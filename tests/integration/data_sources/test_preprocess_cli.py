@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
-from helpers import one_error_line, run_cli
+from helpers import one_error_line, run_cli, run_in_process
 
 FRONT_END = '''import os
 import sys
@@ -62,8 +63,11 @@ def small_run(tmp_path_factory):
 ])
 def test_preprocess_endings_and_prints_through_the_command_line(small_run, tmp_path, ref, code, words):
     out = tmp_path / "run"
-    proc = run_cli("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
-                   "--epochs", "0", "--min-steps", "0", "--preprocess", ref, "--json", cwd=small_run)
+    # what reaches the process's stdout (descriptor 1 included) through the console script; the refusals, whose
+    # check is the exit code and the line, in this process, which has TensorFlow loaded already
+    run = run_cli if words is None else run_in_process
+    proc = run("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
+               "--epochs", "0", "--min-steps", "0", "--preprocess", ref, "--json", cwd=small_run)
     assert proc.returncode == code, proc.stderr
     if words is None:
         doc = json.loads(proc.stdout)  # only the document: what the function printed went to stderr
@@ -102,12 +106,21 @@ def prints(y, out):
     ("cli_metrics:interrupts", 2, "metric 'cli_metrics:interrupts' tried to end the command (KeyboardInterrupt)"),
     ("cli_metrics:prints", 0, None),
 ])
-def test_metric_endings_and_prints_through_the_command_line(small_run, tmp_path, ref, code, words):
+def test_metric_endings_and_prints_through_the_command_line(small_run, tmp_path, monkeypatch, ref, code, words):
     (small_run / "cli_metrics.py").write_text(METRICS)
     out = tmp_path / "run"
-    proc = run_cli("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
-                   "--epochs", "0", "--min-steps", "0", "--metric", ref, "--json", cwd=small_run,
-                   env={"PYTHONPATH": os.pathsep.join([str(small_run), os.environ.get("PYTHONPATH", "")])})
+    args = ("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq", "--epochs",
+            "0", "--min-steps", "0", "--metric", ref, "--json")
+    if words is None:  # what reaches the process's stdout (descriptor 1 included): the console script
+        proc = run_cli(*args, cwd=small_run,
+                       env={"PYTHONPATH": os.pathsep.join([str(small_run), os.environ.get("PYTHONPATH", "")])})
+    else:  # a refusal: in this process, with the module's folder on its path as PYTHONPATH puts it there
+        monkeypatch.syspath_prepend(str(small_run))
+        monkeypatch.delitem(sys.modules, "cli_metrics", raising=False)
+        try:
+            proc = run_in_process(*args, cwd=small_run)
+        finally:
+            sys.modules.pop("cli_metrics", None)
     assert proc.returncode == code, proc.stderr
     if words is None:
         doc = json.loads(proc.stdout)  # only the document: what the metric printed went to stderr

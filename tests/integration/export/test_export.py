@@ -417,10 +417,10 @@ def test_a_second_export_into_one_folder_waits_for_the_first_and_says_so(run_dir
                               "--out", str(fw), "--golden", "0", "--name", "second"],
                              stdout=subprocess.DEVNULL, stderr=err, text=True, env={**os.environ, "NO_COLOR": "1"})
     try:
-        for _ in range(600):
+        for _ in range(6000):
             if "waiting" in err_path.read_text() or p.poll() is not None:
                 break
-            time.sleep(0.5)
+            time.sleep(0.05)
         assert p.poll() is None, err_path.read_text()  # still waiting, nothing written
         assert "is being written by another edgedeploy command; waiting for it to finish" in err_path.read_text()
         assert not (fw / "second.c").exists()

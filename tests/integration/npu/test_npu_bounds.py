@@ -1,6 +1,7 @@
 """`edgedeploy verify` on compiled models whose declared sizes would take memory or time without bound: each is
 refused from the declared sizes, in one line naming the file, the operation and the field, before anything big is
-allocated; and `--count` is bounded."""
+allocated; and `--count` is bounded. The refusals run their command in the test process; the memory limit set in
+the environment is read by the console script."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PAYLOAD32, one_error_line, run_cli, set_registers
+from helpers import PAYLOAD32, one_error_line, run_cli, run_in_process, set_registers
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
 TARGET = "ethos-u55-128"
@@ -120,7 +121,7 @@ def test_declared_sizes_are_bounded_before_use(compiled, tmp_path, case):
     change, message = HOSTILE[case]
     run = _hostile(compiled, tmp_path / "hostile", change)
     t0 = time.perf_counter()
-    proc = run_cli("verify", run, "-t", TARGET, "-n", 100, env={"EDGEDEPLOY_NPU_MEMORY_MIB": ""})
+    proc = run_in_process("verify", run, "-t", TARGET, "-n", 100, env={"EDGEDEPLOY_NPU_MEMORY_MIB": ""})
     seconds = time.perf_counter() - t0
     assert proc.returncode == 11, proc.stderr
     line = one_error_line(proc)
@@ -136,7 +137,7 @@ def test_declared_sizes_are_bounded_before_use(compiled, tmp_path, case):
 ])
 def test_count_and_seed_are_checked(compiled, option, message):
     t0 = time.perf_counter()
-    proc = run_cli("verify", compiled, "-t", TARGET, *option)
+    proc = run_in_process("verify", compiled, "-t", TARGET, *option)
     assert proc.returncode == 2 and one_error_line(proc) == f"error: {message}"
     assert time.perf_counter() - t0 < SECONDS
 
@@ -167,7 +168,7 @@ def test_a_debug_database_that_never_closes_is_named_in_the_mismatch(compiled, t
     never = '<debug>\n<table name="queue">\n<![CDATA[\n' + "x" * 10_000_000
     run = _hostile(compiled, tmp_path / "hostile", _weights_damaged, debug_db=never)
     t0 = time.perf_counter()
-    proc = run_cli("verify", run, "-t", TARGET, "-n", 4)
+    proc = run_in_process("verify", run, "-t", TARGET, "-n", 4)
     assert proc.returncode == 12, proc.stderr
     line = one_error_line(proc)
     assert f"(no TFLite operator named: Vela's debug database {run / DEBUG_DB}: the CDATA of table 'queue' " \
@@ -184,7 +185,7 @@ def test_an_int8_model_declaring_a_huge_input_is_refused_before_inputs_are_drawn
 
     run = _hostile(compiled, tmp_path / "hostile", lambda data, leaf: None, int8_change=wide_input)
     t0 = time.perf_counter()
-    proc = run_cli("verify", run, "-t", TARGET, "-n", 10)
+    proc = run_in_process("verify", run, "-t", TARGET, "-n", 10)
     assert proc.returncode == 3, proc.stderr
     line = one_error_line(proc)
     assert f"{run / INT8}: its tensors declare" in line and "(the largest 'input_1'), over the NPU model's memory " \

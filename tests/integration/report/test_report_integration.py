@@ -30,7 +30,7 @@ from edgedeploy.pipeline.compile import compile_tflite
 from edgedeploy.core.manifest import Artifact, Manifest, Metric, StageRecord, now_iso
 from edgedeploy.report import ALL_COLUMNS, Requirements, build_report
 from edgedeploy.report.plot_inputs import weight_stages
-from edgedeploy.report.render import render, render_html
+from edgedeploy.report.render import render
 
 pytestmark = pytest.mark.requires_data
 # plain_run and tree_run compile the MLPerf ResNet-8 beside the DS-CNN
@@ -194,15 +194,33 @@ class _Tables(html.parser.HTMLParser):
             self.cell += data
 
 
+FORMATS = ("json", "csv", "markdown", "html", "table")
+
+
+@pytest.fixture(scope="module")
+def written(request, tmp_path_factory):
+    """``written(which)``: the folder holding run ``which``'s report in every format (``r.FORMAT``), each written
+    once by `edgedeploy report --format FORMAT --out`; the tests that read a report (the HTML page is the slow one:
+    its plots) share them."""
+    folders: dict[str, Path] = {}
+
+    def get(which: str) -> Path:
+        if which not in folders:
+            run = request.getfixturevalue(which)
+            folder = tmp_path_factory.mktemp(f"{which}-reports")
+            for fmt in FORMATS:
+                proc = run_in_process("report", run, "--format", fmt, "--out", folder / f"r.{fmt}")
+                assert proc.returncode == 0, proc.stderr
+            folders[which] = folder
+        return folders[which]
+
+    return get
+
+
 @NEEDS_IC
 @pytest.mark.parametrize("which", ["plain_run", "tree_run"])
-def test_all_formats_agree(which, request, tmp_path):
-    run = request.getfixturevalue(which)
-    outs = {}
-    for fmt in ("json", "csv", "markdown", "html", "table"):
-        proc = run_in_process("report", run, "--format", fmt, "--out", tmp_path / f"r.{fmt}")
-        assert proc.returncode == 0, proc.stderr
-        outs[fmt] = (tmp_path / f"r.{fmt}").read_text(encoding="utf-8")
+def test_all_formats_agree(which, written):
+    outs = {fmt: (written(which) / f"r.{fmt}").read_text(encoding="utf-8") for fmt in FORMATS}
     doc = json.loads(outs["json"])
     assert doc["schema"] == "edgedeploy.report" and doc["schema_version"] == 1
     cols = doc["columns"]
@@ -462,13 +480,11 @@ def test_weights_through_the_stages(tree_run):
 
 
 @NEEDS_IC
-def test_html_renders_in_headless_chromium(tree_run, tmp_path):
+def test_html_renders_in_headless_chromium(written, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (apt-get install chromium) to render the HTML report")
-    page = tmp_path / "report.html"
-    proc = run_in_process("report", tree_run, "--format", "html", "--out", page)
-    assert proc.returncode == 0, proc.stderr
+    page = written("tree_run") / "r.html"
     text = page.read_text(encoding="utf-8")
     parser = _Tables()
     parser.feed(text)
@@ -498,11 +514,11 @@ def test_html_renders_in_headless_chromium(tree_run, tmp_path):
 
 
 @NEEDS_IC
-def test_json_report_is_deterministic_apart_from_time(tree_run):
+def test_json_report_is_deterministic_apart_from_time(tree_run, written):
     a, b = build_report(tree_run), build_report(tree_run)
     assert {**a, "created": None} == {**b, "created": None}
     assert render(a, "csv") == render(b, "csv")
-    assert "<img" in render_html(build_report(tree_run, html=True))
+    assert "<img" in (written("tree_run") / "r.html").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- a model clustered with TFMOT

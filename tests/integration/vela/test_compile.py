@@ -124,6 +124,8 @@ def test_cpu_operators_recorded_with_reason_and_io_quantize_allowed(shared_data,
 
 
 # --------------------------------------------------------------------------- bad input
+# A missing model through the console script; the other refusals run the command in this process (their check is
+# the exit code, the one line and what is written).
 
 
 def _assert_clean_failure(proc, code, *needles, out: Path | None = None):
@@ -148,47 +150,49 @@ def test_truncated_model(shared_data, tmp_path):
     bad = tmp_path / "cut.tflite"
     bad.write_bytes(data[: len(data) // 2])
     out = tmp_path / "out"
-    _assert_clean_failure(run_cli("compile", bad, "-t", "ethos-u55-128", "-o", out), 3, "cut.tflite is truncated", out=out)
+    _assert_clean_failure(run_in_process("compile", bad, "-t", "ethos-u55-128", "-o", out), 3,
+                          "cut.tflite is truncated", out=out)
 
 
 def test_not_tflite(shared_data, tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_float.h5", "-t", "ethos-u55-128", "-o", out)
+    proc = run_in_process("compile", shared_data / "kws" / "dscnn_mlperf_float.h5", "-t", "ethos-u55-128", "-o", out)
     _assert_clean_failure(proc, 3, "not a TFLite flatbuffer", out=out)
 
 
 def test_float_model_is_refused_with_the_reason(float_tflite, tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("compile", float_tflite, "-t", "ethos-u55-128", "-o", out)
+    proc = run_in_process("compile", float_tflite, "-t", "ethos-u55-128", "-o", out)
     _assert_clean_failure(proc, 3, "is a float model", "CPU", "edgedeploy optimize", out=out)
 
 
 def test_vela_output_is_refused(shared_data, tmp_path):
     compile_tflite([shared_data / "kws" / "dscnn_mlperf_int8.tflite"], ["ethos-u55-128"], tmp_path / "first")
     (vela_model,) = (tmp_path / "first" / "compile" / "dscnn_mlperf" / "ethos-u55-128").glob("*_vela.tflite")
-    proc = run_cli("compile", vela_model, "-t", "ethos-u55-128", "-o", tmp_path / "out")
+    proc = run_in_process("compile", vela_model, "-t", "ethos-u55-128", "-o", tmp_path / "out")
     _assert_clean_failure(proc, 3, "already compiled by Vela", out=tmp_path / "out")
 
 
 def test_a_folder_that_is_not_an_optimize_run_is_refused(shared_data, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    _assert_clean_failure(run_cli("compile", empty, "-t", "ethos-u55-128"), 3, "empty has no manifest.json", out=empty)
+    _assert_clean_failure(run_in_process("compile", empty, "-t", "ethos-u55-128"), 3, "empty has no manifest.json",
+                          out=empty)
     compiled = tmp_path / "compiled"  # a run folder of `compile` itself: it has no converted leaves
     compile_tflite([shared_data / "kws" / "dscnn_mlperf_int8.tflite"], ["ethos-u55-128"], compiled)
     before = sorted(p.relative_to(compiled) for p in compiled.rglob("*"))
-    _assert_clean_failure(run_cli("compile", compiled, "-t", "ethos-u85-256"), 3, "compiled holds no int8 leaves",
-                          "edgedeploy optimize")
-    _assert_clean_failure(run_cli("compile", compiled, "-t", "ethos-u85-256", "-o", tmp_path / "elsewhere"), 2,
-                          "compiled into itself", out=tmp_path / "elsewhere")
-    _assert_clean_failure(run_cli("compile", compiled, shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t",
-                                  "ethos-u55-128"), 2, "compiled is a folder")
+    _assert_clean_failure(run_in_process("compile", compiled, "-t", "ethos-u85-256"), 3,
+                          "compiled holds no int8 leaves", "edgedeploy optimize")
+    _assert_clean_failure(run_in_process("compile", compiled, "-t", "ethos-u85-256", "-o", tmp_path / "elsewhere"),
+                          2, "compiled into itself", out=tmp_path / "elsewhere")
+    _assert_clean_failure(run_in_process("compile", compiled, shared_data / "kws" / "dscnn_mlperf_int8.tflite",
+                                         "-t", "ethos-u55-128"), 2, "compiled is a folder")
     assert sorted(p.relative_to(compiled) for p in compiled.rglob("*")) == before
 
 
 def test_unknown_target(shared_data, tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", "ethos-u56-128", "-o", out)
+    proc = run_in_process("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", "ethos-u56-128", "-o", out)
     _assert_clean_failure(proc, 4, "unknown target 'ethos-u56-128'", "ethos-u55-128", out=out)
 
 
@@ -196,7 +200,7 @@ def test_target_file_with_bad_value(shared_data, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(get_target("ethos-u55-128").source.read_text().replace('"ethos-u55-128"\n\n[vela]', '"ethos-u55-100"\n\n[vela]'))
     out = tmp_path / "out"
-    proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", bad, "-o", out)
+    proc = run_in_process("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", bad, "-o", out)
     _assert_clean_failure(proc, 4, str(bad), "`npu.accelerator_config` is 'ethos-u55-100'", "allowed values", out=out)
 
 
@@ -210,7 +214,7 @@ def test_vela_failing_is_reported_and_leaves_no_output(shared_data, tmp_path):
                       '[vela]\nconfig = "broken.ini"\nsystem_config = "Broken"\nmemory_mode = "Mode"\n'
                       '[clocks]\nnpu_hz = 500_000_000\n')
     out = tmp_path / "out"
-    proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", target, "-o", out)
+    proc = run_in_process("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", target, "-o", out)
     _assert_clean_failure(proc, 6, "Vela failed", "broken")
     assert not (out / "compile" / "dscnn_mlperf" / "broken").exists()
     assert not [p for p in (out / "compile" / "dscnn_mlperf").iterdir()] if (out / "compile" / "dscnn_mlperf").exists() else True
@@ -220,7 +224,7 @@ def test_vela_failing_is_reported_and_leaves_no_output(shared_data, tmp_path):
 
 
 def test_bad_optimise_value(shared_data, tmp_path):
-    proc = run_cli("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", "ethos-u55-128",
+    proc = run_in_process("compile", shared_data / "kws" / "dscnn_mlperf_int8.tflite", "-t", "ethos-u55-128",
                    "--optimise", "Speed", "-o", tmp_path / "o")
     _assert_clean_failure(proc, 2, "--optimise is 'Speed'", "Performance, Size", out=tmp_path / "o")
 
@@ -231,16 +235,19 @@ def test_no_arguments_shows_help_and_fails():
 
 
 def test_cpu_fallback_is_an_error_unless_allowed(reverse_tflite, tmp_path):
-    proc = run_cli("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a")
+    from edgedeploy.core.files import release_run_dirs
+
+    proc = run_in_process("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a")
     _assert_clean_failure(proc, 7, str(reverse_tflite), "REVERSE_V2", "falls back to the CPU on ethos-u55-128",
                           "--allow-cpu-ops")
+    release_run_dirs()  # the folder's lock, which the command's process would have let go as it ended
     proc = run_cli("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a", "--allow-cpu-ops", "--json")
     assert proc.returncode == 0, proc.stderr
     (res,) = json.loads(proc.stdout)["results"]
     assert res["metrics"]["cpu_operators"]["value"] == 1
     assert res["cpu_operators"][0]["op"] == "REVERSE_V2" and res["cpu_operators"][0]["reason"]
     # Ethos-U85 runs REVERSE_V2 on the NPU
-    assert run_cli("compile", reverse_tflite, "-t", "ethos-u85-128", "-o", tmp_path / "b").returncode == 0
+    assert run_in_process("compile", reverse_tflite, "-t", "ethos-u85-128", "-o", tmp_path / "b").returncode == 0
 
 
 def test_debug_db_gives_per_layer_npu_weights_in_the_report(shared_data, tmp_path):
@@ -264,7 +271,7 @@ def test_debug_db_gives_per_layer_npu_weights_in_the_report(shared_data, tmp_pat
     table = run_in_process("report", tmp_path)
     assert "NPU weights per layer" in table.stdout and "functional_1/dense/MatMul" in table.stdout
     # without --debug-db there is no per-layer section and no debug database
-    plain = run_cli("compile", model, "-t", "ethos-u55-128", "-o", tmp_path / "plain")
+    plain = run_in_process("compile", model, "-t", "ethos-u55-128", "-o", tmp_path / "plain")
     assert plain.returncode == 0 and not list((tmp_path / "plain").rglob("*_debug.xml"))
     assert json.loads(run_in_process("report", tmp_path / "plain", "--json").stdout)["npu_weights"] == {}
 
@@ -276,11 +283,11 @@ def test_another_model_with_the_same_file_name_is_kept_beside_the_first(tmp_path
         (tmp_path / folder / "m_int8.tflite").write_bytes(example.read_bytes())
     first = run_cli("compile", "a/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = run_cli("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
+    second = run_in_process("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "variant 'm' of R is another model" in second.stderr and "compiled as 'b_m'" in second.stderr
     doc = json.loads((tmp_path / "R" / "manifest.json").read_text())
     sources = {s["variant"]: Path(s["params"]["source"]).parent.name for s in doc["stages"] if s["stage"] == "import"}
     assert sources == {"m": "a", "b_m": "b"}
-    again = run_cli("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
+    again = run_in_process("compile", "b/m_int8.tflite", "-t", "ethos-u55-128", "-o", "R", cwd=tmp_path)
     assert again.returncode == 0 and "another model" not in again.stderr  # b/ keeps its name, silently

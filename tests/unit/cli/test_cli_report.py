@@ -1,4 +1,5 @@
-"""edgedeploy.cli.report: exit codes, project file, the gate and --help, run as a user runs them.
+"""edgedeploy.cli.report: exit codes, project file, the gate and --help, through the command line (the console
+script, and the command in this process where the check is its outcome).
 
 tests/data/report/run_u55_u85 is a run folder written by `edgedeploy compile` with Vela 5.2.0 (see its
 SOURCE.md): the MLPerf DS-CNN and ResNet-8 int8 models on corstone-300-u55-128 and ethos-u85-256.
@@ -11,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import run_cli, run_cli_loading
+from helpers import run_cli, run_cli_loading, run_in_process
 
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "report" / "run_u55_u85"
@@ -22,18 +23,19 @@ def test_cli_exit_codes_and_project_file(tmp_path):
     assert proc.returncode == 8
     assert json.loads(proc.stdout)["schema"] == "edgedeploy.report"  # stdout is only JSON
     assert "no leaf meets max_flash" in proc.stderr
+    # the rest in this process (the console script above): the checks are exit codes and messages
     (tmp_path / "edgedeploy.toml").write_text('[requirements]\nmax_flash = "20KiB"\n')
-    assert run_cli("report", RUN, "--json", cwd=tmp_path).returncode == 8  # ./edgedeploy.toml applies
-    assert run_cli("report", RUN, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0
+    assert run_in_process("report", RUN, "--json", cwd=tmp_path).returncode == 8  # ./edgedeploy.toml applies
+    assert run_in_process("report", RUN, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0
     other = tmp_path / "other.toml"
     other.write_text("[requirements]\nmax_sram = 1\n")
-    proc = run_cli("report", RUN, "--json", "--project", other)
+    proc = run_in_process("report", RUN, "--json", "--project", other)
     assert proc.returncode == 8 and "max_sram" in proc.stderr
     for args, msg in ((["--format", "pdf"], "--format is 'pdf'"), (["--max-flash", "big"], "--max-flash is 'big'"),
                       (["--fail-on-regression"], "need a reference report")):
-        proc = run_cli("report", RUN, *args)
+        proc = run_in_process("report", RUN, *args)
         assert proc.returncode == 2 and msg in proc.stderr
-    proc = run_cli("report", tmp_path)
+    proc = run_in_process("report", tmp_path)
     assert proc.returncode == 3 and "has no manifest.json" in proc.stderr
 
 
@@ -56,13 +58,13 @@ def test_a_json_report_loads_no_numpy():
 
 def test_cli_gate(tmp_path):
     ref = tmp_path / "old.json"
-    assert run_cli("report", RUN, "--format", "json", "--out", ref).returncode == 0
-    ok = run_cli("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "markdown")
+    assert run_in_process("report", RUN, "--format", "json", "--out", ref).returncode == 0
+    ok = run_in_process("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "markdown")
     assert ok.returncode == 0 and "no regression" in ok.stdout
     old = json.loads(ref.read_text())
     old["rows"][0]["values"]["total_cycles"]["value"] -= 10_000
     ref.write_text(json.dumps(old))
-    bad = run_cli("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "csv")
+    bad = run_in_process("report", RUN, "--compare", ref, "--fail-on-regression", "--format", "csv")
     assert bad.returncode == 10
     assert "1 regression(s)" in bad.stderr and "total cycles" in bad.stderr
 
@@ -76,10 +78,11 @@ def test_a_walked_run_is_reported_against_the_walks_requirements(tmp_path):
     data.setdefault("info", {})["walk"] = {"requirements": {"max_flash": 20480, "max_sram": None,
                                                             "sources": ["edgedeploy.toml [requirements]"]}}
     (run / "manifest.json").write_text(json.dumps(data))
-    proc = run_cli("report", run, "--json", cwd=tmp_path)  # no project file here: the walk's requirements apply
+    proc = run_in_process("report", run, "--json", cwd=tmp_path)  # no project file here: the walk's requirements apply
     assert proc.returncode == 8 and "no leaf meets max_flash" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["requirements"]["max_flash"] == 20480
-    assert run_cli("report", run, "--json", "--max-flash", "1MiB", cwd=tmp_path).returncode == 0  # given ones win
+    given = run_in_process("report", run, "--json", "--max-flash", "1MiB", cwd=tmp_path)
+    assert given.returncode == 0  # given ones win
 
 
 def test_the_tolerance_option_states_the_gate_defaults():

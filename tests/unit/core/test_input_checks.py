@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers import run_cli
+from helpers import run_cli, run_in_process
 
 from edgedeploy.config.requirements import REQUIREMENT_NAMES
 from edgedeploy.core import files as fsutil
@@ -238,7 +238,7 @@ CLI_LIMITS = [BAD_LIMITS[i] for i in (0, 1, 2, 5, 9, 12, 14, 17)]
 
 @pytest.mark.parametrize("flag,value", CLI_LIMITS, ids=[f"{f}={v[:8]}" for f, v in CLI_LIMITS])
 def test_a_bad_limit_flag_is_one_line_and_exit_2(flag, value):
-    proc = run_cli("report", RUN, flag, value)
+    proc = run_in_process("report", RUN, flag, value)
     one_line(proc, 2, flag)
     assert len(proc.stderr) < 400 and "over by" not in proc.stdout
 
@@ -246,15 +246,16 @@ def test_a_bad_limit_flag_is_one_line_and_exit_2(flag, value):
 @pytest.mark.parametrize("flag,value", [("--max-flash", "nan"), ("--max-latency-ms", "1e999"),
                                         ("--max-npu-cycles", HUGE), ("--max-accuracy-drop", "-0.5")])
 def test_a_bad_limit_flag_of_a_walk_is_refused_before_the_model_is_read(tmp_path, flag, value):
-    proc = run_cli("optimize", tmp_path / "m.h5", "--data", tmp_path / "d.npz", "--walk", "-t", "ethos-u55-128",
-                   flag, value, "-o", tmp_path / "out")
+    proc = run_in_process("optimize", tmp_path / "m.h5", "--data", tmp_path / "d.npz", "--walk", "-t",
+                          "ethos-u55-128", flag, value, "-o", tmp_path / "out")
     one_line(proc, 2, flag)
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("tolerance", ["cycles=inf", "accuracy=nan", "flash=inf%", f"sram={HUGE}"])
 def test_a_non_finite_tolerance_is_one_line_and_exit_2(tmp_path, tolerance):
-    one_line(run_cli("report", RUN, "--compare", tmp_path / "old.json", "--tolerance", tolerance), 2, "--tolerance")
+    one_line(run_in_process("report", RUN, "--compare", tmp_path / "old.json", "--tolerance", tolerance), 2,
+             "--tolerance")
 
 
 @pytest.mark.parametrize("key,value", [("max_accuracy_drop", "nan"), ("max_accuracy_drop", "inf"),
@@ -270,7 +271,7 @@ def test_a_bad_limit_in_a_project_file_is_refused_by_both_readers(tmp_path, key,
         with pytest.raises(UsageError) as err:
             read(p)
         assert f"requirements.{key}" in err.value.message and len(err.value.one_line()) < 400
-    one_line(run_cli("report", RUN, "--project", p), 2, f"requirements.{key}")
+    one_line(run_in_process("report", RUN, "--project", p), 2, f"requirements.{key}")
 
 
 @settings(max_examples=200, deadline=None)
@@ -353,13 +354,13 @@ def _tampered_run(tmp_path, change) -> Path:
 ])
 def test_a_hand_edited_manifest_is_one_line_and_exit_3(tmp_path, change, fragment):
     run = _tampered_run(tmp_path, change)
-    one_line(run_cli("report", run), 3, fragment)
+    one_line(run_in_process("report", run), 3, fragment)
 
 
 @pytest.fixture(scope="module")
 def reference() -> str:
     """A reference report of RUN as `report --format json` writes it."""
-    proc = run_cli("report", RUN, "--format", "json")
+    proc = run_in_process("report", RUN, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -385,7 +386,7 @@ def test_hand_made_compare_rows_are_one_line_and_exit_3(tmp_path, reference, wha
     change(doc["rows"])
     old = tmp_path / "old.json"
     old.write_text(json.dumps(doc, default=str).replace('"NaN"', "NaN"))
-    one_line(run_cli("report", RUN, "--compare", old, "--fail-on-regression"), 3, fragment)
+    one_line(run_in_process("report", RUN, "--compare", old, "--fail-on-regression"), 3, fragment)
 
 
 # ------------------------------------------------------------------------------------------------- 5: bounded text
@@ -418,7 +419,7 @@ def test_a_long_model_path_gives_a_short_line(tmp_path):
 def test_a_long_path_in_a_project_file_gives_a_short_line(tmp_path):
     p = tmp_path / "edgedeploy.toml"
     p.write_text(f'model = "{"m" * 3_000_000}.h5"\ndata = "d.npz"\n')
-    proc = run_cli("compile", p, "-o", tmp_path / "out")
+    proc = run_in_process("compile", p, "-o", tmp_path / "out")
     assert proc.returncode in (2, 3) and proc.stderr.count("\n") == 1 and len(proc.stderr) < 1200, proc.stderr[:300]
 
 
