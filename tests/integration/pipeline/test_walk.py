@@ -44,7 +44,8 @@ def project(tmp: Path, out: Path, requirements: str, data: Path) -> Path:
     path.write_text(
         f'model = "{EXAMPLE / "dscnn_mlperf_float.h5"}"\ndata = "{data}"\n'
         f'out = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        '[recipe]\nleaves = ["ptq", "pruned", "pruned_clustered"]\nepochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
+        '[recipe]\nleaves = ["ptq", "pruned", "pruned_clustered"]\n'
+        'epochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
         'training.min_steps = 0\n'
         f"[requirements]\n{requirements}\n")
     return path
