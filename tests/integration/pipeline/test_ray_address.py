@@ -56,8 +56,8 @@ def test_compile_at_a_closed_port_stops_in_one_line_at_once(tmp_path, given):
 
 
 @pytest.mark.parametrize(("env", "code", "line"), [
-    ({"EDGEDEPLOY_RAY_CONNECT_TIMEOUT": "2"}, 6,
-     "error: Ray address {address} (--ray-address) accepts a connection but gives no answer within 2 s "
+    ({"EDGEDEPLOY_RAY_CONNECT_TIMEOUT": "0.5"}, 6,  # a short wait: the test waits it out
+     "error: Ray address {address} (--ray-address) accepts a connection but gives no answer within 0.5 s "
      "(EDGEDEPLOY_RAY_CONNECT_TIMEOUT): it is not a Ray cluster. " + HINT),
     ({"EDGEDEPLOY_RAY_CONNECT_TIMEOUT": "soon"}, 2,
      "error: EDGEDEPLOY_RAY_CONNECT_TIMEOUT='soon' is not a number of seconds in (0, 600]. set it to e.g. 20, or unset it"),

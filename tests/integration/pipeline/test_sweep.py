@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_cli, run_in_process
+from helpers import run_in_process
 
 from edgedeploy.core.manifest import Manifest
 
@@ -53,7 +53,9 @@ def project(tmp: Path) -> Path:
 def swept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     path = project(tmp)
-    return tmp, path, run_cli("compile", path, "--json", cwd=tmp)
+    # in this process, which has TensorFlow loaded already: the check is the command's outcome (exit code, error
+    # line, JSON, run folders); test_ray_address runs `compile` as the console script
+    return tmp, path, run_in_process("compile", path, "--json", cwd=tmp)
 
 
 def test_each_model_runs_into_its_own_folder_and_a_failure_does_not_stop_the_others(swept):

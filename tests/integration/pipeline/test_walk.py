@@ -2,7 +2,9 @@
 TFMOT and Vela): the walk stops at the first level that meets the requirements and trains nothing deeper;
 when nothing meets them it says by how much and exits 8.
 
-Training is cut to one epoch (min_steps = 0) to keep the test short: it checks the walk, not recovery.
+Training is cut to one epoch (min_steps = 0) on a seeded third of the clips to keep the test short: it checks the
+walk (which levels are trained, compiled sizes against a flash limit), not recovery or accuracy. The third level is
+pruned_clustered (level 3, like pqat, whose quantization-aware model takes longer to build).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli, run_in_process
+from helpers import run_in_process
 
 from edgedeploy.core.manifest import Manifest
 
@@ -22,12 +24,28 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws_tree"
 FLASH_LIMIT = 32768  # between the pruned leaf (~27.7 kB) and ptq (~35.9 kB) compiled for ethos-u55-128
 
 
-def project(tmp: Path, out: Path, requirements: str) -> Path:
+def clips(tmp: Path, fit: int = 300, evaluation: int = 130) -> Path:
+    """A seeded choice of ``fit`` fine-tune and ``evaluation`` evaluation clips of the example's data, every key
+    kept (x, y, split, labels, files)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    with np.load(EXAMPLE / "speech_commands_subset.npz") as d:
+        arrays = {k: d[k] for k in d.files}
+    rows = np.sort(np.concatenate([rng.choice(np.flatnonzero(arrays["split"] == s), n, replace=False)
+                                   for s, n in ((0, fit), (1, evaluation))]))
+    path = tmp / "clips.npz"
+    np.savez(path, **{k: v if k == "labels" else v[rows] for k, v in arrays.items()})
+    return path
+
+
+def project(tmp: Path, out: Path, requirements: str, data: Path) -> Path:
     path = tmp / "edgedeploy.toml"
     path.write_text(
-        f'model = "{EXAMPLE / "dscnn_mlperf_float.h5"}"\ndata = "{EXAMPLE / "speech_commands_subset.npz"}"\n'
+        f'model = "{EXAMPLE / "dscnn_mlperf_float.h5"}"\ndata = "{data}"\n'
         f'out = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        '[recipe]\nleaves = ["ptq", "pruned", "pqat"]\nepochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
+        '[recipe]\nleaves = ["ptq", "pruned", "pruned_clustered"]\n'
+        'epochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
         'training.min_steps = 0\n'
         f"[requirements]\n{requirements}\n")
     return path
@@ -71,11 +89,12 @@ def walked(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("walk")
     out = tmp / "run"
-    path = project(tmp, out, f"max_flash = {FLASH_LIMIT}")
+    data = clips(tmp)
+    path = project(tmp, out, f"max_flash = {FLASH_LIMIT}", data)
     with pytest.MonkeyPatch.context() as mp:
         reads = Reads(mp)
         outcome = api.compile([path], walk=True)
-    outcome.reads, outcome.project = reads, path
+    outcome.reads, outcome.project, outcome.data = reads, path, data
     return outcome
 
 
@@ -89,7 +108,7 @@ def test_a_walk_reads_the_project_once_and_loads_the_model_and_data_once(walked)
     assert reads.calls == {"load_model": 1, "read_data_file": 1, "decide": 1, "load_dataset": 1,
                            "teacher_targets": 1}
     model = (EXAMPLE / "dscnn_mlperf_float.h5").resolve()
-    data = (EXAMPLE / "speech_commands_subset.npz").resolve()
+    data = walked.data.resolve()
     assert reads.files[model] == 2  # the driver's load, and the baseline stage's
     assert reads.files[data] == 1
 
@@ -103,12 +122,12 @@ def test_walk_stops_at_the_first_level_that_meets_and_trains_nothing_deeper(walk
     assert ptq["meets"] is False and ptq["requirements"]["max_flash"]["met"] is False
     assert ptq["requirements"]["max_flash"]["excess"] == ptq["requirements"]["max_flash"]["value"] - FLASH_LIMIT
     assert rec["levels"][1]["verdicts"]["pruned"]["ethos-u55-128"]["meets"] is True
-    assert rec["not_walked"] == ["pqat"]
+    assert rec["not_walked"] == ["pruned_clustered"]
     manifest = Manifest.load(walked.run_dir)
     assert manifest.info["walk"] == json.loads(json.dumps(rec))
     ids = {r.id for r in manifest.find()}
     assert "optimize/pruned" in ids and "compile/pruned/ethos-u55-128" in ids
-    assert not any("pqat" in i for i in ids)  # the level below was not trained, converted or compiled
+    assert not any("pruned_clustered" in i for i in ids)  # the level below was not trained, converted or compiled
 
 
 def test_report_shows_the_walk(walked):
@@ -116,13 +135,13 @@ def test_report_shows_the_walk(walked):
     assert proc.returncode == 0, proc.stderr
     assert "Walk level 0: trained baseline; ptq (ethos-u55-128: misses max_flash)" in proc.stdout
     assert "Walk level 2: trained pruned; pruned (ethos-u55-128: meets)" in proc.stdout
-    assert "recommend pruned; not trained: pqat" in proc.stdout
+    assert "recommend pruned; not trained: pruned_clustered" in proc.stdout
 
 
 def test_walk_that_nothing_meets_exits_8_and_says_by_how_much(walked, tmp_path):
     out = tmp_path / "run"
-    shutil.copytree(walked.run_dir, out)  # the levels walked before are reused, pqat is trained now
-    proc = run_in_process("compile", project(tmp_path, out, "max_flash = 1024"), "--walk")
+    shutil.copytree(walked.run_dir, out)  # the levels walked before are reused, pruned_clustered is trained now
+    proc = run_in_process("compile", project(tmp_path, out, "max_flash = 1024", walked.data), "--walk")
     assert proc.returncode == 8, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
@@ -131,6 +150,6 @@ def test_walk_that_nothing_meets_exits_8_and_says_by_how_much(walked, tmp_path):
     assert rec["stopped"] == "exhausted" and rec["recommended"] is None
     assert [lv["level"] for lv in rec["levels"]] == [0, 2, 3]
     assert rec["levels"][0]["nodes_trained"] == [] and rec["levels"][0]["nodes_reused"] == ["baseline"]
-    assert rec["levels"][2]["nodes_trained"] == ["pqat"]
+    assert rec["levels"][2]["nodes_trained"] == ["pruned_clustered"]
     (unmet,) = rec["unmet"]
     assert unmet["requirement"] == "max_flash" and unmet["excess"] == unmet["value"] - 1024 > 0
