@@ -1,20 +1,24 @@
 """Makes the small float input models that tests load instead of fitting them, and builds the data they were trained on.
 
     cd REPO && PYTHONPATH=src python tests/data/models/make_models.py   # rewrites tests/data/models/*.h5
+    cd REPO && PYTHONPATH=src python tests/data/models/make_models.py --kws   # only the kws_*.h5 models
 
-The first two are trained (seeded) on the bundled Speech Commands subset (examples/kws_tree/speech_commands_subset.npz):
+The first two and the ``kws_`` models are trained (seeded) on the bundled Speech Commands subset
+(examples/kws_tree/speech_commands_subset.npz):
 
 - ``autoencoder.h5``: an MLPerf Tiny anomaly-detection-style Dense autoencoder (Dense/BatchNorm/ReLU blocks down to
   an 8-unit bottleneck and back, linear output) fitted to reconstruct the standardized MFCC features of six keyword
   classes (a seeded choice), 8 epochs;
 - ``denoiser.h5``: three 3x3 convolutions mapping noisy MFCC maps to the clean ones, 4 epochs;
+- ``kws_conv1d.h5``, ``kws_mlp.h5``, ``kws_shapes.h5``, ``kws_unfused_relu.h5`` (:data:`KWS_MODELS`): small
+  classifiers of the subset's MFCC features holding layer shapes the deployment tree rewrites, 6 epochs;
 - ``tiny_dscnn_B_W.h5``: a DS-CNN of ``B`` depthwise/pointwise blocks after a ``W``-channel first convolution, for 10x8
   inputs of 4 classes (:func:`tiny_arrays`: seeded noise with a learnable class cue, 240 fine-tune and 120 evaluation
   samples), 2 epochs; saved compiled, with its optimizer.
 
 The tests build the same data with :func:`anomaly_arrays`, :func:`denoise_arrays` and :func:`tiny_arrays` (pure NumPy,
-seeded), so a model and its data always agree. The autoencoder and the denoiser are saved uncompiled: the loss must
-come from the data.
+seeded), so a model and its data always agree. The autoencoder, the denoiser and the ``kws_`` models are saved
+uncompiled: the loss must come from the data.
 """
 
 from __future__ import annotations
@@ -94,6 +98,60 @@ def _tiny_dscnn(keras, blocks: int, width: int, out: Path) -> None:
     model.save(tiny_dscnn(blocks, width, out))
 
 
+KWS_MODELS = ("kws_conv1d", "kws_mlp", "kws_shapes", "kws_unfused_relu")  # small models of the real KWS features
+
+
+def _kws_model(keras, name: str):
+    """The float model ``name`` of :data:`KWS_MODELS`, seeded (tests/integration/optimize/test_optimize.py says what
+    each shape is there for)."""
+    L = keras.layers
+    if name == "kws_conv1d":  # Conv1D -> BatchNorm -> ReLU, max pooling, a dilated causal Conv1D
+        inp = keras.Input((49, 10))
+        x = L.Conv1D(24, 5, padding="same", use_bias=False, name="c1")(inp)
+        x = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(x))
+        x = L.MaxPooling1D(2)(x)
+        x = L.Conv1D(32, 3, padding="causal", dilation_rate=2, activation="relu", name="c2")(x)
+        x = L.GlobalAveragePooling1D()(x)
+    elif name == "kws_mlp":  # Dense -> BatchNorm -> ReLU blocks
+        inp = keras.Input((49, 10, 1))
+        x = L.Flatten()(inp)
+        for i in range(2):
+            x = L.ReLU(name=f"relu{i}")(L.BatchNormalization(name=f"bn{i}")(L.Dense(64, name=f"fc{i}")(x)))
+    elif name == "kws_shapes":  # a Concatenate fed by convolutions, SeparableConv2D -> BatchNorm -> ReLU, a ReLU6 layer
+        inp = keras.Input((49, 10, 1))
+        x = L.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
+        a = L.Conv2D(16, 1, activation="relu", name="branch_1x1")(x)
+        b = L.Conv2D(16, 3, padding="same", activation="relu", name="branch_3x3")(x)
+        c = L.AveragePooling2D(3, strides=1, padding="same")(x)
+        x = L.Concatenate(name="cat")([a, b, c])  # 48 channels
+        x = L.SeparableConv2D(32, 3, padding="same", name="sep")(x)
+        x = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(x))
+        x = L.ReLU(6.0, name="pw_relu")(L.Conv2D(24, 1, name="pw")(x))
+        x = L.GlobalAveragePooling2D()(x)
+    else:  # kws_unfused_relu: ReLU layers after convolutions
+        inp = keras.Input((49, 10, 1))
+        x = L.Activation("relu", name="stem_relu")(L.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp))
+        x = L.Activation("relu", name="pw_relu")(L.Conv2D(24, 1, name="pw")(x))
+        x = L.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, L.Dense(12, activation="softmax", name="head")(x))
+
+
+def kws_models(out: Path = HERE) -> None:
+    """:data:`KWS_MODELS`, each fitted (seeded) for 6 epochs on the bundled subset's 900 fine-tune clips."""
+    from edgedeploy.keras import tfenv
+
+    keras = tfenv.load().keras
+    d = np.load(SUBSET)
+    fit = d["split"] == 0
+    for name in KWS_MODELS:
+        tfenv.set_seed(SEED)
+        model = _kws_model(keras, name)
+        x = d["x"][fit][..., 0] if name == "kws_conv1d" else d["x"][fit]
+        model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+        model.fit(x, d["y"][fit], epochs=6, batch_size=32, verbose=0)
+        _save(keras, model, out / f"{name}.h5")
+
+
 def _save(keras, model, path: Path) -> None:
     plain = keras.models.clone_model(model)
     plain.set_weights(model.get_weights())
@@ -129,7 +187,10 @@ def main(out: Path = HERE) -> None:
 
     for blocks, width in TINY:
         _tiny_dscnn(keras, blocks, width, out)
+    kws_models(out)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    kws_models() if sys.argv[1:] == ["--kws"] else main()

@@ -1,8 +1,8 @@
 """The deployment tree on the real MLPerf DS-CNN with real Speech Commands features (few epochs).
 
 The tree of the default leaves is the run's shared one (``trained_tree``, tests/integration/conftest.py: the
-bundled example's 900 fine-tune and 400 evaluation clips, 2 epochs); the tests of other model shapes train their
-own.
+bundled example's 900 fine-tune and 400 evaluation clips, 2 epochs); the tests of other model shapes run their own
+trees on small committed float models (tests/data/models/make_models.py).
 
 Sparsity and cluster counts are checked here independently of edgedeploy's own preservation table: on the
 int8 kernels read straight from each leaf's .tflite, and on the Keras kernels of the saved node models.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import one_error_line, run_cli, run_in_process
+from helpers import input_models, one_error_line, run_cli, run_in_process
 
 from edgedeploy.config.recipe import Recipe, load_recipe
 from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
@@ -26,6 +26,9 @@ LEAVES = Recipe().leaves  # the default leaves (the palette-aware ones are asked
 pytestmark = pytest.mark.requires_data
 
 SPARSITY, CLUSTERS = 0.5, 16
+# the ptq leaf of each tree this module trains itself calibrates on this many fine-tune samples (the recipe's default
+# is 500): these trees check kernels, operators and refusals, not the calibration
+CALIBRATION = 64
 
 
 @pytest.fixture(scope="session")
@@ -256,7 +259,7 @@ def test_keras3_model_through_the_tree(keras3_models, tmp_path):
     from edgedeploy.pipeline.run_plan import Plan
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": ["ptq", "pcqat"]})
+                                    "calibration_samples": CALIBRATION, "leaves": ["ptq", "pcqat"]})
     outcome = drive(Plan(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)).tree
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
     assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
@@ -293,43 +296,34 @@ def test_lambda_layers_need_trust(tmp_path, small_kws):
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
 
 
-def _fit_and_optimize(model, data, tmp_path, leaves, **recipe_keys):
-    """Train ``model`` for 2 epochs on the fine-tune split of ``data``, then run the tree on it (1 epoch a stage)."""
+def _committed(name: str) -> Path:
+    """A committed float model of the real KWS features (tests/data/models/make_models.py, ``KWS_MODELS``: fitted
+    for 6 epochs on the bundled subset's fine-tune clips)."""
+    return input_models().HERE / f"{name}.h5"
+
+
+def _optimize(model: Path, data, tmp_path, leaves, **recipe_keys):
+    """The tree of ``model`` on ``data`` (1 epoch a stage, the ptq leaf calibrated on :data:`CALIBRATION` samples)."""
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
 
-    d = np.load(data)
-    fit = d["split"] == 0
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    model.fit(d["x"][fit], d["y"][fit], epochs=2, batch_size=64, verbose=0)
-    path = tmp_path / "model.h5"
-    model.save(path)
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "leaves": list(leaves), **recipe_keys})
-    return drive(Plan(path, data, tmp_path / "run", recipe)).tree
+                                    "calibration_samples": CALIBRATION, "leaves": list(leaves), **recipe_keys})
+    return drive(Plan(model, data, tmp_path / "run", recipe)).tree
 
 
 def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_path, kws_data):
     """TFMOT has no QAT config for Conv1D and the palette leaves know 2-D kernels. The baseline node rewrites each
     Conv1D as the Conv2D the converter writes for it (between two reshapes; a batch norm and ReLU after it move
     with it), so its kernel is pruned, clustered and palette-trained, and the QAT leaves' int8 graph is the ptq
-    leaf's: no separate RELU or requantizing QUANTIZE around the max pooling."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
-    keras.utils.set_random_seed(13)
+    leaf's: no separate RELU or requantizing QUANTIZE around the max pooling. The model: Conv1D -> BatchNorm -> ReLU,
+    max pooling, a dilated causal Conv1D (``kws_conv1d``)."""
     d = np.load(kws_data)
     data = tmp_path / "kws1d.npz"
     np.savez(data, x=d["x"][..., 0], y=d["y"], split=d["split"])
-    inp = keras.Input((49, 10))
-    x = keras.layers.Conv1D(24, 5, padding="same", use_bias=False, name="c1")(inp)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.ReLU(name="relu")(x)
-    x = keras.layers.MaxPooling1D(2)(x)
-    x = keras.layers.Conv1D(32, 3, padding="causal", dilation_rate=2, activation="relu", name="c2")(x)
-    x = keras.layers.GlobalAveragePooling1D()(x)
-    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    outcome = _fit_and_optimize(model, data, tmp_path, ["ptq", "pcqat", "pcqat_palette"])
+    # the ptq leaf is the reference of the accuracy check below: calibrated as the recipe's default does
+    outcome = _optimize(_committed("kws_conv1d"), data, tmp_path, ["ptq", "pcqat", "pcqat_palette"],
+                        calibration_samples=Recipe().calibration_samples)
     assert outcome.nodes["baseline"].details["conv1d_as_conv2d"] == ["c1", "c2"]
     # TFMOT has no config for the max pooling either, which only picks values: recorded, not warned about
     assert outcome.nodes["pcqat"].details["qat_unquantized_layers"] == ["max_pooling1d"]
@@ -353,25 +347,8 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
 def shapes_tree(small_kws, tmp_path_factory):
     """The ptq and pcqat leaves of one model holding three shapes TFMOT's QAT mishandles (each test below reads its
     own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, and a ReLU6 layer
-    after a 1x1 convolution."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
-    keras.utils.set_random_seed(17)
-    inp = keras.Input((49, 10, 1))
-    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
-    a = keras.layers.Conv2D(16, 1, activation="relu", name="branch_1x1")(x)
-    b = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="branch_3x3")(x)
-    c = keras.layers.AveragePooling2D(3, strides=1, padding="same")(x)
-    x = keras.layers.Concatenate(name="cat")([a, b, c])  # 48 channels
-    x = keras.layers.SeparableConv2D(32, 3, padding="same", name="sep")(x)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.ReLU(name="relu")(x)
-    x = keras.layers.Conv2D(24, 1, name="pw")(x)
-    x = keras.layers.ReLU(6.0, name="pw_relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    return _fit_and_optimize(model, small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
+    after a 1x1 convolution (``kws_shapes``)."""
+    return _optimize(_committed("kws_shapes"), small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
 
 
 def _kept_zeros_and_clusters(kernel):
@@ -434,19 +411,9 @@ def test_a_relu6_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat
 
 
 def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, small_kws):
-    """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``)."""
-    from edgedeploy.keras import tfenv
-
-    keras = tfenv.load().keras
-    keras.utils.set_random_seed(23)
-    inp = keras.Input((49, 10, 1))
-    x = keras.layers.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp)
-    x = keras.layers.Activation("relu", name="stem_relu")(x)
-    x = keras.layers.Conv2D(24, 1, name="pw")(x)
-    x = keras.layers.Activation("relu", name="pw_relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    outcome = _fit_and_optimize(keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x)),
-                                small_kws, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
+    """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``): a 1x1
+    convolution and an ``Activation("relu")`` layer after it (``kws_unfused_relu``)."""
+    outcome = _optimize(_committed("kws_unfused_relu"), small_kws, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
     _relu_after_a_convolution(outcome, "unfused relu")
 
 
@@ -456,21 +423,13 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     Dense the converter (TF 2.21) quantizes the next layer's bias for another input scale, and the int8 QAT leaf
     lost 14 points against its own QAT model. The tree starts QAT's ranges from the float parent instead
     (recipe qat_ranges = "calibrated", the default); with TFMOT's start the conversion is refused."""
-    from edgedeploy.keras import tfenv
     from edgedeploy.errors import ToolFailedError
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
 
-    keras = tfenv.load().keras
-    keras.utils.set_random_seed(19)
-    inp = keras.Input((49, 10, 1))
-    x = keras.layers.Flatten()(inp)
-    for i in range(2):
-        x = keras.layers.Dense(64, name=f"fc{i}")(x)
-        x = keras.layers.BatchNormalization(name=f"bn{i}")(x)
-        x = keras.layers.ReLU(name=f"relu{i}")(x)
-    model = keras.Model(inp, keras.layers.Dense(12, activation="softmax", name="head")(x))
-    outcome = _fit_and_optimize(model, kws_data, tmp_path, ["ptq", "qat"])
+    model = _committed("kws_mlp")  # two Dense (64) -> BatchNorm -> ReLU blocks
+    outcome = _optimize(model, kws_data, tmp_path, ["ptq", "qat"],
+                        calibration_samples=Recipe().calibration_samples)  # what the recipe's default does
     assert "activation ranges started from the float parent" in outcome.nodes["qat"].details["qat_ranges"]
     qat = outcome.leaves["qat"]
     int8_model = read_tflite(outcome.run_dir / qat.output("int8_model").path)
@@ -482,7 +441,7 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     recipe = load_recipe(table={"training": {"qat_ranges": "tfmot"}},
                          overrides={"epochs": 1, "min_steps": 0, "seed": 7, "leaves": ["qat"]})
     with pytest.raises(ToolFailedError, match="quantized the bias of .* for another input scale"):
-        drive(Plan(tmp_path / "model.h5", kws_data, tmp_path / "run_tfmot", recipe))
+        drive(Plan(model, kws_data, tmp_path / "run_tfmot", recipe))
 
 
 def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(tmp_path, small_kws):
@@ -506,6 +465,9 @@ def test_recurrent_layers_the_converter_cannot_take_are_refused_before_training(
     _one_line_error(_optimize_cli(lstm, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq,pcqat"), 3,
                     "lstm.h5", "QAT leaf pcqat cannot be built", "--leaves ptq")
     assert not (tmp_path / "o").exists()
-    ok = _optimize_cli(lstm, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq", "--json")
+    recipe = tmp_path / "recipe.toml"  # the leaf is what is checked, not its calibration
+    recipe.write_text(f"calibration_samples = {CALIBRATION}\n")
+    ok = _optimize_cli(lstm, "--data", small_kws, "-o", tmp_path / "o", "--leaves", "ptq", "--recipe", recipe,
+                       "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["leaves"][0]["leaf"] == "ptq"
