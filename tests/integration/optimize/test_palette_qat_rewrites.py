@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import run_in_process
+from zoo import settle_batch_norm
 
 SEED = 3
 LEAF = "pcqat_palette"
@@ -50,8 +51,7 @@ def run(tmp_path_factory) -> Path:
     x = rng.normal(size=(n, 16, 16, 3)).astype(np.float32) + y[:, None, None, None] * 0.5
     np.savez(out / "data.npz", x=x, y=y, split=(np.arange(n) >= N_FIT).astype(np.int64))
     model = _model(env.keras)
-    model.compile(env.keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
-    model.fit(x[:N_FIT], y[:N_FIT], epochs=1, batch_size=32, verbose=0)  # (batch-norm statistics not the identity's)
+    settle_batch_norm(model, x[:N_FIT])  # (batch-norm statistics not the identity's)
     model.save(out / "model.h5", include_optimizer=False)
     proc = run_in_process("optimize", out / "model.h5", "--data", out / "data.npz", "-o", out / "run", "--leaves",
                           LEAF, "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0", "--clusters", "8",
