@@ -253,14 +253,16 @@ def write_data(model, path: Path, n_fit: int = 64, n_eval: int = 32) -> Path:
     return path
 
 
-def write_zoo(keras, out: Path, names: list[str] | None = None, suffix: str = ".h5") -> dict[str, Path]:
-    """Saves each named zoo model as ``out/NAME{suffix}`` with its data ``out/NAME.npz``; returns the model paths."""
+def write_zoo(keras, out: Path, names: list[str] | None = None, suffix: str = ".h5", n_fit: int = 64,
+              n_eval: int = 32) -> dict[str, Path]:
+    """Saves each named zoo model as ``out/NAME{suffix}`` with its data ``out/NAME.npz`` (``n_fit`` fine-tune and
+    ``n_eval`` evaluation samples, :func:`write_data`); returns the model paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name in names or list(ZOO):
         model = build(keras, name)
         model.save(out / f"{name}{suffix}")
-        write_data(model, out / f"{name}.npz")
+        write_data(model, out / f"{name}.npz", n_fit, n_eval)
         paths[name] = out / f"{name}{suffix}"
     return paths
 

@@ -35,7 +35,7 @@ def test_a_layer_with_too_few_weights_per_channel_is_clustered_per_tensor(tmp_pa
     _model(env.keras).save(tmp_path / "model.h5", include_optimizer=False)
     proc = run_in_process("optimize", tmp_path / "model.h5", "--data", tmp_path / "data.npz", "-o", tmp_path / "run",
                           "--leaves", "clustered", "--per-channel-clusters", "--clusters", CLUSTERS,
-                          "--epochs", "1", "--min-steps", "0", "--seed", SEED)
+                          "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0", "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     node = next(s for s in manifest["stages"] if s["id"] == "optimize/clustered")
