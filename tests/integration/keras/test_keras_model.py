@@ -89,7 +89,7 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
     assert wrapped.count("Conv2D") == 5 and wrapped.count("DepthwiseConv2D") == 4 and "Dense" in wrapped
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz")
     fit, ev = d["split"] == 0, d["split"] == 1
-    x_fit, y_fit = d["x"][fit][::3].astype(np.float32), d["y"][fit][::3]
+    x_fit, y_fit = d["x"][fit][::6].astype(np.float32), d["y"][fit][::6]
     x = d["x"][ev][::4].astype(np.float32)
     # one epoch at a tiny learning rate sets the fake-quantization ranges and hardly moves the weights:
     # the QAT model then decides (almost) as the float model does
