@@ -91,6 +91,15 @@ def write_int8_tflite(model, path: Path, seed: int = 0, samples: int = 30) -> Pa
     return path
 
 
+def infer(model, x):
+    """A Keras model's outputs for the batch ``x`` (an array, or a list of them for several outputs): what
+    ``model.predict`` gives, computed eagerly in inference mode without tracing a function for the model."""
+    import numpy as np
+
+    out = model(x, training=False)
+    return [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else np.asarray(out)
+
+
 PAYLOAD32 = 0x4000  # a command-stream code with this bit takes a 32-bit payload in the next word
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.keras.model import load_model
+from helpers import infer
 
 
 def _block(k, name, channels=4, input_shape=(8, 8, 4)):
@@ -84,7 +85,7 @@ def _check_flat(loaded, info, flattened, ref):
     assert list(info.flattened) == flattened
     assert not any(hasattr(layer, "layers") for layer in loaded.layers)  # no model inside the model
     assert len({layer.name for layer in loaded.layers}) == len(loaded.layers)
-    np.testing.assert_allclose(loaded.predict(_samples(), verbose=0), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(infer(loaded, _samples()), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
@@ -94,7 +95,7 @@ def test_a_nested_tf_keras_model_loads_flat_with_the_same_outputs(tf_keras, tmp_
     _randomize(model)
     model.save(tmp_path / "m.h5")
     loaded, info = load_model(tmp_path / "m.h5")
-    _check_flat(loaded, info, flattened, model.predict(_samples(), verbose=0))
+    _check_flat(loaded, info, flattened, infer(model, _samples()))
     assert "head" in [layer.name for layer in loaded.layers]  # the outer model's names are kept
 
 
@@ -106,7 +107,7 @@ def test_a_nested_keras3_model_loads_flat_with_the_same_outputs(keras3, tf_keras
     model.save(tmp_path / "m.keras")
     loaded, info = load_model(tmp_path / "m.keras")
     assert isinstance(loaded, tf_keras.Model)
-    _check_flat(loaded, info, flattened, model.predict(_samples(), verbose=0))
+    _check_flat(loaded, info, flattened, infer(model, _samples()))
 
 
 def test_inner_layers_keep_their_names_unless_an_outer_layer_has_them(tf_keras, tmp_path):

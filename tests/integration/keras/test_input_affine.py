@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edgedeploy.keras.input_affine import fold_input_affine
+from helpers import infer
 
 SEED = 5
 
@@ -88,7 +89,7 @@ def test_the_fold_is_exact_or_left_with_its_reason(keras, front, first, left):
         assert done == {} and kept == {name: left + "; computed as one 1x1 depthwise convolution" for name in names}
         assert [(layer.name, layer.__class__.__name__) for layer in folded.layers if layer.name.startswith("pre")] \
             == [("pre", "DepthwiseConv2D")]
-    outs = [m.predict(x, verbose=0) for m in (model, folded)]
+    outs = [infer(m, x) for m in (model, folded)]
     for want, got in (zip(*outs) if first == "output" else [outs]):  # (each output of the model)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
@@ -144,14 +145,14 @@ def test_an_input_affine_left_before_a_padded_conv_converts_from_qat_without_cpu
     assert done == {} and list(kept) == ["pre"]
     qat = quantize_for_qat(folded)
     qat.compile(keras.optimizers.Adam(1e-4), "mse")
-    qat.fit(x, model.predict(x, verbose=0), batch_size=16, epochs=1, verbose=0)
+    qat.fit(x, infer(model, x), batch_size=16, epochs=1, verbose=0)
     int8, _ = convert_qat_int8(qat, lambda: (x, "64 images"))
     path = tmp_path / "m.tflite"
     path.write_bytes(int8)
     ops = [o.op for o in read_tflite(path).operators]
     assert ops[:2] == ["DEPTHWISE_CONV_2D", "CONV_2D"], ops
     assert not {"DEQUANTIZE", "QUANTIZE", "MUL", "ADD", "SUB"} & set(ops), ops
-    want = model.predict(x, verbose=0)
+    want = infer(model, x)
     scale, zero = make_interpreter(int8).get_output_details()[0]["quantization"]
     got = scale * (tflite_predict(int8, x).astype(np.float32) - zero)
     assert np.abs(got - want).max() < 0.2 * np.abs(want).max()  # int8 error; a dropped offset is far larger

@@ -12,7 +12,7 @@ import pytest
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.keras.model import load_model
 from edgedeploy.tflite.reader import read_tflite
-from helpers import one_error_line, run_in_process
+from helpers import infer, one_error_line, run_in_process
 
 # Keras 3 activations whose tf_keras form is another layer or several: tf_keras's own hard_sigmoid is another
 # function (clip(0.2 x + 0.5)), hard_silu/hard_swish it has not, relu6 and leaky_relu (slope 0.2) only as layers
@@ -39,16 +39,22 @@ def _model(k, activation: str, where: str):
     return k.Model(inp, L.Conv2D(2, 1, name="head")(x))
 
 
-@pytest.mark.parametrize("where", ["setting", "layer", "sequential"])
-@pytest.mark.parametrize("activation", ACTIVATIONS)
+WHERE = ["setting", "layer", "sequential"]
+# Each activation in one of the three places in the default run (each place with two of them), the rest slow
+CASES = [pytest.param(activation, where, id=f"{activation}-{where}",
+                      marks=() if WHERE.index(where) == i % len(WHERE) else pytest.mark.slow)
+         for i, activation in enumerate(ACTIVATIONS) for where in WHERE]
+
+
+@pytest.mark.parametrize("activation,where", CASES)
 def test_a_keras3_activation_loads_as_the_same_function(keras3, tf_keras, tmp_path, activation, where):
     model = _model(keras3, activation, where)
     model.save(tmp_path / "m.keras")
     loaded, _ = load_model(tmp_path / "m.keras")
     assert isinstance(loaded, tf_keras.Model)
-    ref = model.predict(_samples(), verbose=0)
+    ref = infer(model, _samples())
     assert np.abs(ref).max() > 1.0  # the samples reach past the bends
-    np.testing.assert_allclose(loaded.predict(_samples(), verbose=0), ref, atol=1e-5)
+    np.testing.assert_allclose(infer(loaded, _samples()), ref, atol=1e-5)
 
 
 def test_keras3_operations_with_a_number_load_as_tensorflow_operations(keras3, tmp_path):
@@ -59,7 +65,7 @@ def test_keras3_operations_with_a_number_load_as_tensorflow_operations(keras3, t
     model.save(tmp_path / "m.keras")
     loaded, _ = load_model(tmp_path / "m.keras")
     assert [layer.__class__.__name__ for layer in loaded.layers].count("TFOpLambda") == 2
-    np.testing.assert_allclose(loaded.predict(_samples(), verbose=0), model.predict(_samples(), verbose=0),
+    np.testing.assert_allclose(infer(loaded, _samples()), infer(model, _samples()),
                                atol=1e-6)
 
 

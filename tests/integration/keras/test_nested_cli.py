@@ -1,6 +1,7 @@
 """The Keras 3 transfer-learning pattern (a keras.applications base called as a layer under a new head, saved as
 .keras) through `edgedeploy optimize`, `compile`, `verify` and `export`, against its flat twin (input_tensor=)
-with the same weights: one run of each per module, compared at every step."""
+with the same weights: one run of each per module, compared at every step. The commands run in this process, which
+has TensorFlow and Keras 3 loaded already."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import infer, run_in_process
 
 SIZE = 32  # the smallest input MobileNetV2 takes
 TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
@@ -22,14 +23,17 @@ def _head(L, x):
     return L.Dense(10, activation="softmax", name="head")(x)
 
 
-def _twins(keras, x):
+def _twins(keras, x, cut: str | None):
     """MobileNetV2 (alpha 0.35) nested in a Functional with a Rescaling input, and the same network built flat,
     with the same weights: random, but with the batch-norm statistics of the images ``x`` (with those of
-    initialization the activations saturate and every image gets the same output)."""
+    initialization the activations saturate and every image gets the same output). With ``cut``, the application
+    ends at that layer in both: its first blocks as the Functional backbone a user takes from it."""
     L = keras.layers
     keras.utils.set_random_seed(3)
     inp = keras.Input((SIZE, SIZE, 3))
     base = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), alpha=0.35, include_top=False, weights=None)
+    if cut:
+        base = keras.Model(base.input, base.get_layer(cut).output, name=base.name)
     nested = keras.Model(inp, _head(L, base(L.Rescaling(1 / 255, name="scale")(inp), training=False)),
                          name="classifier")
     norms = [layer for layer in base.layers if layer.__class__.__name__ == "BatchNormalization"]
@@ -41,7 +45,8 @@ def _twins(keras, x):
     inp = keras.Input((SIZE, SIZE, 3))
     twin = keras.applications.MobileNetV2(input_tensor=L.Rescaling(1 / 255, name="scale")(inp), alpha=0.35,
                                           include_top=False, weights=None)
-    flat = keras.Model(inp, _head(L, twin.output), name="classifier")  # the same scope in tensor names
+    features = twin.get_layer(cut).output if cut else twin.output
+    flat = keras.Model(inp, _head(L, features), name="classifier")  # the same scope in tensor names
     for layer in flat.layers:
         if layer.get_weights():
             source = nested if layer.name == "head" else base
@@ -76,15 +81,25 @@ def _int8_outputs(model_path, x) -> np.ndarray:
     return np.array(found, dtype=np.int32)
 
 
-def _optimize(model: Path, data: Path, out: Path, leaves: str) -> dict:
-    proc = run_cli("optimize", model, "--data", data, "--leaves", leaves, "-o", out, "--epochs", "1",
-                   "--min-steps", "0", "--seed", "7")
+# A tiny recipe for the ptq and QAT leaves: one step of fine-tuning, without a teacher or a validation split
+TINY = ("--batch-size", "64", "--validation-fraction", "0", "--no-distill")
+
+
+def _optimize(model: Path, data: Path, out: Path, leaves: str, *recipe: str) -> dict:
+    proc = run_in_process("optimize", model, "--data", data, "--leaves", leaves, "-o", out, "--epochs", "1",
+                          "--min-steps", "0", "--seed", "7", *recipe)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "manifest.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def twins(shared_data, tmp_path_factory):
+# Where the backbone ends: after the first inverted residual block with an Add (its Rescaling, padding, ReLU6,
+# depthwise and projection layers are those of every later block), or the whole application (slow: five times as
+# many layers to build, train and convert).
+CUTS = [pytest.param("block_2_add", id="first_blocks"), pytest.param(None, id="whole", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=CUTS)
+def twins(request, shared_data, tmp_path_factory):
     """The nested model and its flat twin saved as .keras, the data file, and one `optimize` run (ptq, qat) of
     each."""
     from edgedeploy.keras import tfenv
@@ -94,14 +109,14 @@ def twins(shared_data, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("nested")
     x, y = _images(shared_data)
-    nested, flat = _twins(keras, x[:64])
-    np.testing.assert_allclose(nested.predict(x[:8], verbose=0), flat.predict(x[:8], verbose=0), atol=1e-6)
+    nested, flat = _twins(keras, x[:64], request.param)
+    np.testing.assert_allclose(infer(nested, x[:8]), infer(flat, x[:8]), atol=1e-6)
     split = np.r_[np.zeros(64, int), np.ones(32, int)]
     np.savez(tmp / "d.npz", x=x, y=y, split=split)
     runs = {}
     for name, model in (("nested", nested), ("flat", flat)):
         model.save(tmp / f"{name}.keras")
-        runs[name] = _optimize(tmp / f"{name}.keras", tmp / "d.npz", tmp / name, "ptq,qat")
+        runs[name] = _optimize(tmp / f"{name}.keras", tmp / "d.npz", tmp / name, "ptq,qat", *TINY)
     return SimpleNamespace(tmp=tmp, data=tmp / "d.npz", evaluation=x[split == 1], manifests=runs,
                            base=nested.layers[2].name)
 
@@ -111,7 +126,7 @@ def compiled(twins):
     """Both runs' leaves compiled for U55-128, U65-256 and U85-256: {run: {(leaf, target): compile record}}."""
     found = {}
     for name in ("nested", "flat"):
-        proc = run_cli("compile", twins.tmp / name, *[a for t in TARGETS for a in ("-t", t)])
+        proc = run_in_process("compile", twins.tmp / name, *[a for t in TARGETS for a in ("-t", t)])
         assert proc.returncode == 0, proc.stderr[-3000:]
         stages = json.loads((twins.tmp / name / "manifest.json").read_text())["stages"]
         found[name] = {(s["variant"], s["target"]): s for s in stages if s["stage"] == "compile"}
@@ -156,8 +171,8 @@ def test_the_nested_model_compiles_as_its_flat_twin_on_three_npus(compiled):
 def test_the_nested_model_verifies_as_its_flat_twin(twins, compiled):
     found = {}
     for name in ("nested", "flat"):
-        proc = run_cli("verify", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "--data", twins.data,
-                       "--json")
+        proc = run_in_process("verify", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "--data",
+                              twins.data, "--json")
         assert proc.returncode == 0, proc.stderr[-3000:]
         found[name] = json.loads(proc.stdout)
     assert found["flat"]["status"] == "bit-exact", found["flat"]
@@ -170,7 +185,8 @@ def test_the_nested_model_exports_the_golden_vectors_of_its_flat_twin(twins, com
     bundles = {}
     for name in ("nested", "flat"):
         fw = twins.tmp / f"fw_{name}"
-        proc = run_cli("export", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", fw, "--golden", 4)
+        proc = run_in_process("export", twins.tmp / name, "--leaf", "ptq", "-t", "ethos-u55-128", "-o", fw,
+                              "--golden", 4)
         assert proc.returncode == 0, proc.stderr[-3000:]
         bundles[name] = {p.relative_to(fw).as_posix(): p.read_bytes() for p in fw.rglob("*")
                          if p.is_file() and p.name != "manifest.json"}
@@ -182,6 +198,7 @@ def test_the_nested_model_exports_the_golden_vectors_of_its_flat_twin(twins, com
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("twins", [None], ids=["whole"], indirect=True)  # every inverted residual block
 def test_the_thinned_leaf_of_the_nested_model_is_its_flat_twins(twins):
     """The thinned branch on the flattened graph: the same channel groups (the inverted residuals' project
     layers tied across their Adds), the same widths, the same int8 outputs and NPU cycles."""
@@ -189,7 +206,7 @@ def test_the_thinned_leaf_of_the_nested_model_is_its_flat_twins(twins):
     for name in ("nested", "flat"):
         out = twins.tmp / f"thin_{name}"
         _optimize(twins.tmp / f"{name}.keras", twins.data, out, "thinned")
-        proc = run_cli("compile", out, "-t", "ethos-u55-128")
+        proc = run_in_process("compile", out, "-t", "ethos-u55-128")
         assert proc.returncode == 0, proc.stderr[-3000:]
         stages = {s["id"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
         found[name] = {"optimize": stages["optimize/thinned"], "compile": stages["compile/thinned/ethos-u55-128"]}
