@@ -145,12 +145,17 @@ def cmsis_nn_sources(tree: Path, sources: Iterable[str]) -> list[str]:
     """The CMSIS-NN C files that ``sources`` (relative to the tree) call, and those these call in turn.
 
     A name is followed to every file that defines it at file scope, so a file the linker could need is never left
-    out; the linker drops what is compiled but unused (``--gc-sections``) either way.
+    out; the linker drops what is compiled but unused (``--gc-sections``) either way. A source the tree lacks is
+    left to the build, which names it.
     """
     defined, mentions = _cmsis_nn_index(tree)
     names: set[str] = set()
     for source in sources:
-        names |= set(_CMSIS_NAME_RE.findall((tree / source).read_text(encoding="utf-8", errors="replace")))
+        try:
+            text = (tree / source).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue  # a file the tree lacks: the build names it
+        names |= set(_CMSIS_NAME_RE.findall(text))
     chosen: set[str] = set()
     todo = list(names)
     while todo:
