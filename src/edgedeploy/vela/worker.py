@@ -255,9 +255,10 @@ def _broken(pid: int) -> Exception:
 
 
 def fork_warm_worker() -> WarmWorker | None:
-    """The warm worker, unless this process has a single core (where it could only compete with the command)
-    or the platform has no ``fork``."""
-    if not hasattr(os, "fork"):
+    """The warm worker, unless this process has a single core (where it could only compete with the command),
+    the platform has no ``fork``, or TensorFlow is loaded already (the console script's function called from a
+    program that imported it): TensorFlow's threads do not survive a fork, and the child would wait on them."""
+    if not hasattr(os, "fork") or "tensorflow" in sys.modules:
         return None
     try:
         cores = len(os.sched_getaffinity(0))

@@ -153,6 +153,19 @@ def test_only_a_command_that_compiles_forks_the_warm_worker():
         assert not may_compile(argv), argv
 
 
+def test_no_warm_worker_is_forked_from_a_process_that_loaded_tensorflow():
+    """The console script's function called from a program that imported TensorFlow: a fork would leave the child
+    waiting on TensorFlow's threads, so the command runs without the warm worker."""
+    import types
+
+    from edgedeploy.vela.worker import fork_warm_worker
+
+    with pytest.MonkeyPatch.context() as mp:  # (undone before the unit tests' TensorFlow check)
+        mp.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # two cores: it would fork
+        mp.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
+        assert fork_warm_worker() is None
+
+
 def test_a_warm_worker_that_dies_fails_its_jobs_with_a_broken_pool(request, tmp_path):
     import signal
     from concurrent.futures.process import BrokenProcessPool
