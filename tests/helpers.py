@@ -160,13 +160,19 @@ def run_in_process(*args, cwd: Path | str | None = None, env: dict[str, str] | N
     """``edgedeploy ARGS`` in this process (:func:`invoke_cli`), answered as :func:`run_cli` answers: for a test
     whose check is the command's outcome (exit code, error line, JSON on stdout, files) and whose process would
     spend much of its time importing TensorFlow, which this process has loaded already. ``cwd`` and ``env`` hold
-    while it runs."""
+    while it runs. Then it does what the end of the command's process does: the run folders it locked are let go,
+    and their scratch folders removed where they are empty."""
+    from edgedeploy.core.files import release_run_dirs
+
     with pytest.MonkeyPatch.context() as mp:
         for key, value in (env or {}).items():
             mp.setenv(key, value)
         if cwd is not None:
             mp.chdir(cwd)
-        result = invoke_cli(*args)
+        try:
+            result = invoke_cli(*args)
+        finally:
+            release_run_dirs()
     return subprocess.CompletedProcess(["edgedeploy", *map(str, args)], result.exit_code, result.stdout,
                                        result.stderr)
 

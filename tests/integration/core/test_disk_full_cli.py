@@ -31,17 +31,6 @@ def good_run(dscnn_int8, tmp_path_factory):
     return root
 
 
-def _command(*args):
-    """``edgedeploy ARGS`` in this process, then what the end of its process does: the run folders it locked are let
-    go, and their scratch folders removed where they are empty."""
-    from edgedeploy.core.files import release_run_dirs
-
-    try:
-        return run_in_process(*args)
-    finally:
-        release_run_dirs()
-
-
 def _ok_targets(run) -> set[str]:
     records = json.loads((run / "manifest.json").read_text())["stages"]
     return {r["target"] for r in records if r["stage"] == "compile" and r["status"] == "ok"}
@@ -66,7 +55,7 @@ def test_compile_on_a_full_disk(good_run, dscnn_int8, small_disk, args, leave, v
     before = tree_digest(good)
     assert small_disk.fill(leave) == leave
     # one case through the console script (its Vela worker forked as the command starts), the others in this process
-    run_command = run_cli if leave == 3 * PAGE else _command
+    run_command = run_cli if leave == 3 * PAGE else run_in_process
     done = run_command("compile", dscnn_int8, *args, "-o", run)
     line = one_error_line(done)
     assert done.returncode == 13, done.stderr
@@ -104,7 +93,7 @@ def test_export_force_on_a_full_disk(good_run, small_disk, leave):
     shutil.copytree(good_run / "fw", out)
     before = tree_digest(out)
     assert small_disk.fill(leave) == leave
-    done = _command("export", good_run / "run", "--leaf", LEAF, "-t", GOOD_TARGET, "-o", out, "--force", "--name",
+    done = run_in_process("export", good_run / "run", "--leaf", LEAF, "-t", GOOD_TARGET, "-o", out, "--force", "--name",
                     "other")
     line = one_error_line(done)
     assert done.returncode == 13, done.stderr
@@ -124,7 +113,7 @@ def test_optimize_on_a_full_disk(small_disk, leave):
     example = Path(__file__).resolve().parents[3] / "examples" / "kws_tree"
     run = small_disk.path / "run"
     assert small_disk.fill(leave) == leave
-    done = _command("optimize", example / "dscnn_mlperf_float.h5", "--data", example / "speech_commands_subset.npz",
+    done = run_in_process("optimize", example / "dscnn_mlperf_float.h5", "--data", example / "speech_commands_subset.npz",
                     "--leaves", "ptq", "-o", run)
     line = one_error_line(done)
     assert done.returncode == 13, done.stderr

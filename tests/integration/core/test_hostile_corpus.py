@@ -30,10 +30,8 @@ CASE_SECONDS = 60  # each case is refused from what it reads first: seconds, not
 
 
 def _leftovers(root: Path) -> list[str]:
-    """Staging folders and temporary files under ``root`` once the command's run folders are let go."""
-    from edgedeploy.core.files import release_run_dirs
-
-    release_run_dirs()
+    """Staging folders and temporary files under ``root`` (a command run by ``run_in_process`` has let go of its run
+    folders, as its process would have ended)."""
     return [str(p) for p in root.rglob("*") if p.name.endswith((".part", ".tmp")) or p.name == ".edgedeploy-tmp"]
 
 
@@ -57,7 +55,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
                  ("compile", run, "-t", TARGET)):
         proc = run_in_process(*args)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not _leftovers(root)  # (which lets go of the run folder: its copies hold no scratch folder of its own)
+    assert not _leftovers(root)
     return {"model": model, "data": data, "run": run, "clips_model": root / "m800.h5"}
 
 

@@ -12,6 +12,7 @@ from helpers import run_cli, run_cli_loading, run_in_process
 
 from edgedeploy.pipeline.compile import CompileOptions, compile_tflite
 from edgedeploy.config.targets import get_target
+from edgedeploy.core.files import release_run_dirs
 from edgedeploy.vela.outputs import parse_summary_csv
 
 pytestmark = pytest.mark.requires_data
@@ -180,6 +181,7 @@ def test_a_folder_that_is_not_an_optimize_run_is_refused(shared_data, tmp_path):
                           out=empty)
     compiled = tmp_path / "compiled"  # a run folder of `compile` itself: it has no converted leaves
     compile_tflite([shared_data / "kws" / "dscnn_mlperf_int8.tflite"], ["ethos-u55-128"], compiled)
+    release_run_dirs()  # the folder as the API's process leaves it when it ends (the commands below end so too)
     before = sorted(p.relative_to(compiled) for p in compiled.rglob("*"))
     _assert_clean_failure(run_in_process("compile", compiled, "-t", "ethos-u85-256"), 3,
                           "compiled holds no int8 leaves", "edgedeploy optimize")
@@ -235,12 +237,9 @@ def test_no_arguments_shows_help_and_fails():
 
 
 def test_cpu_fallback_is_an_error_unless_allowed(reverse_tflite, tmp_path):
-    from edgedeploy.core.files import release_run_dirs
-
     proc = run_in_process("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a")
     _assert_clean_failure(proc, 7, str(reverse_tflite), "REVERSE_V2", "falls back to the CPU on ethos-u55-128",
                           "--allow-cpu-ops")
-    release_run_dirs()  # the folder's lock, which the command's process would have let go as it ended
     proc = run_cli("compile", reverse_tflite, "-t", "ethos-u55-128", "-o", tmp_path / "a", "--allow-cpu-ops", "--json")
     assert proc.returncode == 0, proc.stderr
     (res,) = json.loads(proc.stdout)["results"]
