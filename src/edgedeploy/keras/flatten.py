@@ -185,8 +185,8 @@ def _outputs(model, samples: np.ndarray) -> np.ndarray:
     for start in range(0, len(samples), 32):
         out = model(samples[start:start + 32], training=False)
         outs = out if isinstance(out, (list, tuple)) else [out]
-        rows.append(np.concatenate([np.reshape(np.asarray(o, dtype=np.float64), (len(np.asarray(o)), -1))
-                                    for o in outs], axis=1))
+        values = [np.asarray(o, dtype=np.float64) for o in outs]
+        rows.append(np.concatenate([v.reshape(len(v), -1) for v in values], axis=1))
     return np.concatenate(rows) if rows else np.zeros((0, 0))
 
 

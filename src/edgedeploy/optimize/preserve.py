@@ -15,6 +15,11 @@ from edgedeploy.core.weight_stats import WeightStats
 from edgedeploy.errors import PreservationError
 
 from edgedeploy.config.tree import CLUSTERED_NODES, PRUNED_NODES, QAT_CLUSTER_NODES  # what each node of the tree promises
+
+# How the clustering node's record (``fallback_layers``) names a layer asked for per-channel clusters and clustered
+# per tensor instead: such a layer is judged per tensor.
+PER_TENSOR_FALLBACK = "clustered per tensor"
+
 DEPTHWISE_NOTE = "TFMOT 0.8.1 does not prune or cluster DepthwiseConv2D kernels"
 
 
@@ -65,7 +70,7 @@ def check(
             if wants_clusters:
                 per_tensor_ok = s.unique <= limit
                 per_channel_ok = s.max_unique_per_channel <= limit
-                by_tensor = fallback.get(s.layer, "").startswith("clustered per tensor")
+                by_tensor = fallback.get(s.layer, "").startswith(PER_TENSOR_FALLBACK)
                 row["note"] = fallback.get(s.layer, "")
                 if (per_channel_clusters and not by_tensor) or s.scales > 1:
                     # per-channel clusters, or int8 per-channel scales: judge each output channel

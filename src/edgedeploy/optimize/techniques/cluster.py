@@ -12,6 +12,7 @@ from edgedeploy.config.recipe import Recipe
 from edgedeploy.config.task import Task
 from edgedeploy.keras.model import base_name, clone, inner, kernel_of
 from edgedeploy.optimize.finetune.fit import fine_tune
+from edgedeploy.optimize.preserve import PER_TENSOR_FALLBACK
 
 from .selection import mirrored, optimizable
 
@@ -72,7 +73,7 @@ def cluster(env, parent, data: Dataset, recipe: Recipe, loss: Task, preserve_spa
         how, why = clustering_plan(kernel_of(layer), recipe.clusters, preserve_sparsity,
                                    recipe.per_channel_clusters and conv)
         if why:
-            fallback[base_name(layer.name)] = f"{'clustered ' if how == 'per tensor' else ''}{how}: {why}"
+            fallback[base_name(layer.name)] = f"{PER_TENSOR_FALLBACK if how == 'per tensor' else how}: {why}"
         if how == "not clustered":
             return layer
         kwargs = {"preserve_sparsity": preserve_sparsity, "cluster_gradient_aggregation": aggregation}
