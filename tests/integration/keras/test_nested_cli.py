@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import infer, run_in_process
+from zoo import settle_batch_norm
 
 SIZE = 32  # the smallest input MobileNetV2 takes
 TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
@@ -36,12 +37,7 @@ def _twins(keras, x, cut: str | None):
         base = keras.Model(base.input, base.get_layer(cut).output, name=base.name)
     nested = keras.Model(inp, _head(L, base(L.Rescaling(1 / 255, name="scale")(inp), training=False)),
                          name="classifier")
-    norms = [layer for layer in base.layers if layer.__class__.__name__ == "BatchNormalization"]
-    for layer in norms:
-        layer.momentum = 0.0  # one pass in training mode sets each moving statistic to the batch's
-    base(x / 255, training=True)
-    for layer in norms:
-        layer.momentum = 0.999
+    settle_batch_norm(base, x / 255)
     inp = keras.Input((SIZE, SIZE, 3))
     twin = keras.applications.MobileNetV2(input_tensor=L.Rescaling(1 / 255, name="scale")(inp), alpha=0.35,
                                           include_top=False, weights=None)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from zoo import settle_batch_norm
+
 from edgedeploy.keras.rewrites.bn_as_depthwise import batch_norms_as_depthwise
 from edgedeploy.keras.rewrites.hard_swish import hard_activations_as_layers
 from edgedeploy.keras.rewrites.split_activation import separate_swish
@@ -64,10 +66,7 @@ def _dense_block(keras):
 
 
 def _settled(keras, model):
-    norms = [layer for layer in model.layers if layer.__class__.__name__ == "BatchNormalization"]
-    for layer in norms:
-        layer.momentum = 0.0
-    model(_x(32) * 3 + 1, training=True)  # statistics that are not the identity's
+    settle_batch_norm(model, _x(32) * 3 + 1)  # statistics that are not the identity's
     return model
 
 
