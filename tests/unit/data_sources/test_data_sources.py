@@ -326,8 +326,16 @@ def test_what_a_preprocessing_function_prints_goes_to_stderr_and_stdout_is_resto
 
 
 def test_an_interrupt_by_a_signal_while_the_function_runs_stays_an_interrupt(tmp_path):
+    import signal
+
     from edgedeploy.data_sources.preprocess import apply
 
     (tmp_path / "ends.py").write_text(ENDINGS)
-    with pytest.raises(KeyboardInterrupt):
-        apply(load_preprocess(f"{tmp_path / 'ends.py'}:signalled"), np.ones((2, 3), np.float32), None, "given")
+    # Python's own Ctrl-C handler, as in a command run from a terminal: a process started in the background of a
+    # shell without job control inherits SIGINT ignored, and Python then installs no handler of its own
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            apply(load_preprocess(f"{tmp_path / 'ends.py'}:signalled"), np.ones((2, 3), np.float32), None, "given")
+    finally:
+        signal.signal(signal.SIGINT, old)
