@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers import run_cli, run_in_process
+from helpers import examples, run_cli, run_in_process
 
 from edgedeploy.config.requirements import REQUIREMENT_NAMES
 from edgedeploy.core import files as fsutil
@@ -171,7 +171,7 @@ def _poisonable(arrays):
     return sorted(k for k, a in arrays.items() if k != "split")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=st.sampled_from(sorted(LAYOUTS)), pick=st.integers(0, 10**6), where=st.integers(0, 10**6),
        bad=st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_a_non_finite_value_in_any_array_is_named_with_its_first_index(tmp_path, layout, pick, where, bad):
@@ -274,7 +274,7 @@ def test_a_bad_limit_in_a_project_file_is_refused_by_both_readers(tmp_path, key,
     one_line(run_in_process("report", RUN, "--project", p), 2, f"requirements.{key}")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(name=st.sampled_from(REQUIREMENT_NAMES),
        value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70)))
 def test_one_validator_accepts_exactly_the_documented_bounds(name, value):
@@ -391,7 +391,7 @@ def test_hand_made_compare_rows_are_one_line_and_exit_3(tmp_path, reference, wha
 
 # ------------------------------------------------------------------------------------------------- 5: bounded text
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(words=st.lists(st.text(min_size=0, max_size=3000), min_size=1, max_size=8))
 @example(words=["0" * 161])  # one word just over the limit: shortened, both ends kept
 @example(words=["0" * 160 + " "])  # a word at the limit, then a space: two words, neither over it
