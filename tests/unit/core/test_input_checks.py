@@ -142,12 +142,12 @@ def test_a_fifo_given_to_the_cli_is_one_line_and_exit_3(tmp_path, where):
     fifo = make_special(tmp_path / ("manifest.json" if where == "manifest" else "f.json"), "fifo")
     args = {"project": ["report", RUN, "--project", fifo], "compare": ["report", RUN, "--compare", fifo],
             "manifest": ["report", tmp_path]}[where]
-    one_line(run_cli(*args), 3, "is a FIFO, not a regular file")
+    one_line(run_in_process(*args), 3, "is a FIFO, not a regular file")
 
 
 def test_dev_zero_as_a_project_file_to_compile_is_one_line_and_exit_3(tmp_path):
     (tmp_path / "p.toml").symlink_to("/dev/zero")
-    one_line(run_cli("compile", tmp_path / "p.toml", "-o", tmp_path / "out"), 3, "is a device file")
+    one_line(run_in_process("compile", tmp_path / "p.toml", "-o", tmp_path / "out"), 3, "is a device file")
     assert not (tmp_path / "out").exists()
 
 
