@@ -23,8 +23,11 @@ def no_fvps(monkeypatch, tmp_path):
 def pytest_configure(config):
     """A run whose -m leaves out the ``slow`` tests draws fewer Hypothesis examples (:func:`helpers.examples`)."""
     import helpers
-    from _pytest.mark.expression import Expression
 
+    try:  # pytest's own reading of -m (pytest is pinned in the test extra)
+        from _pytest.mark.expression import Expression
+    except ImportError:  # another pytest: every property draws its full count
+        return
     markexpr = config.getoption("markexpr", "")
     if markexpr:
         helpers.FULL_PROPERTIES = Expression.compile(markexpr).evaluate(lambda name: name == "slow")
