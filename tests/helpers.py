@@ -16,6 +16,16 @@ RECORDED_RUN = Path(__file__).resolve().parent / "data" / "report" / "run_u55_u8
 CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}  # what a command started by a test sees: no colour, 200 columns
 
 
+# Whether this run draws each Hypothesis property's full count of examples (tests/unit/conftest.py sets it from -m)
+FULL_PROPERTIES = True
+
+
+def examples(n: int) -> int:
+    """How many examples a property draws: its full count ``n`` in a run that includes the ``slow`` tests (a plain
+    ``pytest``), half of it, and never fewer than 15, in a run that leaves them out (the README's ``-m "not slow"``)."""
+    return n if FULL_PROPERTIES else max(15, n // 2)
+
+
 def run_cli(*args, cwd: Path | str | None = None, env: dict[str, str] | None = None,
             timeout: float | None = 900) -> subprocess.CompletedProcess:
     """``edgedeploy ARGS`` in a new process, as a user runs it: no colour, 200 columns, text output captured.

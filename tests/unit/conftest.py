@@ -20,6 +20,19 @@ def no_fvps(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
 
 
+def pytest_configure(config):
+    """A run whose -m leaves out the ``slow`` tests draws fewer Hypothesis examples (:func:`helpers.examples`)."""
+    import helpers
+
+    try:  # pytest's own reading of -m (pytest is pinned in the test extra)
+        from _pytest.mark.expression import Expression
+    except ImportError:  # another pytest: every property draws its full count
+        return
+    markexpr = config.getoption("markexpr", "")
+    if markexpr:
+        helpers.FULL_PROPERTIES = Expression.compile(markexpr).evaluate(lambda name: name == "slow")
+
+
 # Unit tests run neither TensorFlow nor Vela (tests/integration does): a unit test after which either is imported in
 # this process fails, naming the module, so a test that needs one moves to tests/integration. (Vela's register
 # tables, which the command-stream decoder reads, are data; its compiler is what runs Vela.)

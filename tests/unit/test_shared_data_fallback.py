@@ -51,8 +51,10 @@ def test_only_a_folder_holding_the_data_counts_as_shared_data(tmp_path, monkeypa
         assert conf.has_shared_data(folder) is found
 
 
-# a blank value other than "" is slow: test_only_a_folder_holding_the_data_counts_as_shared_data reads one as unset
-@pytest.mark.parametrize("value", ["", pytest.param(" ", marks=pytest.mark.slow), "/nonexistent"])
+# blank values are slow: test_only_a_folder_holding_the_data_counts_as_shared_data reads "" and " " as unset in this
+# process; the default run starts the test process once, naming a folder that is not there
+@pytest.mark.parametrize("value", [pytest.param("", marks=pytest.mark.slow), pytest.param(" ", marks=pytest.mark.slow),
+                                   "/nonexistent"])
 def test_the_test_run_never_takes_the_current_folder_for_the_data(tmp_path, value):
     proc = subprocess.run(pytest_argv("--co", str(TESTS / "unit" / "core" / "test_names.py")), capture_output=True,
                           text=True, timeout=120,

@@ -143,7 +143,7 @@ def test_count_and_seed_are_checked(compiled, option, message):
 
 
 def test_count_over_the_memory_limit_says_how_many_fit(compiled):
-    proc = run_cli("verify", compiled, "-t", TARGET, "-n", 10_000, env={"EDGEDEPLOY_NPU_MEMORY_MIB": "64"})
+    proc = run_in_process("verify", compiled, "-t", TARGET, "-n", 10_000, env={"EDGEDEPLOY_NPU_MEMORY_MIB": "64"})
     assert proc.returncode == 2
     line = one_error_line(proc)
     assert "--count 10,000: the NPU model of" in line and "over the memory limit of 64 MiB" in line

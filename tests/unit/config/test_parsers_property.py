@@ -13,11 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
+
 from edgedeploy.errors import EdgeDeployError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 REPO = Path(__file__).resolve().parents[3]
-FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+FAST = settings(max_examples=examples(60), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -259,7 +261,8 @@ def test_manifest_loader_on_mutated_files(blob):
 H5 = (REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5").read_bytes()
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(30), deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
 @given(blob=st.one_of(mutated(H5[:8192], 6).map(lambda head: head + H5[8192:]), mutated(H5, 3)))
 def test_model_file_inspection_on_mutated_files(blob):
     from edgedeploy.keras.model import inspect_model_file

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
+
 from edgedeploy.errors import UsageError
 from edgedeploy.core.files import (
     LOCK_NAME,
@@ -138,7 +140,7 @@ NAME = st.text(alphabet=string.ascii_letters + string.digits + "._-", min_size=1
     lambda s: s not in (".", "..", LOCK_NAME, SCRATCH))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(names=st.lists(st.lists(NAME, min_size=1, max_size=3).map("/".join), min_size=1, max_size=6, unique=True))
 def test_property_no_user_file_is_ever_removed(tmp_path_factory, names):
     run = tmp_path_factory.mktemp("prop")

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers import run_cli, run_in_process
+from helpers import examples, run_cli, run_in_process
 
 from edgedeploy.config.requirements import REQUIREMENT_NAMES
 from edgedeploy.core import files as fsutil
@@ -142,12 +142,12 @@ def test_a_fifo_given_to_the_cli_is_one_line_and_exit_3(tmp_path, where):
     fifo = make_special(tmp_path / ("manifest.json" if where == "manifest" else "f.json"), "fifo")
     args = {"project": ["report", RUN, "--project", fifo], "compare": ["report", RUN, "--compare", fifo],
             "manifest": ["report", tmp_path]}[where]
-    one_line(run_cli(*args), 3, "is a FIFO, not a regular file")
+    one_line(run_in_process(*args), 3, "is a FIFO, not a regular file")
 
 
 def test_dev_zero_as_a_project_file_to_compile_is_one_line_and_exit_3(tmp_path):
     (tmp_path / "p.toml").symlink_to("/dev/zero")
-    one_line(run_cli("compile", tmp_path / "p.toml", "-o", tmp_path / "out"), 3, "is a device file")
+    one_line(run_in_process("compile", tmp_path / "p.toml", "-o", tmp_path / "out"), 3, "is a device file")
     assert not (tmp_path / "out").exists()
 
 
@@ -171,7 +171,7 @@ def _poisonable(arrays):
     return sorted(k for k, a in arrays.items() if k != "split")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=st.sampled_from(sorted(LAYOUTS)), pick=st.integers(0, 10**6), where=st.integers(0, 10**6),
        bad=st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_a_non_finite_value_in_any_array_is_named_with_its_first_index(tmp_path, layout, pick, where, bad):
@@ -274,7 +274,7 @@ def test_a_bad_limit_in_a_project_file_is_refused_by_both_readers(tmp_path, key,
     one_line(run_in_process("report", RUN, "--project", p), 2, f"requirements.{key}")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(name=st.sampled_from(REQUIREMENT_NAMES),
        value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70)))
 def test_one_validator_accepts_exactly_the_documented_bounds(name, value):
@@ -294,12 +294,15 @@ def test_one_validator_accepts_exactly_the_documented_bounds(name, value):
 
 # --------------------------------------------------------------------------- 4: no internal error on hand-made files
 
-def test_a_closed_stdout_is_one_line_and_exit_2_not_a_traceback():
-    for args in ("--help", "targets list", "--version"):
-        proc = subprocess.run(f"{sys.executable} -m edgedeploy {args} >&-", shell=True, capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-        assert proc.stderr.count("\n") == 1 and "standard output is closed" in proc.stderr
+# the closed stream is found before the arguments are read: a command in the default run, the options that print
+# and exit on their own with the slow tests
+@pytest.mark.parametrize("args", ["targets list", pytest.param("--help", marks=pytest.mark.slow),
+                                  pytest.param("--version", marks=pytest.mark.slow)])
+def test_a_closed_stdout_is_one_line_and_exit_2_not_a_traceback(args):
+    proc = subprocess.run(f"{sys.executable} -m edgedeploy {args} >&-", shell=True, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "standard output is closed" in proc.stderr
 
 
 def test_a_closed_stdin_or_stderr_is_no_matter():
@@ -391,7 +394,7 @@ def test_hand_made_compare_rows_are_one_line_and_exit_3(tmp_path, reference, wha
 
 # ------------------------------------------------------------------------------------------------- 5: bounded text
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(words=st.lists(st.text(min_size=0, max_size=3000), min_size=1, max_size=8))
 @example(words=["0" * 161])  # one word just over the limit: shortened, both ends kept
 @example(words=["0" * 160 + " "])  # a word at the limit, then a space: two words, neither over it

@@ -110,7 +110,9 @@ def test_rf64_and_big_endian_headers_are_read_as_scipy_reads_them():
     assert read_header(rf64, "c.wav").data_size == 6
 
 
-@pytest.mark.parametrize("rate", [8000, 11025, 16001, 22050, 44100, 383_999])
+# 383,999 Hz takes the path 16,001 Hz takes (a rate coprime with 16 kHz: no common factor shrinks the filter) with
+# 24 times its filter, whose 7.7 million taps take seconds to design (here twice): it runs with the `slow` tests
+@pytest.mark.parametrize("rate", [8000, 11025, 16001, 22050, 44100, pytest.param(383_999, marks=pytest.mark.slow)])
 def test_in_range_rates_decode_to_what_resample_poly_gives_on_the_whole_file(tmp_path, rate):
     """Only the frames a clip depends on are resampled; the clip equals, bit for bit, the start of the whole
     file resampled (the filter designed once per rate ratio, as resample_poly designs it)."""

@@ -278,12 +278,12 @@ def test_a_device_that_never_answers_fails_within_its_timeout():
     try:
         start = time.monotonic()
         with pytest.raises(ToolFailedError) as err:
-            p.device(timeout=0.5)  # a short wait: the message and the time taken follow the timeout given
+            p.device(timeout=0.2)  # a short wait: the message and the time taken follow the timeout given
         took = time.monotonic() - start
     finally:
         p.close()
-    assert 0.5 <= took < 3.0
-    assert f"the device on {p.path} did not answer HELLO within 0.5 s (no bytes arrived)" in err.value.one_line()
+    assert 0.2 <= took < 3.0
+    assert f"the device on {p.path} did not answer HELLO within 0.2 s (no bytes arrived)" in err.value.one_line()
 
 
 def test_parse_device():
@@ -324,13 +324,13 @@ def test_the_hil_sample_fails_in_one_line_on_a_silent_device(tmp_path):
     p = Pty(None)
     try:
         start = time.monotonic()
-        proc = run_hil(tiny_bundle(tmp_path / "fw"), f"serial:{p.path}", "--edgedeploy-timeout", "0.5")
+        proc = run_hil(tiny_bundle(tmp_path / "fw"), f"serial:{p.path}", "--edgedeploy-timeout", "0.2")
         took = time.monotonic() - start
     finally:
         p.close()
     assert proc.returncode == 1, proc.stdout
     lines = {ln for ln in proc.stdout.splitlines() if ln.startswith(f"--edgedeploy-device serial:{p.path}: ")}
-    assert lines == {f"--edgedeploy-device serial:{p.path}: the device on {p.path} did not answer HELLO within 0.5 s "
+    assert lines == {f"--edgedeploy-device serial:{p.path}: the device on {p.path} did not answer HELLO within 0.2 s "
                      "(no bytes arrived). check that the firmware runs the edgedeploy runner on this port at this baud rate"}
     assert "4 errors" in proc.stdout and took < 60  # opened once per run: one timeout, not one per test
 

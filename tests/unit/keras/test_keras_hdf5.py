@@ -15,7 +15,7 @@ import pytest
 
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.keras.hdf5 import check_datasets
-from helpers import RECORDED_RUN, one_error_line, run_cli
+from helpers import RECORDED_RUN, one_error_line, run_in_process
 
 h5py = pytest.importorskip("h5py")
 
@@ -97,7 +97,7 @@ def test_report_refuses_a_replaced_baseline_before_reading_it(tmp_path):
     manifest["stages"].append(record)
     (run / "manifest.json").write_text(json.dumps(manifest))
     t0 = time.perf_counter()
-    proc = run_cli("report", run, "-f", "html", "-o", tmp_path / "page.html", timeout=120)
+    proc = run_in_process("report", run, "-f", "html", "-o", tmp_path / "page.html")
     assert proc.returncode == 3, proc.stderr
     assert one_error_line(proc) == (
         f"error: model {base}: dataset 'dense/dense/kernel:0' declares 1800000x1000 float32 (7,200,000,000 bytes), "
@@ -191,7 +191,7 @@ def test_optimize_refuses_a_keras_file_whose_weights_declare_more_than_it_holds(
     path = _keras_archive(tmp_path / "m.keras", _weights(tmp_path, _declared_only, (1_800_000, 1000)))
     data = tmp_path / "d.npz"
     np.savez(data, x=np.zeros((8, 3), np.float32), y=np.arange(8) % 2, split=np.arange(8) % 2)
-    proc = run_cli("optimize", path, "--data", data, "-o", tmp_path / "out", timeout=120)
+    proc = run_in_process("optimize", path, "--data", data, "-o", tmp_path / "out")
     assert proc.returncode == 3, proc.stderr
     assert one_error_line(proc).startswith(f"error: model {path} (its model.weights.h5): dataset 'layers/dense/vars/0' "
                                            "declares 1800000x1000 float32 (7,200,000,000 bytes)")

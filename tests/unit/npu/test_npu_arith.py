@@ -6,6 +6,8 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
+
 from edgedeploy.npu import arith
 
 I32 = st.integers(-(1 << 31), (1 << 31) - 1)
@@ -34,14 +36,14 @@ def tflite_mbqm(x: int, m: int, shift: int) -> int:
     return rdbpot_ref(srdhm_ref(x << left, m), right)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(-(1 << 24), 1 << 24), st.integers(1 << 30, (1 << 31) - 1), st.integers(20, 50))
 def test_tfl_rounding_is_tflites_two_steps(x, m, shift):
     got = arith.scale(np.array([x]), np.array([m]), np.array([shift]), "TFL")
     assert int(got[0]) == tflite_mbqm(x, m, shift)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(-(1 << 40), 1 << 40), st.integers(1, (1 << 32) - 1), st.integers(0, 63))
 def test_natural_and_truncate_round_once(x, m, shift):
     p = x * m
@@ -52,7 +54,7 @@ def test_natural_and_truncate_round_once(x, m, shift):
     assert int(arith.scale(np.array([x]), np.array([m]), np.array([shift]), "TRUNCATE")[0]) == truncate
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(I32, I32)
 def test_int32_products_do_not_overflow(a, b):
     got = arith.srdhm(np.array([a], dtype=np.int64), np.array([b], dtype=np.int64))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli as cli
+from helpers import run_cli, run_in_process
 
 from edgedeploy.errors import InvalidInputError, UsageError
 from edgedeploy import api
@@ -83,13 +83,13 @@ def test_a_missing_model_file_fails_before_anything_is_written(tmp_path):
         api.compile([path.with_name("edgedeploy.toml")])
 
 
-@pytest.mark.parametrize("change,code,fragment", [
-    (('name = "a"', 'name = "a b"'), 2, "`name` is 'a b'"),
-    (('model = "b.h5"', 'model = "gone.h5"'), 3, "gone.h5 does not exist"),
+@pytest.mark.parametrize("change,code,fragment,run", [
+    (('name = "a"', 'name = "a b"'), 2, "`name` is 'a b'", run_cli),  # the console script, in its own process
+    (('model = "b.h5"', 'model = "gone.h5"'), 3, "gone.h5 does not exist", run_in_process),
 ])
-def test_compile_exits_with_one_line_and_writes_nothing(tmp_path, change, code, fragment):
+def test_compile_exits_with_one_line_and_writes_nothing(tmp_path, change, code, fragment, run):
     path = write(tmp_path, TWO.replace(*change))
-    done = cli("compile", path, cwd=tmp_path)
+    done = run("compile", path, cwd=tmp_path)
     assert done.returncode == code, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0] and str(path) in lines[0] and "Traceback" not in done.stderr

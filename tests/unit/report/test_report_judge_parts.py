@@ -9,6 +9,8 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import examples
+
 from edgedeploy.report.judge import (
     closest_misses, describe_miss, dominates, judge_leaves, least_optimized, overall, pareto_front, pick, quality,
     quality_across_models, recommend, shortfall, shortfalls, undominated,
@@ -128,7 +130,7 @@ def test_models_judged_apart_get_no_overall_pick():
     assert rows[1]["overall"] and rows[0]["front"] is False
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(80, 92), st.integers(1, 6), st.integers(1, 6)), min_size=1,
                 max_size=len(ONE_PER_LEVEL)))
 def test_report_walk_and_sweep_agree_on_one_model_and_one_target(values):

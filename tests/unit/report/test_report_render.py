@@ -61,8 +61,20 @@ def test_json_is_versioned_and_reloadable(doc, tmp_path):
         load_report_json(p)
 
 
-def test_html_is_self_contained_and_states_skipped_plots():
-    page = render_html(build_report(RUN, html=True))
+@pytest.fixture(scope="module")
+def html_page(tmp_path_factory):
+    """A copy of the recorded run, the report document with its plot inputs built from it, and its HTML page (each
+    page draws every plot: rendered once for the tests that read it)."""
+    import shutil
+
+    run = tmp_path_factory.mktemp("render") / "run"
+    shutil.copytree(RUN, run)
+    page_doc = build_report(run, html=True)
+    return run, page_doc, render_html(page_doc)
+
+
+def test_html_is_self_contained_and_states_skipped_plots(html_page):
+    _, _, page = html_page
     assert page.count("<img ") >= 3  # flash vs cycles and the per-layer cycles of each recommendation
     assert all(part.startswith("data:image/png;base64,") for part in page.split("src='")[1:])
     assert "http://" not in page and "https://" not in page
@@ -70,15 +82,12 @@ def test_html_is_self_contained_and_states_skipped_plots():
     assert "Weight density through the stages: no optimize/baseline record" in page
 
 
-def test_html_renders_from_the_document_alone(tmp_path):
+def test_html_renders_from_the_document_alone(html_page):
     """Rendering reads nothing: the same page comes from the document after the run folder is gone."""
     import shutil
 
-    run = tmp_path / "run"
-    shutil.copytree(RUN, run)
-    page_doc = build_report(run, html=True)
+    run, page_doc, before = html_page
     assert set(page_doc["html"]["layer_cycles"]) == set(page_doc["recommendations"])
-    before = render_html(page_doc)
     shutil.rmtree(run)
     assert render_html(page_doc) == before
     assert "html" not in json.loads(render(page_doc, "json"))

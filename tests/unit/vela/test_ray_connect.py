@@ -69,7 +69,7 @@ def test_an_address_that_is_not_host_port_is_a_usage_error(address):
 
 
 @pytest.mark.parametrize(("answer", "timeout", "expected"), [
-    (None, 1.0, "accepts a connection but gives no answer within 1 s (EDGEDEPLOY_RAY_CONNECT_TIMEOUT): it is not a Ray cluster"),
+    (None, 0.25, "accepts a connection but gives no answer within 0.25 s (EDGEDEPLOY_RAY_CONNECT_TIMEOUT): it is not a Ray cluster"),
     (b"HTTP/1.1 400 Bad Request\r\n\r\n", 5.0, "answers, but not as a Ray cluster (no gRPC server there)"),
     (b"", 5.0, "answers, but not as a Ray cluster (no gRPC server there)"),
 ])  # fmt: skip
