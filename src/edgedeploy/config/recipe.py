@@ -149,8 +149,7 @@ RECIPE_KEYS: tuple[Key, ...] = (
     Key("selection.validation_fraction", float, 0.1, "fine-tune data held out to pick the best epoch (0: off)",
         minimum=0, maximum=0.5, exclusive_maximum=True, field="validation_fraction"),
     Key("selection.patience", int, 3, "epochs without improvement before stopping (0: never)", minimum=0,
-        maximum=MAX_EPOCHS,
-        field="patience"),
+        maximum=MAX_EPOCHS, field="patience"),
     Key("selection.restore_best", bool, True, "keep the best epoch's weights", field="restore_best"),
     Key("selection.metric", str, "loss", "what picks the best epoch", choices=SELECTION_METRICS,
         field="selection_metric"),
@@ -172,6 +171,8 @@ RECIPE_KEYS: tuple[Key, ...] = (
         minimum=0),
     Key("thin_max_latency_ms", float, 0.0, "latency the thinned leaves may take on each thin target (0: none)",
         minimum=0),
+    Key("thin_candidates", int, 5, "candidate widths of each group the thinned width search compiles: 5 (1, 7/8, "
+        "3/4, 5/8, 1/2 of its width: 25 grid models), 3 (1, 3/4, 1/2: 9) or 2 (1, 1/2: 4)", choices=(5, 3, 2)),
     Key("thin_trials", int, 0, "width choices fine-tuned for thin_trial_epochs before the thinned node's own "
         "fine-tuning: the search's choice and, for each group, the best choice within the budget that gives it "
         "another width; the one of least hold-out loss is kept where it beats the search's by more than two "
@@ -284,6 +285,7 @@ class Recipe:
     thin_targets: tuple[str, ...] = _default("thin_targets")
     thin_max_npu_cycles: int = _default("thin_max_npu_cycles")
     thin_max_latency_ms: float = _default("thin_max_latency_ms")
+    thin_candidates: int = _default("thin_candidates")
     thin_trials: int = _default("thin_trials")
     thin_trial_epochs: int = _default("thin_trial_epochs")
     thin_augment: str = _default("thin_augment")
@@ -338,6 +340,7 @@ class Recipe:
                 out.update(sparsity_pattern=self.sparsity_pattern, thin_cycles_of="pruned")
             if self.thin_trials > 1:  # (without trials, cache keys stay as they were)
                 out.update(thin_trials=self.thin_trials, thin_trial_epochs=self.thin_trial_epochs)
+            out.update({"thin_candidates": self.thin_candidates} if self.thin_candidates != 5 else {})  # (likewise)
         if node in THINNED_NODES and self.thin_augment != "none":  # (the thinned branch's fine-tuning)
             out.update(thin_augment=self.thin_augment)
         if technique in ("cluster", "sparsity_preserving_cluster"):

@@ -299,8 +299,9 @@ def test_a_budget_the_widths_cannot_reach_is_never_recorded_as_met(tmp_path, bud
 
     data = _tiny_data(tmp_path / "data.npz")
     model = _tiny_dscnn(blocks=0, width=64)
+    # (the coarsest grid, 64 and 32 channels: what is checked is the end of the search, not the widths between)
     recipe = load_recipe(overrides={"leaves": ["thinned"], "epochs": 0, "min_steps": 0, "seed": SEED,
-                                    "calibration_samples": 64, **budget})
+                                    "calibration_samples": 64, "thin_candidates": 2, **budget})
     if refused:
         with pytest.raises(BudgetExceededError) as err:
             drive(Plan(model, data, tmp_path / "run", recipe))

@@ -126,6 +126,7 @@ def test_recipe_file_and_overrides(tmp_path):
         ("epoch = 3", "unknown key `epoch`"),
         ('[training]\nqat_ranges = "ema"', "`training.qat_ranges` is 'ema'; allowed values: calibrated, tfmot"),
         ('epochs = "three"', "`epochs` is 'three'; it must be an integer"),
+        ("thin_candidates = 4", "`thin_candidates` is 4; allowed values: 5, 3, 2"),
     ],
 )
 def test_bad_recipe_names_file_and_key(tmp_path, body, message):

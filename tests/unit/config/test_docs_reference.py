@@ -70,8 +70,9 @@ def test_documented_choices_are_the_accepted_ones(ref):
                 if row.path.startswith("palette."):
                     table["palette"]["search"] = True
                 load_recipe(table=table)
-        if row.choices and row.path != "leaves":
-            table = _table(row.path, "not-a-choice")
+        if row.choices and row.path != "leaves":  # (a value of the choices' own type: an int key's, an int)
+            numbers = all(isinstance(c, int) and not isinstance(c, bool) for c in row.choices)
+            table = _table(row.path, max(row.choices) + 1 if numbers else "not-a-choice")
             if row.path.startswith("palette."):
                 table["palette"]["search"] = True
             with pytest.raises(EdgeDeployError, match="allowed values"):

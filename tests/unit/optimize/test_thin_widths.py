@@ -23,14 +23,23 @@ def test_candidate_widths_are_npu_steps():
     assert all(w % 4 == 0 for n in (16, 24, 32, 40, 64) for w in candidate_widths(n, 4))
 
 
-@pytest.mark.parametrize("colours", [1, 2, 3, N + 1])
-def test_orthogonal_rows_cover_every_pair(colours):
-    rows = orthogonal_rows(colours)
-    assert len(rows) == N * N and rows[0] == (0,) * colours
+@pytest.mark.parametrize("count, size, multiple, want", [
+    (3, 64, 1, [64, 48, 32]), (3, 16, 1, [16, 12, 8]), (3, 6, 1, [6, 4, 2]), (3, 16, 4, [16, 12, 8]),
+    (2, 64, 1, [64, 32]), (2, 12, 4, [12, 8]), (2, 1, 1, [1, 1]),
+])
+def test_coarser_grids_take_fewer_widths_of_the_same_steps(count, size, multiple, want):
+    """``thin_candidates = 3`` or ``2``: 1, 3/4, 1/2 or 1, 1/2 of the width, on the NPU's steps as the five are."""
+    assert candidate_widths(size, multiple, count) == want
+
+
+@pytest.mark.parametrize("n, colours", [(N, 1), (N, 2), (N, 3), (N, N + 1), (3, 2), (3, 4), (2, 3)])
+def test_orthogonal_rows_cover_every_pair(n, colours):
+    rows = orthogonal_rows(colours, n)
+    assert len(rows) == n * n and rows[0] == (0,) * colours
     for a, b in itertools.combinations(range(colours), 2):
-        assert {(r[a], r[b]) for r in rows} == set(itertools.product(range(N), repeat=2))
+        assert {(r[a], r[b]) for r in rows} == set(itertools.product(range(n), repeat=2))
     with pytest.raises(ValueError):
-        orthogonal_rows(N + 2)
+        orthogonal_rows(n + 2, n)
 
 
 def test_colouring_separates_what_an_operator_reads_and_writes():
@@ -75,6 +84,41 @@ def test_choose_meets_the_budget_where_the_loss_is_cheapest():
     assert values == {"a": N - 1, "b": N - 1}
     values, _ = choose(stair, {"u55": budget}, cheap_b, fixed={"a": 0})
     assert values["a"] == 0
+
+
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_a_three_width_grid_searches_only_its_own_widths(monkeypatch, exhaustive):
+    """Groups of three candidate widths: every choice and every shortlisted one is among them, and the choice
+    is the least expected loss within the budget."""
+    from edgedeploy.optimize.techniques import thin_widths as thin_npu
+
+    if not exhaustive:
+        monkeypatch.setattr(thin_npu, "EXHAUSTIVE", 1)
+    widths = {"a": [64, 48, 32], "b": [64, 48, 32]}
+    stair = Staircase(["a", "b"], widths, {"a": 0, "b": 1}, [(None, "a"), ("a", "b")])
+    assignments = [{"a": r[0], "b": r[1]} for r in orthogonal_rows(2, 3)]
+    runs = [{"npu_cycles": 100.0 * widths["a"][v["a"]] + 2.0 * widths["a"][v["a"]] * widths["b"][v["b"]],
+             "rows": [100.0 * widths["a"][v["a"]], 2.0 * widths["a"][v["a"]] * widths["b"][v["b"]]]}
+            for v in assignments]
+    learn(assignments, {"u55": runs}, stair)
+    budget = {"u55": 0.75 * stair.full["u55"]}
+    drops = {"a": [0, 1, 2], "b": [0, 0.01, 0.02]}
+    values, _ = choose(stair, budget, drops)
+    met = [drops["a"][x] + drops["b"][y] for x in range(3) for y in range(3)
+           if stair.predict("u55", {"a": x, "b": y}) <= budget["u55"]]
+    assert stair.predict("u55", values) <= budget["u55"] and drops["a"][values["a"]] + drops["b"][values["b"]] == min(met)
+    options = shortlist(stair, budget, drops, slack=0.5)
+    assert options[0] == values and 1 < len(options) <= 9
+    assert all(0 <= o[g] < 3 for o in options for g in o)
+    assert choose(stair, {"u55": 1.0}, drops)[0] == {"a": 2, "b": 2}  # out of reach: both narrowest
+
+
+def test_a_coarser_grid_is_part_of_the_thinned_nodes_cache_key_the_default_leaves_it_as_it_was():
+    from edgedeploy.config.recipe import load_recipe
+
+    assert load_recipe().thin_candidates == 5 and "thin_candidates" not in load_recipe().node_params("thinned")
+    coarse = load_recipe(overrides={"thin_candidates": 3})
+    assert coarse.node_params("thinned")["thin_candidates"] == 3 and "thin_candidates" not in coarse.node_params("qat")
 
 
 def test_greedy_search_of_many_groups_meets_the_budget(monkeypatch):
@@ -223,3 +267,23 @@ def test_without_a_hold_out_no_choice_is_tried_and_the_run_says_so():
     run = SimpleNamespace(recipe=load_recipe(overrides={"validation_fraction": 0.0, "thin_trials": 4}), warnings=[])
     assert _trials(run, None, None, {}, {}, [{"a": 0}, {"a": 1}], None) == ([], 0)
     assert len(run.warnings) == 1 and "selection.validation_fraction = 0" in run.warnings[0]
+
+
+def test_a_shortlisted_choice_the_grid_compiled_is_not_compiled_again():
+    """The shortlist's and the trials' choices that are rows of the grid take the grid's compile (the same model,
+    converted and compiled alike); only the others are compiled, each in its place."""
+    from edgedeploy.optimize.techniques.thin import _grid_or_new
+
+    grid = {"u55": [{"npu_cycles": 100}, {"npu_cycles": 80}]}
+    asked = []
+
+    def compile_new(new):
+        asked.append(new)
+        return {"u55": [{"npu_cycles": 70 + i} for i in range(len(new))]}
+
+    choices = [{"a": 1}, {"a": 2}, {"a": 0}, {"a": 3}]
+    got = _grid_or_new(choices, [(56,), (48,), (64,), (40,)], [(64,), (56,)], grid, compile_new)
+    assert asked == [[{"a": 2}, {"a": 3}]]
+    assert [r["npu_cycles"] for r in got["u55"]] == [80, 70, 100, 71]
+    assert _grid_or_new([{"a": 0}], [(64,)], [(64,), (56,)], grid, compile_new) == {"u55": [{"npu_cycles": 100}]}
+    assert len(asked) == 1  # nothing new: nothing compiled

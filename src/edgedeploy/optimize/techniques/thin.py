@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from edgedeploy.errors import BudgetExceededError, UsageError
 from edgedeploy.core.steptime import timed
 from edgedeploy.keras.channel_surgery import channel_groups, kernel_channels, thin_model
 from edgedeploy.optimize.finetune.fit import fine_tune, hold_out_losses, training_set
-from .thin_widths import (N, Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
+from .thin_widths import (Staircase, alternatives, candidate_widths, choose, colour_groups, learn,
                        orthogonal_rows, shortlist)
 from .thin_recover import channel_scores, refit, sensitivity, top_channels
 from .thin_vela import TRACE, compile_models, layer_of
@@ -141,6 +142,16 @@ def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths
     return [by_key[key(v)] for v in options], bool(new)
 
 
+def _grid_or_new(choices, keys, grid_keys, grid, compile_new) -> dict[str, list[dict[str, Any]]]:
+    """Per target, per choice (of width tuple ``keys``), the grid's compile where the choice is one of its rows
+    (``grid_keys``, ``grid``: the same model, converted and compiled alike), else the compile of those that are not,
+    by ``compile_new``: no model is compiled twice."""
+    new = [v for v, k in zip(choices, keys) if k not in grid_keys]
+    got = compile_new(new) if new else {}
+    at = {k: i for i, k in enumerate(k for k in keys if k not in grid_keys)}
+    return {t: [got[t][at[k]] if k in at else grid[t][grid_keys.index(k)] for k in keys] for t in grid}
+
+
 @timed("search")
 def npu_widths(model, graph, scores, drops, widths, recipe, data, out
                ) -> tuple[dict[str, int], dict[str, Any], list[dict[str, int]]]:
@@ -149,8 +160,8 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
     Vela puts within the budget."""
     groups = list(widths)
     colours = colour_groups(groups, _edges(graph))
-    fixed = {g: 0 for g, c in colours.items() if c > N}  # (beyond the array's columns: kept at full width)
-    design = orthogonal_rows(min(N + 1, max(colours.values()) + 1))
+    fixed = {g: 0 for g, c in colours.items() if c > recipe.thin_candidates}  # (beyond the array's columns: full)
+    design = orthogonal_rows(min(recipe.thin_candidates + 1, max(colours.values()) + 1), recipe.thin_candidates)
     assignments = [{g: row[colours[g]] if g not in fixed else 0 for g in groups} for row in design]
     calibration, _ = data.calibration(GRID_CALIBRATION, recipe.seed)
     unique = list(dict.fromkeys(tuple(widths[g][a[g]] for g in groups) for a in assignments))
@@ -178,11 +189,11 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
     checks: list[dict[str, Any]] = []  # every choice compiled, once
 
     def compile_choices(choices):
-        return compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe) for v in choices],
-                              recipe.thin_targets, out / TRACE, jobs=1)
+        return _grid_or_new(choices, [tuple(widths[g][v[g]] for g in groups) for v in choices], unique, compiled,
+                            lambda new: compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe)
+                                                        for v in new], recipe.thin_targets, out / TRACE, jobs=1))
 
-    def row(v, cycles):
-        return _check(stair, widths, drops, v, cycles, budgets)
+    row = partial(_check, stair, widths, drops, budgets=budgets)
 
     values, steps = choose(stair, limits, drops, fixed)
     final: dict[str, float] = {}
@@ -249,7 +260,7 @@ def thin_node(run) -> Any:
     x_hold = ts.x_val if len(ts.x_val) else x_fit
     scores = channel_scores(model, graph, x_fit)
     block = 4 if recipe.sparsity_pattern == "2:4" else 1  # (the thinned_pruned leaf keeps U85's 2:4 speed)
-    widths = {g: candidate_widths(groups[g].size, block) for g in groups}
+    widths = {g: candidate_widths(groups[g].size, block, recipe.thin_candidates) for g in groups}
     classifier = getattr(run.loss, "classifier", True)
     drops = sensitivity(model, graph, scores, widths, x_fit[:256], x_hold, classifier,
                         bool(getattr(run.loss, "from_logits", False)))

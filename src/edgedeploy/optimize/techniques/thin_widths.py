@@ -2,10 +2,11 @@
 that buy the most cycles for the least expected loss, toward a cycle budget.
 
 Every group of channels (:func:`edgedeploy.keras.channel_surgery.channel_groups`) has a few candidate widths
-(:data:`FRACTIONS` of its width, rounded down to the NPU-friendly step of :func:`candidate_widths`). An
-operator's cycles depend on the widths of the group it reads and the group it writes, so the groups are
-coloured (no operator reads and writes groups of one colour) and the candidate models are the rows of an
-orthogonal array: in 25 compiles every pair of widths meets on every pair of colours, so every operator's
+(:data:`FRACTIONS` of its width, or the coarser :data:`GRIDS` the recipe's ``thin_candidates`` asks for, rounded
+down to the NPU-friendly step of :func:`candidate_widths`). An operator's cycles depend on the widths of the group
+it reads and the group it writes, so the groups are coloured (no operator reads and writes groups of one colour)
+and the candidate models are the rows of an orthogonal array: in 25 compiles (9 for three widths a group, 4 for
+two) every pair of widths meets on every pair of colours, so every operator's
 cycles are measured at every (input width, output width) it can take. The model's predicted cycles are the
 sum of its operators' measured cycles (plus what no operator names); :func:`choose` finds the widths of least
 expected loss whose prediction meets the budget on every target; :func:`shortlist` adds the choices of least
@@ -23,32 +24,36 @@ import numpy as np
 
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)  # the candidate widths, as fractions of a group's width
 N = len(FRACTIONS)  # a prime: the orthogonal array below has N * N rows and up to N + 1 columns
+# candidate widths a group (the recipe's thin_candidates) -> their fractions; each count a prime, for the array
+GRIDS = {5: FRACTIONS, 3: (1.0, 0.75, 0.5), 2: (1.0, 0.5)}
 
 
 STEPS = (8, 4, 2, 1)  # channel steps of the candidate widths: the NPU's OFM block depth (8) first
 
 
-def candidate_widths(size: int, multiple: int = 1) -> list[int]:
-    """Candidate widths of a group of ``size`` channels, widest first: each fraction rounded down to a multiple
-    of the largest step of :data:`STEPS` that keeps the widths distinct (a 64-wide group: 64, 56, 48, 40, 32;
-    32: 32, 28, 24, 20, 16; 16: 16, 14, 12, 10, 8), never below one step. Steps below ``multiple`` are not
-    taken while ``size`` allows one (2:4 sparsity: 4, else Ethos-U85 runs the layers reading the group dense)."""
+def candidate_widths(size: int, multiple: int = 1, count: int = N) -> list[int]:
+    """The ``count`` (:data:`GRIDS`) candidate widths of a group of ``size`` channels, widest first: each fraction
+    rounded down to a multiple of the largest step of :data:`STEPS` that keeps the widths distinct (a 64-wide
+    group: 64, 56, 48, 40, 32; 32: 32, 28, 24, 20, 16; 16: 16, 14, 12, 10, 8), never below one step. Steps below
+    ``multiple`` are not taken while ``size`` allows one (2:4 sparsity: 4, else Ethos-U85 runs the layers
+    reading the group dense)."""
     steps = [s for s in STEPS if s >= multiple and s <= size] or [1]
     for step in steps:
-        widths = [size] + [max(step, int(size * f) // step * step) for f in FRACTIONS[1:]]
+        widths = [size] + [max(step, int(size * f) // step * step) for f in GRIDS[count][1:]]
         if len(set(widths)) == len(widths):
             return widths
     return widths
 
 
-def orthogonal_rows(colours: int) -> list[tuple[int, ...]]:
-    """An orthogonal array OA(N*N, colours, N, 2): every pair of columns holds every pair of values once."""
-    if colours > N + 1:
-        raise ValueError(f"at most {N + 1} colours")
+def orthogonal_rows(colours: int, n: int = N) -> list[tuple[int, ...]]:
+    """An orthogonal array OA(n*n, colours, n, 2) for a prime ``n``: every pair of columns holds every pair of
+    values once."""
+    if colours > n + 1:
+        raise ValueError(f"at most {n + 1} colours")
     rows = []
-    for i in range(N):
-        for j in range(N):
-            row = [i, j] + [(i + k * j) % N for k in range(1, N)]
+    for i in range(n):
+        for j in range(n):
+            row = [i, j] + [(i + k * j) % n for k in range(1, n)]
             rows.append(tuple(row[:colours]))
     return rows
 
@@ -87,6 +92,10 @@ class Staircase:
             total += table.get(key, _nearest(table, key))
         return total
 
+    def values(self, group: str) -> range:
+        """The value indices of ``group``'s candidate widths."""
+        return range(len(self.widths[group]))
+
 
 def _nearest(table: dict[tuple[int, int], float], key: tuple[int, int]) -> float:
     if not table:
@@ -117,6 +126,10 @@ def learn(assignments: list[dict[str, int]], measured: Mapping[str, list[dict[st
 EXHAUSTIVE = 50_000  # width choices searched one by one when there are at most this many
 
 
+def _choices(stair: Staircase, free: Sequence[str]) -> int:
+    return int(np.prod([len(stair.widths[g]) for g in free]))
+
+
 def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, Sequence[float]],
            fixed: Mapping[str, int] | None = None) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """Value index per group of least expected loss (the sum of ``drops[group][value]``) whose predicted cycles are
@@ -134,9 +147,9 @@ def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, S
     def loss(v):
         return sum(drops[g][v[g]] for g in free)
 
-    if N ** len(free) <= EXHAUSTIVE:
+    if _choices(stair, free) <= EXHAUSTIVE:
         best, best_key = None, None
-        for combo in itertools.product(range(N), repeat=len(free)):
+        for combo in itertools.product(*(stair.values(g) for g in free)):
             values = {**fixed, **dict(zip(free, combo))}
             w = worst(values)
             key = (0, loss(values), w) if w <= 1.0 else (1, w, loss(values))
@@ -151,7 +164,7 @@ def choose(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str, S
         step, best_gain = None, 0.0
         now = worst(values)
         for g in free:
-            for v in range(values[g] + 1, N):
+            for v in range(values[g] + 1, len(stair.widths[g])):
                 bought = now - worst({**values, g: v})
                 cost = max(1e-6, drops[g][v] - drops[g][values[g]])
                 if bought > 0 and bought / cost > best_gain:
@@ -190,11 +203,11 @@ def shortlist(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[str
         return sum(drops[g][v[g]] for g in free)
 
     pool: Iterable[dict[str, int]]
-    if N ** len(free) <= EXHAUSTIVE:
-        pool = ({**fixed, **dict(zip(free, combo))} for combo in itertools.product(range(N), repeat=len(free)))
+    if _choices(stair, free) <= EXHAUSTIVE:
+        pool = ({**fixed, **dict(zip(free, combo))} for combo in itertools.product(*(stair.values(g) for g in free)))
     else:
         wider = [{**first, g: first[g] - 1} for g in free if first[g] > 0]
-        pool = wider + [{**w, h: w[h] + 1} for w in wider for h in free if w[h] + 1 < N]
+        pool = wider + [{**w, h: w[h] + 1} for w in wider for h in free if w[h] + 1 < len(stair.widths[h])]
     ranked = sorted(((loss(v), worst(v), tuple(v[g] for g in stair.groups)) for v in pool), key=lambda r: r[:2])
     out = [first]
     for _loss, w, key in ranked:
@@ -230,7 +243,7 @@ def alternatives(stair: Staircase, budgets: Mapping[str, float], drops: Mapping[
     found: dict[tuple[int, ...], dict[str, int]] = {}
     for g in free:
         best = None
-        for v in range(N):
+        for v in stair.values(g):
             if stair.widths[g][v] == stair.widths[g][first[g]]:
                 continue
             values, _ = choose(stair, budgets, drops, {**fixed, g: v})
