@@ -108,8 +108,20 @@ def test_a_firmware_that_faults_gives_one_line(tflm_cache, bundle, build_dir, tm
     assert "EDGEDEPLOY start" in err[0]  # the last lines the firmware printed
 
 
+def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path):
+    from edgedeploy.hil.emulate.golden_run import emulate_bundle
+    from edgedeploy.errors import ToolFailedError
+
+    with pytest.raises(ToolFailedError, match="hung: no exit within 0.01 s") as exc:
+        emulate_bundle(copy_bundle(bundle, build_dir), build_dir=build_dir, timeout=0.01)
+    assert exc.value.exit_code == 6
+
+
 def test_an_arena_too_small_quotes_tflm_in_one_line(tflm_cache, bundle, build_dir, tmp_path):
-    """AllocateTensors fails: the one line quotes TFLM's own reason (its MicroPrintf output), not just the call."""
+    """AllocateTensors fails: the one line quotes TFLM's own reason (its MicroPrintf output), not just the call.
+
+    The last test of the module's build folder: its changed header recompiles the firmware, which the others share.
+    """
     fw = copy_bundle(bundle, build_dir)
     manifest = json.loads((fw / "manifest.json").read_text())
     header = fw / f"{manifest['name']}.h"
@@ -127,15 +139,6 @@ def test_an_arena_too_small_quotes_tflm_in_one_line(tflm_cache, bundle, build_di
     err = result.stderr.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in result.output, result.output
     assert "AllocateTensors failed (arena 4096 bytes); TFLM says: " in err[0] and "allocate" in err[0], err[0]
-
-
-def test_a_hang_is_a_timeout_with_exit_6(tflm_cache, bundle, build_dir, tmp_path):
-    from edgedeploy.hil.emulate.golden_run import emulate_bundle
-    from edgedeploy.errors import ToolFailedError
-
-    with pytest.raises(ToolFailedError, match="hung: no exit within 0.01 s") as exc:
-        emulate_bundle(copy_bundle(bundle, build_dir), build_dir=build_dir, timeout=0.01)
-    assert exc.value.exit_code == 6
 
 
 def test_sample_hil_test_passes_on_the_qemu_device(tflm_cache, bundle):

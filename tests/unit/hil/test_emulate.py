@@ -133,6 +133,26 @@ def test_the_library_compiles_only_the_cmsis_nn_files_its_kernels_call():
     assert {s for s in everything if s.startswith(cmsis)} < set(mentions)  # all operators: still not all of it
 
 
+C_FILES = {  # a tree's C files, and whether each must compile alone (outside CMake's unity files)
+    "a/plain.c": ("#include \"x.h\"\nint arm_a(int v) { return v; }\n", False),
+    "a/table.c": ("static const int lut[4] = {0};\nint arm_t(int i) { return lut[i]; }\n", False),
+    "a/macro.c": ("#define ACC 12\nint arm_m(void) { return ACC; }\n", True),
+    "b/pool_s8.c": ("static void\nclamp_output(int *p) { (void)p; }\nvoid arm_p8(void) {}\n", True),
+    "b/pool_s16.c": ("static void clamp_output(short *p, int n);\nvoid arm_p16(void) {}\n", True),
+    "b/other.c": ("static int helper_x(void) { return 1; }\nint arm_o(void) { return helper_x(); }\n", False),
+}
+
+
+def test_c_files_with_their_own_macro_or_a_shared_static_name_compile_alone(tmp_path):
+    for rel, (text, _) in C_FILES.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    sources = [*C_FILES, "k/conv.cc", "gone/missing.c"]  # C++ files are not its business; a missing file stays alone
+    expected = sorted([rel for rel, (_, alone) in C_FILES.items() if alone] + ["gone/missing.c"])
+    assert tflm.compiled_alone(tmp_path, sources) == expected
+    assert tflm.compiled_alone(tmp_path, ["a/plain.c", "b/pool_s8.c"]) == []  # a name shared with a file not built
+
+
 def test_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert tflm.cache_root() == tmp_path / "edgedeploy" / "tflm"

@@ -173,6 +173,38 @@ def library_sources(tree: Path, kernels: Iterable[OpKernel]) -> set[str]:
     return tflm | set(cmsis_nn_sources(tree, tflm))
 
 
+# a file-scope name with internal linkage: `static ... NAME(` or `static ... NAME[`, `= ...`, `;`
+_STATIC_DEF_RE = re.compile(r"^static\b[^;{}=()\[\]]*?\b(\w+)\s*[(\[=;]", re.M)
+_MACRO_DEF_RE = re.compile(r"^\s*#\s*define\b", re.M)
+
+
+def compiled_alone(tree: Path, sources: Iterable[str]) -> list[str]:
+    """The C files of ``sources`` that must not share a unity file with others: those defining a macro (it would
+    reach the files after them) and those whose static functions or tables share a name with another file's.
+
+    The other C files compile a dozen to a file (CMake's unity build), each a few hundred milliseconds less.
+    A file the tree lacks is left to the build, which names it.
+    """
+    statics: dict[str, set[str]] = {}
+    alone: set[str] = set()
+    for source in sources:
+        if not source.endswith(".c"):
+            continue
+        try:
+            text = (tree / source).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            alone.add(source)
+            continue
+        if _MACRO_DEF_RE.search(text):
+            alone.add(source)
+        for name in set(_STATIC_DEF_RE.findall(text)):
+            statics.setdefault(name, set()).add(source)
+    for files in statics.values():
+        if len(files) > 1:
+            alone |= files
+    return sorted(alone)
+
+
 def tree_digest(tree: Path) -> str:
     """A hash of the tree's files (path, size, modification time): changes when any file does."""
     h = hashlib.sha256()
@@ -251,7 +283,8 @@ def _build_library(tree: Path, kernels: list[OpKernel], toolchain: Toolchain, ti
             src / "CMakeLists.txt", fill(template("tflm_CMakeLists.txt.in"), {"VERSION": __version__, "TFLM_DIR": cmake_path(tree, "the TFLM folder")})
         )
         body = "\n".join(f'  "${{TFLM_DIR}}/{s}"' for s in sources)
-        atomic_write_text(src / "sources.cmake", f"set(TFLM_SOURCES\n{body})\n")
+        alone = "\n".join(f'  "${{TFLM_DIR}}/{s}"' for s in compiled_alone(tree, sources))
+        atomic_write_text(src / "sources.cmake", f"set(TFLM_SOURCES\n{body})\nset(TFLM_C_ALONE\n{alone})\n")
         build = root / "build"
         log = root / "build.log"
         cfg = run_command(
