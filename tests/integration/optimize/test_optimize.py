@@ -1,8 +1,9 @@
 """The deployment tree on the real MLPerf DS-CNN with real Speech Commands features (few epochs).
 
-The tree of the default leaves is the run's shared one (``trained_tree``, tests/integration/conftest.py: the
-bundled example's 900 fine-tune and 400 evaluation clips, 2 epochs); the tests of other model shapes run their own
-trees on small committed float models (tests/data/models/make_models.py).
+The DS-CNN's tree is the run's shared one (``trained_tree``, tests/integration/conftest.py: the bundled example's
+900 fine-tune and 400 evaluation clips, 2 epochs), whose leaves are a representative set of the default ones; the
+slow run trains the others (pqat, clustered, cqat) on a copy of it and checks them the same way. The tests of other
+model shapes run their own trees on small committed float models (tests/data/models/make_models.py).
 
 Sparsity and cluster counts are checked here independently of edgedeploy's own preservation table: on the
 int8 kernels read straight from each leaf's .tflite, and on the Keras kernels of the saved node models.
@@ -59,13 +60,38 @@ def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
 
 @pytest.fixture(scope="module")
 def kws_tree(trained_tree):
-    """The shared tree: the default leaves and pcqat_palette, at this module's sparsity and cluster count."""
+    """The shared tree, at this module's sparsity and cluster count."""
     assert (trained_tree.settings["sparsity"], trained_tree.settings["clusters"]) == (SPARSITY, CLUSTERS)
     return trained_tree.outcome
 
 
-PRUNED_LEAVES = ["pruned", "pqat", "pruned_clustered", "pcqat"]
-CLUSTERED_LEAVES = ["clustered", "pruned_clustered"]
+# the default leaves the shared tree does not hold: the same techniques as its pcqat (pruning- and
+# cluster-preserving QAT) and pruned_clustered (clustering) leaves, one at a time; checked in the slow run
+OTHER_LEAVES = [leaf for leaf in LEAVES if leaf not in ("ptq", "qat", "pruned", "pruned_clustered", "pcqat")]
+
+
+@pytest.fixture(scope="module")
+def full_tree(trained_tree, tmp_path_factory):
+    """Every default leaf: :data:`OTHER_LEAVES` trained on a copy of the shared tree (its stages reused)."""
+    from edgedeploy.pipeline.driver import drive
+    from edgedeploy.pipeline.run_plan import Plan
+
+    run = trained_tree.copy(tmp_path_factory.mktemp("full-tree") / "run")
+    recipe = trained_tree.recipe(leaves=[*trained_tree.outcome.leaves, *OTHER_LEAVES])
+    return drive(Plan(trained_tree.model, trained_tree.data, run, recipe)).tree
+
+
+def _leaf_param(leaf):
+    return pytest.param(leaf, marks=pytest.mark.slow) if leaf in OTHER_LEAVES else leaf
+
+
+def _tree_of(request, kws_tree, leaf):
+    """The tree that holds ``leaf``: the shared one, or (for :data:`OTHER_LEAVES`) :func:`full_tree`."""
+    return request.getfixturevalue("full_tree") if leaf in OTHER_LEAVES else kws_tree
+
+
+PRUNED_LEAVES = [_leaf_param(leaf) for leaf in ("pruned", "pqat", "pruned_clustered", "pcqat")]
+CLUSTERED_LEAVES = [_leaf_param(leaf) for leaf in ("clustered", "pruned_clustered")]
 
 
 def _int8_kernels(outcome, leaf):
@@ -73,20 +99,21 @@ def _int8_kernels(outcome, leaf):
     return {t.name: (t.op, t.values(), t.quantized_dimension) for t in read_weight_tensors(path)}
 
 
-def test_every_leaf_is_a_full_int8_model(kws_tree):
-    assert sorted(kws_tree.leaves) == sorted([*LEAVES, "pcqat_palette"])
-    for leaf, rec in kws_tree.leaves.items():
-        model = read_tflite(kws_tree.run_dir / rec.output("int8_model").path)
-        assert model.is_integer(), leaf
-        assert model.inputs[0].dtype == "int8" and model.outputs[0].dtype == "int8", leaf
-        assert model.inputs[0].shape[0] == 1, "fixed batch size 1"
-        assert rec.metric("gzip_bytes") < rec.metric("tflite_bytes")
-        assert rec.details["calibration"] is None or "fine-tune split" in rec.details["calibration"]
+@pytest.mark.parametrize("leaf", [_leaf_param(leaf) for leaf in [*LEAVES, "pcqat_palette"]])
+def test_every_leaf_is_a_full_int8_model(request, kws_tree, leaf):
+    tree = _tree_of(request, kws_tree, leaf)
+    rec = tree.leaves[leaf]
+    model = read_tflite(tree.run_dir / rec.output("int8_model").path)
+    assert model.is_integer(), leaf
+    assert model.inputs[0].dtype == "int8" and model.outputs[0].dtype == "int8", leaf
+    assert model.inputs[0].shape[0] == 1, "fixed batch size 1"
+    assert rec.metric("gzip_bytes") < rec.metric("tflite_bytes")
+    assert rec.details["calibration"] is None or "fine-tune split" in rec.details["calibration"]
 
 
 @pytest.mark.parametrize("leaf", PRUNED_LEAVES)
-def test_pruned_leaves_keep_sparsity_in_int8(kws_tree, leaf):
-    kernels = _int8_kernels(kws_tree, leaf)
+def test_pruned_leaves_keep_sparsity_in_int8(request, kws_tree, leaf):
+    kernels = _int8_kernels(_tree_of(request, kws_tree, leaf), leaf)
     checked = 0
     for name, (op, values, _) in kernels.items():
         if op in ("CONV_2D", "FULLY_CONNECTED"):
@@ -96,12 +123,13 @@ def test_pruned_leaves_keep_sparsity_in_int8(kws_tree, leaf):
 
 
 @pytest.mark.parametrize("leaf", CLUSTERED_LEAVES)
-def test_clustered_leaves_have_at_most_16_values_per_kernel(kws_tree, leaf):
+def test_clustered_leaves_have_at_most_16_values_per_kernel(request, kws_tree, leaf):
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
-    node = kws_tree.nodes[leaf]
-    model = keras.models.load_model(kws_tree.run_dir / node.outputs[0].path, compile=False)
+    tree = _tree_of(request, kws_tree, leaf)
+    node = tree.nodes[leaf]
+    model = keras.models.load_model(tree.run_dir / node.outputs[0].path, compile=False)
     counted = 0
     for layer in model.layers:
         if type(layer).__name__ in ("Conv2D", "Dense"):
@@ -110,7 +138,7 @@ def test_clustered_leaves_have_at_most_16_values_per_kernel(kws_tree, leaf):
             counted += 1
     assert counted == 6
     # int8: per-channel scales may spread the values of a tensor, but each output channel keeps <= 16
-    for name, (op, values, qdim) in _int8_kernels(kws_tree, leaf).items():
+    for name, (op, values, qdim) in _int8_kernels(tree, leaf).items():
         if op in ("CONV_2D", "FULLY_CONNECTED"):
             per_channel = [len(np.unique(c)) for c in np.moveaxis(values, qdim, 0)]
             assert max(per_channel) <= CLUSTERS + 1, (leaf, name)
@@ -126,6 +154,10 @@ def test_ptq_is_within_1_5_points_of_float(kws_tree, trained_tree):
 
 
 def test_manifest_holds_the_tree(kws_tree, trained_tree):
+    # every leaf asked for, and with the slow run's, every default leaf
+    asked = sorted(trained_tree.recipe().leaves)
+    assert sorted(kws_tree.leaves) == sorted(r["leaf"] for r in trained_tree.optimize_json["leaves"]) == asked
+    assert sorted({*LEAVES, "pcqat_palette"}) == sorted({*asked, *OTHER_LEAVES})
     data = json.loads((kws_tree.run_dir / "manifest.json").read_text())
     stages = {s["id"]: s for s in data["stages"]}
     assert stages["convert/pcqat"]["parent"] == "optimize/pcqat"
@@ -137,7 +169,7 @@ def test_manifest_holds_the_tree(kws_tree, trained_tree):
     rows = stages["optimize/pruned"]["details"]["preservation"]
     dw = [r for r in rows if r["kind"] == "DepthwiseConv2D"]
     assert dw and all(r["status"] == "not optimized" and "TFMOT" in r["note"] for r in dw)
-    for leaf in LEAVES:
+    for leaf in kws_tree.leaves:
         m = stages[f"convert/{leaf}"]["metrics"]
         assert m["int8_accuracy"]["unit"] == "%" and m["int8_accuracy"]["mode"] == "measured"
 
@@ -259,10 +291,11 @@ def test_keras3_model_through_the_tree(keras3_models, tmp_path):
     from edgedeploy.pipeline.run_plan import Plan
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "calibration_samples": CALIBRATION, "leaves": ["ptq", "pcqat"]})
+                                    "calibration_samples": CALIBRATION, "leaves": ["pcqat"]})
     outcome = drive(Plan(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)).tree
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
-    assert outcome.leaves["ptq"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
+    # the rebuilt float model as the tree scored it (its baseline node; a ptq leaf's float figure is the same model's)
+    assert outcome.nodes["baseline"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
     assert not outcome.nodes["pcqat"].warnings
     kernels = {name: v for name, (op, v, _) in _int8_kernels(outcome, "pcqat").items() if op == "CONV_2D"}
     pointwise = [v for v in kernels.values() if v.shape[1:3] == (1, 1)]  # pw, branch and sep's pointwise half
@@ -428,7 +461,7 @@ def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tm
     from edgedeploy.pipeline.run_plan import Plan
 
     model = _committed("kws_mlp")  # two Dense (64) -> BatchNorm -> ReLU blocks
-    outcome = _optimize(model, kws_data, tmp_path, ["ptq", "qat"],
+    outcome = _optimize(model, kws_data, tmp_path, ["qat"],
                         calibration_samples=Recipe().calibration_samples)  # what the recipe's default does
     assert "activation ranges started from the float parent" in outcome.nodes["qat"].details["qat_ranges"]
     qat = outcome.leaves["qat"]
