@@ -43,11 +43,14 @@ def autoencoder() -> Path:
 
 @pytest.fixture(scope="module")
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
+    """The ptq leaf and the pruned_clustered leaf (two trained nodes: pruned, then clustered keeping its zeros).
+    Quantization-aware training on a model with float targets is the denoiser's pqat leaf below; pcqat's keeping of
+    zeros and clusters is checked on the shared tree and the committed KWS models (optimize/test_optimize.py)."""
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
 
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
-                                    "seed": SEED})
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned_clustered"], "epochs": 1, "min_steps": 0, "sparsity": 0.5,
+                                    "clusters": 16, "seed": SEED})
     return drive(Plan(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)).tree
 
 
@@ -68,8 +71,8 @@ def test_ptq_reconstruction_error_stays_within_1_3x_the_float_model(ad_tree):
     assert abs(m["int8_auc"].value - m["float_auc"].value) < 2.0
 
 
-def test_pcqat_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
-    path = ad_tree.run_dir / ad_tree.leaves["pcqat"].output("int8_model").path
+def test_pruned_clustered_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
+    path = ad_tree.run_dir / ad_tree.leaves["pruned_clustered"].output("int8_model").path
     dense = [t for t in read_weight_tensors(path) if t.op == "FULLY_CONNECTED" and t.dtype == "int8"]
     assert len(dense) == len(UNITS) + 1
     for t in dense:
@@ -86,10 +89,10 @@ def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     doc = build_report(ad_tree.run_dir)
     rows = {r["leaf"]: r for r in doc["rows"]}
-    ptq, pcqat = rows["ptq"]["values"], rows["pcqat"]["values"]
+    ptq, clustered = rows["ptq"]["values"], rows["pruned_clustered"]["values"]
     assert ptq["int8_metric"]["metric"] == "mse" and ptq["int8_metric"]["higher_is_better"] is False
     assert ptq["int8_accuracy_pct"]["value"] is None and "not a classifier" in ptq["int8_accuracy_pct"]["unavailable"]
-    assert ptq["int8_metric_drop"]["value"] == 0 and pcqat["int8_metric_drop"]["value"] is not None
+    assert ptq["int8_metric_drop"]["value"] == 0 and clustered["int8_metric_drop"]["value"] is not None
     assert "AUC" in ptq["int8_other_metrics"]["value"]
     text = render(doc, "table")
     assert "MSE and file size of each leaf" in text and "Int8 MSE" in text and "AUC" in text
