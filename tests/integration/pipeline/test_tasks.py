@@ -44,7 +44,7 @@ def autoencoder() -> Path:
 @pytest.fixture(scope="module")
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
     """The ptq leaf and the pruned_clustered leaf (two trained nodes: pruned, then clustered keeping its zeros).
-    Quantization-aware training on a model with float targets is the denoiser's pqat leaf below; pcqat's keeping of
+    Quantization-aware training on a model with float targets is the denoiser's qat leaf below; pcqat's keeping of
     zeros and clusters is checked on the shared tree and the committed KWS models (optimize/test_optimize.py)."""
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
@@ -149,16 +149,17 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     from edgedeploy.pipeline.run_plan import Plan
 
     model, data = denoiser
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
+    # qat: quantization-aware training on float targets, one node trained (from the baseline)
+    recipe = load_recipe(overrides={"leaves": ["ptq", "qat"], "epochs": 1, "min_steps": 0, "seed": SEED})
     outcome = drive(Plan(model, data, tmp_path / "tree", recipe)).tree
     info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
     assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]
     assert info["task"]["kind"] == "regression" and "auc" not in info["task"]["metrics"]
-    training = outcome.nodes["pruned"].details["training"]
+    training = outcome.nodes["qat"].details["training"]
     assert training["distillation"]["on"].startswith("outputs") and "random" in training["selection"]["hold_out"]
     ptq = outcome.leaves["ptq"].metrics
     assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
-    assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
+    assert outcome.leaves["qat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
     from edgedeploy.pipeline.compile import compile_run
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them
