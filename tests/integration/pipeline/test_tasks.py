@@ -43,11 +43,14 @@ def autoencoder() -> Path:
 
 @pytest.fixture(scope="module")
 def ad_tree(autoencoder, anomaly_data, tmp_path_factory):
+    """The ptq leaf and the pruned_clustered leaf (two trained nodes: pruned, then clustered keeping its zeros).
+    Quantization-aware training on a model with float targets is the denoiser's qat leaf below; pcqat's keeping of
+    zeros and clusters is checked on the shared tree and the committed KWS models (optimize/test_optimize.py)."""
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
 
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pcqat"], "epochs": 1, "min_steps": 0, "sparsity": 0.5, "clusters": 16,
-                                    "seed": SEED})
+    recipe = load_recipe(overrides={"leaves": ["ptq", "pruned_clustered"], "epochs": 1, "min_steps": 0, "sparsity": 0.5,
+                                    "clusters": 16, "seed": SEED})
     return drive(Plan(autoencoder, anomaly_data, tmp_path_factory.mktemp("tree"), recipe)).tree
 
 
@@ -68,8 +71,8 @@ def test_ptq_reconstruction_error_stays_within_1_3x_the_float_model(ad_tree):
     assert abs(m["int8_auc"].value - m["float_auc"].value) < 2.0
 
 
-def test_pcqat_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
-    path = ad_tree.run_dir / ad_tree.leaves["pcqat"].output("int8_model").path
+def test_pruned_clustered_keeps_half_of_its_int8_dense_weights_zero(ad_tree):
+    path = ad_tree.run_dir / ad_tree.leaves["pruned_clustered"].output("int8_model").path
     dense = [t for t in read_weight_tensors(path) if t.op == "FULLY_CONNECTED" and t.dtype == "int8"]
     assert len(dense) == len(UNITS) + 1
     for t in dense:
@@ -86,10 +89,10 @@ def test_the_report_shows_mse_and_auc_not_accuracy(ad_tree):
     compile_run(ad_tree.run_dir, ["ethos-u55-128"])
     doc = build_report(ad_tree.run_dir)
     rows = {r["leaf"]: r for r in doc["rows"]}
-    ptq, pcqat = rows["ptq"]["values"], rows["pcqat"]["values"]
+    ptq, clustered = rows["ptq"]["values"], rows["pruned_clustered"]["values"]
     assert ptq["int8_metric"]["metric"] == "mse" and ptq["int8_metric"]["higher_is_better"] is False
     assert ptq["int8_accuracy_pct"]["value"] is None and "not a classifier" in ptq["int8_accuracy_pct"]["unavailable"]
-    assert ptq["int8_metric_drop"]["value"] == 0 and pcqat["int8_metric_drop"]["value"] is not None
+    assert ptq["int8_metric_drop"]["value"] == 0 and clustered["int8_metric_drop"]["value"] is not None
     assert "AUC" in ptq["int8_other_metrics"]["value"]
     text = render(doc, "table")
     assert "MSE and file size of each leaf" in text and "Int8 MSE" in text and "AUC" in text
@@ -146,16 +149,17 @@ def test_a_conv_model_with_float_targets_is_trained_and_scored_as_regression(den
     from edgedeploy.pipeline.run_plan import Plan
 
     model, data = denoiser
-    recipe = load_recipe(overrides={"leaves": ["ptq", "pqat"], "epochs": 1, "min_steps": 0, "seed": SEED})
+    # qat: quantization-aware training on float targets, one node trained (from the baseline)
+    recipe = load_recipe(overrides={"leaves": ["ptq", "qat"], "epochs": 1, "min_steps": 0, "seed": SEED})
     outcome = drive(Plan(model, data, tmp_path / "tree", recipe)).tree
     info = json.loads((outcome.run_dir / "manifest.json").read_text())["info"]["optimize"]
     assert info["loss"]["name"] == "mean_squared_error" and "float targets" in info["loss"]["source"]
     assert info["task"]["kind"] == "regression" and "auc" not in info["task"]["metrics"]
-    training = outcome.nodes["pruned"].details["training"]
+    training = outcome.nodes["qat"].details["training"]
     assert training["distillation"]["on"].startswith("outputs") and "random" in training["selection"]["hold_out"]
     ptq = outcome.leaves["ptq"].metrics
     assert ptq["int8_mse"].value <= 1.3 * ptq["float_mse"].value and ptq["int8_psnr"].unit == "dB"
-    assert outcome.leaves["pqat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
+    assert outcome.leaves["qat"].metrics["int8_mse"].value < 1.0  # (the noise alone is 0.25; the signal's variance 1)
     from edgedeploy.pipeline.compile import compile_run
 
     compile_run(outcome.run_dir, ["ethos-u55-128"])  # float targets are values, not labels: export takes them

@@ -39,12 +39,13 @@ def clips(tmp: Path, fit: int = 300, evaluation: int = 130) -> Path:
     return path
 
 
-def project(tmp: Path, out: Path, requirements: str, data: Path) -> Path:
+def project(tmp: Path, out: Path, requirements: str, data: Path,
+            leaves: tuple[str, ...] = ("ptq", "pruned", "pruned_clustered")) -> Path:
     path = tmp / "edgedeploy.toml"
     path.write_text(
         f'model = "{EXAMPLE / "dscnn_mlperf_float.h5"}"\ndata = "{data}"\n'
         f'out = "{out}"\ntargets = ["ethos-u55-128"]\n'
-        '[recipe]\nleaves = ["ptq", "pruned", "pruned_clustered"]\n'
+        f'[recipe]\nleaves = {json.dumps(list(leaves))}\n'
         'epochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
         'training.min_steps = 0\n'
         f"[requirements]\n{requirements}\n")
@@ -138,18 +139,26 @@ def test_report_shows_the_walk(walked):
     assert "recommend pruned; not trained: pruned_clustered" in proc.stdout
 
 
-def test_walk_that_nothing_meets_exits_8_and_says_by_how_much(walked, tmp_path):
+@pytest.mark.parametrize("leaves", [
+    # the levels walked before, every one reused: the walk ends exhausted without training anything
+    pytest.param(("ptq", "pruned"), id="reused"),
+    # and a level below them, trained now
+    pytest.param(("ptq", "pruned", "pruned_clustered"), id="deeper", marks=pytest.mark.slow),
+])
+def test_walk_that_nothing_meets_exits_8_and_says_by_how_much(walked, tmp_path, leaves):
     out = tmp_path / "run"
-    shutil.copytree(walked.run_dir, out)  # the levels walked before are reused, pruned_clustered is trained now
-    proc = run_in_process("compile", project(tmp_path, out, "max_flash = 1024", walked.data), "--walk")
+    shutil.copytree(walked.run_dir, out)  # the levels walked before are reused
+    proc = run_in_process("compile", project(tmp_path, out, "max_flash = 1024", walked.data, leaves), "--walk")
     assert proc.returncode == 8, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert "max_flash 1,024 B: closest is" in line and "over by" in line
     rec = Manifest.load(out).info["walk"]
     assert rec["stopped"] == "exhausted" and rec["recommended"] is None
-    assert [lv["level"] for lv in rec["levels"]] == [0, 2, 3]
+    assert [lv["level"] for lv in rec["levels"]] == [0, 2, 3][:len(leaves)]
     assert rec["levels"][0]["nodes_trained"] == [] and rec["levels"][0]["nodes_reused"] == ["baseline"]
-    assert rec["levels"][2]["nodes_trained"] == ["pruned_clustered"]
+    assert rec["levels"][1]["nodes_trained"] == [] and rec["levels"][1]["nodes_reused"] == ["pruned"]
+    if "pruned_clustered" in leaves:
+        assert rec["levels"][2]["nodes_trained"] == ["pruned_clustered"]
     (unmet,) = rec["unmet"]
     assert unmet["requirement"] == "max_flash" and unmet["excess"] == unmet["value"] - 1024 > 0
