@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 import pytest
 
@@ -130,18 +133,44 @@ def test_qat_builds_and_converts_around_batch_norms_tfmot_cannot_fold(keras):
     x = np.random.default_rng(0).normal(size=(64, 12, 12, 3)).astype(np.float32)
     assert infer(qat, x).shape == (64, 4)
 
-    # their tensors have no QAT range: converted as QAT models are (no calibration) they stay in float, ...
-    from edgedeploy.tflite.convert import FloatOperatorsLeft, convert_int8, convert_qat_int8
+    # their tensors have no QAT range: converted as QAT models are (no calibration) they stay in float (the
+    # FloatOperatorsLeft that convert_qat_int8 catches, whose message it logs), ...
+    from edgedeploy.tflite.convert import convert_qat_int8
 
     qat.compile(optimizer=keras.optimizers.Adam(1e-6), loss="sparse_categorical_crossentropy")
     qat.fit(x, np.arange(64) % 4, batch_size=16, epochs=1, verbose=0)  # sets the QAT ranges
-    with pytest.raises(FloatOperatorsLeft, match=r"^leaf x: int8 conversion left .* in float \(.*CONV_2D"):
-        convert_int8(qat, None, source="leaf x")
     # ... so only then are they calibrated (the converter keeps the QAT ranges it finds)
-    asked = []
-    int8, described = convert_qat_int8(qat, lambda: asked.append(1) or (x, "64 samples"), source="leaf x")
+    asked, logged = [], _Records()
+    with logged:
+        int8, described = convert_qat_int8(qat, lambda: asked.append(1) or (x, "64 samples"), source="leaf x")
     assert asked == [1] and described == "64 samples, for the layers without QAT ranges only"
+    assert any(re.match(r"^leaf x: int8 conversion left .* in float \(.*CONV_2D.*\); calibrating the layers without "
+                        r"QAT ranges on 64 samples$", m) for m in logged.messages), logged.messages
     assert int8[4:8] == b"TFL3"
+
+
+class _Records(logging.Handler):
+    """The messages edgedeploy's logger gives at INFO and above while the ``with`` block runs (whatever level and
+    handlers a command run in this process left it with)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        log = logging.getLogger("edgedeploy")
+        self._level = log.level
+        log.addHandler(self)
+        log.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        log = logging.getLogger("edgedeploy")
+        log.removeHandler(self)
+        log.setLevel(self._level)
 
 
 @pytest.mark.slow  # the default run's check: test_qat_rewrites.py's test_the_qat_twin_converts_to_int8_with_hard_...
