@@ -66,7 +66,7 @@ def _model(keras, front, first):
     ("rescale", "depthwise", None),
     ("rescale", "dense", None),
     ("offset", "valid", None),
-    ("norm", "valid", None),
+    pytest.param("norm", "valid", None, marks=pytest.mark.slow),  # (an adapted Normalization folds: norm-depthwise)
     ("norm", "depthwise", None),
     ("chain", "valid", None),
     ("offset", "same", "k pads its input (padding 'same'), where the offset would be"),
