@@ -1,5 +1,7 @@
 """Through the real CLI: edgedeploy never deletes a file it did not create, never follows a run or bundle manifest
-out of its folder, never runs what a bundle holds, and leaves nothing behind when it is stopped."""
+out of its folder, never runs what a bundle holds, and leaves nothing behind when it is stopped. `compile`, a report
+written to a device and a stopped command run as the console script; `export` and `emulate`, whose checks are the
+exit code, the line and the files, run in this process."""
 
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def test_export_force_leaves_user_files_even_under_a_planted_manifest(run_dir, t
     (fw / "manifest.json").write_text(json.dumps({"schema": "edgedeploy.firmware", "files": {
         "main.c": {"sha256": "0" * 64, "bytes": 1}, ".profile.old1": {"sha256": "0" * 64, "bytes": 1}}}))
     for _ in range(2):
-        proc = cli("export", run_dir, "-t", "ethos-u55-128", "-o", fw, "--golden", "0", "--force")
+        proc = run_in_process("export", run_dir, "-t", "ethos-u55-128", "-o", fw, "--golden", "0", "--force")
         assert proc.returncode == 0, proc.stderr
     assert _kept(fw, ["main.c", *LOOKALIKES]) and (fw / "dscnn_mlperf.c").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fw"]  # nothing staged beside --out
@@ -100,7 +102,7 @@ def test_export_into_a_writable_folder_of_a_read_only_parent(run_dir, tmp_path):
     (parent / "fw").mkdir(parents=True)
     parent.chmod(0o555)
     try:
-        proc = cli("export", run_dir, "-t", "ethos-u55-128", "-o", parent / "fw", "--golden", "0")
+        proc = run_in_process("export", run_dir, "-t", "ethos-u55-128", "-o", parent / "fw", "--golden", "0")
     finally:
         parent.chmod(0o755)
     assert proc.returncode == 0, proc.stderr
@@ -124,7 +126,8 @@ def test_a_hand_edited_manifest_is_not_followed_out_of_its_folder(run_dir, tmp_p
     outside = tmp_path / "elsewhere.tflite"
     shutil.copyfile(run_dir / "compile/dscnn_mlperf/ethos-u55-128/model_int8_vela.tflite", outside)
     edited = _edited(run_dir, tmp_path, str(outside) if path == "ABS" else path)
-    line = _one_line(cli("export", edited, "-t", "ethos-u55-128", "-o", tmp_path / "fw", "--golden", "0"), 3)
+    proc = run_in_process("export", edited, "-t", "ethos-u55-128", "-o", tmp_path / "fw", "--golden", "0")
+    line = _one_line(proc, 3)
     assert "outside the run folder" in line and not (tmp_path / "fw" / "dscnn_mlperf.c").exists()
 
 
@@ -138,11 +141,11 @@ def test_a_report_written_to_a_device_is_written_through_it(run_dir, tmp_path):
 
 def test_emulate_refuses_a_bundle_whose_name_would_run_cmake_code(run_dir, tmp_path):
     fw = tmp_path / "fw"
-    assert cli("export", run_dir, "-t", "ethos-u55-128", "-o", fw, "--golden", "0").returncode == 0
+    assert run_in_process("export", run_dir, "-t", "ethos-u55-128", "-o", fw, "--golden", "0").returncode == 0
     doc = json.loads((fw / "manifest.json").read_text())
     doc["name"] = 'x")\nexecute_process(COMMAND touch "%s")\n#' % (tmp_path / "pwned")
     (fw / "manifest.json").write_text(json.dumps(doc))
-    line = _one_line(cli("emulate", fw), 3)
+    line = _one_line(run_in_process("emulate", fw), 3)
     assert "name" in line and not (tmp_path / "pwned").exists()
 
 

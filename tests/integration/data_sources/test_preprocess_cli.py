@@ -55,26 +55,17 @@ def small_run(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("ref,code,words", [
-    ("fe.py:exits0", 2, "preprocess 'fe.py:exits0' tried to end the command on "),
-    ("fe.py:interrupts", 2, "preprocess 'fe.py:interrupts' tried to end the command on "),
-    ("fe_exits.py:f", 2, "preprocess 'fe_exits.py:f' cannot be loaded (SystemExit: 0)"),
-    ("fe.py:prints", 0, None),
+@pytest.mark.parametrize("ref,words", [
+    ("fe.py:exits0", "preprocess 'fe.py:exits0' tried to end the command on "),
+    ("fe.py:interrupts", "preprocess 'fe.py:interrupts' tried to end the command on "),
+    ("fe_exits.py:f", "preprocess 'fe_exits.py:f' cannot be loaded (SystemExit: 0)"),
 ])
-def test_preprocess_endings_and_prints_through_the_command_line(small_run, tmp_path, ref, code, words):
+def test_preprocess_endings_through_the_command_line(small_run, tmp_path, ref, words):
+    # a refusal, whose check is the exit code and the line: in this process, which has TensorFlow loaded already
     out = tmp_path / "run"
-    # what reaches the process's stdout (descriptor 1 included) through the console script; the refusals, whose
-    # check is the exit code and the line, in this process, which has TensorFlow loaded already
-    run = run_cli if words is None else run_in_process
-    proc = run("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
-               "--epochs", "0", "--min-steps", "0", "--preprocess", ref, "--json", cwd=small_run)
-    assert proc.returncode == code, proc.stderr
-    if words is None:
-        doc = json.loads(proc.stdout)  # only the document: what the function printed went to stderr
-        assert doc["schema"] == "edgedeploy.optimize" and [leaf["leaf"] for leaf in doc["leaves"]] == ["ptq"]
-        assert proc.stderr.count("features (4,)") == 48 and proc.stderr.count("descriptor 1") == 48
-        assert "front end loading" in proc.stderr
-        return
+    proc = run_in_process("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq",
+                          "--epochs", "0", "--min-steps", "0", "--preprocess", ref, "--json", cwd=small_run)
+    assert proc.returncode == 2, proc.stderr
     assert words in one_error_line(proc) and proc.stdout == ""
     assert not (out / "inputs" / "data.npz").exists() and not list(out.glob("**/*.tflite"))
 
@@ -96,36 +87,42 @@ def interrupts(y, out):
 def prints(y, out):
     print("scoring", len(y))
     sys.stdout.flush()
-    os.write(1, b"descriptor 1\\n")
+    os.write(1, b"the metric's descriptor\\n")
     return float((out.argmax(axis=1) == y).mean())
 '''
 
 
-@pytest.mark.parametrize("ref,code,words", [
-    ("cli_metrics:exits0", 2, "metric 'cli_metrics:exits0' tried to end the command (SystemExit: 0)"),
-    ("cli_metrics:interrupts", 2, "metric 'cli_metrics:interrupts' tried to end the command (KeyboardInterrupt)"),
-    ("cli_metrics:prints", 0, None),
+@pytest.mark.parametrize("ref,words", [
+    ("cli_metrics:exits0", "metric 'cli_metrics:exits0' tried to end the command (SystemExit: 0)"),
+    ("cli_metrics:interrupts", "metric 'cli_metrics:interrupts' tried to end the command (KeyboardInterrupt)"),
 ])
-def test_metric_endings_and_prints_through_the_command_line(small_run, tmp_path, monkeypatch, ref, code, words):
+def test_metric_endings_through_the_command_line(small_run, tmp_path, monkeypatch, ref, words):
+    # a refusal: in this process, with the module's folder on its path as PYTHONPATH puts it there
     (small_run / "cli_metrics.py").write_text(METRICS)
     out = tmp_path / "run"
-    args = ("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves", "ptq", "--epochs",
-            "0", "--min-steps", "0", "--metric", ref, "--json")
-    if words is None:  # what reaches the process's stdout (descriptor 1 included): the console script
-        proc = run_cli(*args, cwd=small_run,
-                       env={"PYTHONPATH": os.pathsep.join([str(small_run), os.environ.get("PYTHONPATH", "")])})
-    else:  # a refusal: in this process, with the module's folder on its path as PYTHONPATH puts it there
-        monkeypatch.syspath_prepend(str(small_run))
-        monkeypatch.delitem(sys.modules, "cli_metrics", raising=False)
-        try:
-            proc = run_in_process(*args, cwd=small_run)
-        finally:
-            sys.modules.pop("cli_metrics", None)
-    assert proc.returncode == code, proc.stderr
-    if words is None:
-        doc = json.loads(proc.stdout)  # only the document: what the metric printed went to stderr
-        assert doc["schema"] == "edgedeploy.optimize" and [leaf["leaf"] for leaf in doc["leaves"]] == ["ptq"]
-        assert "metrics loading" in proc.stderr and "scoring 12" in proc.stderr and "descriptor 1" in proc.stderr
-        return
+    monkeypatch.syspath_prepend(str(small_run))
+    monkeypatch.delitem(sys.modules, "cli_metrics", raising=False)
+    try:
+        proc = run_in_process("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", out, "--leaves",
+                              "ptq", "--epochs", "0", "--min-steps", "0", "--metric", ref, "--json", cwd=small_run)
+    finally:
+        sys.modules.pop("cli_metrics", None)
+    assert proc.returncode == 2, proc.stderr
     assert words in one_error_line(proc) and proc.stdout == ""
     assert not list(out.glob("**/*.tflite"))
+
+
+def test_what_a_preprocess_and_a_metric_print_goes_to_stderr_through_the_console_script(small_run, tmp_path):
+    """What reaches the process's stdout (descriptor 1 included) from both kinds of user code, in one run of the
+    console script: ``--json`` still prints only the document."""
+    (small_run / "cli_metrics.py").write_text(METRICS)
+    proc = run_cli("optimize", small_run / "m.h5", "--data", small_run / "d.npz", "-o", tmp_path / "run", "--leaves",
+                   "ptq", "--epochs", "0", "--min-steps", "0", "--preprocess", "fe.py:prints", "--metric",
+                   "cli_metrics:prints", "--json", cwd=small_run,
+                   env={"PYTHONPATH": os.pathsep.join([str(small_run), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # only the document: what the functions printed went to stderr
+    assert doc["schema"] == "edgedeploy.optimize" and [leaf["leaf"] for leaf in doc["leaves"]] == ["ptq"]
+    assert proc.stderr.count("features (4,)") == 48 and proc.stderr.count("descriptor 1") == 48
+    assert "front end loading" in proc.stderr
+    assert "metrics loading" in proc.stderr and "scoring 12" in proc.stderr and "metric's descriptor" in proc.stderr

@@ -99,7 +99,15 @@ def test_a_nested_tf_keras_model_loads_flat_with_the_same_outputs(tf_keras, tmp_
     assert "head" in [layer.name for layer in loaded.layers]  # the outer model's names are kept
 
 
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+# Keras 3 files of the two nestings two_levels holds (a block Functional and a Sequential inside a Functional) in the
+# slow run; the default run has two_levels and functional_in_sequential, and test_nested_cli.py a Keras 3 base called
+# with training=False
+KERAS3_CASES = [pytest.param(name, marks=pytest.mark.slow) if name in ("functional_in_functional",
+                                                                        "sequential_in_functional") else name
+                for name in sorted(BUILDERS)]
+
+
+@pytest.mark.parametrize("name", KERAS3_CASES)
 def test_a_nested_keras3_model_loads_flat_with_the_same_outputs(keras3, tf_keras, tmp_path, name):
     build, flattened = BUILDERS[name]
     model = build(keras3)

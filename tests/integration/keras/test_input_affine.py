@@ -66,7 +66,7 @@ def _model(keras, front, first):
     ("rescale", "depthwise", None),
     ("rescale", "dense", None),
     ("offset", "valid", None),
-    ("norm", "valid", None),
+    pytest.param("norm", "valid", None, marks=pytest.mark.slow),  # (an adapted Normalization folds: norm-depthwise)
     ("norm", "depthwise", None),
     ("chain", "valid", None),
     ("offset", "same", "k pads its input (padding 'same'), where the offset would be"),
@@ -128,7 +128,9 @@ def test_a_folded_qat_model_converts_without_an_operator_over_the_input(keras, t
     assert np.count_nonzero(first.values()) > 0.9 * first.values().size
 
 
-@pytest.mark.parametrize("front", ["offset", "norm"])
+# one code path (the kept chain as a 1x1 depthwise convolution under QAT): a Normalization in the default run, a
+# Rescaling with an offset in the slow run
+@pytest.mark.parametrize("front", [pytest.param("offset", marks=pytest.mark.slow), "norm"])
 def test_an_input_affine_left_before_a_padded_conv_converts_from_qat_without_cpu_operators(keras, tmp_path, front):
     """An offset that cannot be folded (the convolution pads its input) stays as a 1x1 depthwise convolution: the
     QAT model converts to int8 operators only, without the DEQUANTIZE/QUANTIZE pair a fake-quantized
