@@ -285,7 +285,9 @@ def test_cluster_preserving_qat_kernels_hold_only_centroids(env):
 # --------------------------------------------------------------------------- one trace of the training step
 
 
-@pytest.mark.parametrize("bn", [True, False])
+# The default run takes the model with a batch norm (its moving statistics beside the trained variables); the one
+# without, the same code path with fewer variables, runs with -m slow.
+@pytest.mark.parametrize("bn", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_variables_made_before_fit_trace_the_step_once_and_train_the_same_weights(env, bn):
     """The optimizer's slots and the loss's and metrics' variables made before ``fit`` (as fine-tuning does): the
     training step is traced once instead of twice, and the weights after training are bit for bit those of a fit
