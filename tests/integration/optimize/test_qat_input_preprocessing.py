@@ -63,7 +63,7 @@ def _optimize_and_compile(out: Path, leaves: tuple[str, ...]) -> Path:
                           ",".join(leaves), "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0",
                           "--clusters", "8", "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_in_process("compile", run, "-t", U55)
+    proc = run_in_process("compile", run, "-t", U55, "--jobs", "1")  # (one Vela worker to start)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run
 
