@@ -126,7 +126,8 @@ def test_probability_targets_are_learnt_as_probabilities_not_as_their_arg_max(en
     model = _model(env, bn=False)
     if distill:  # a teacher that predicts the distributions (its log-probabilities): both terms pull one way
         data.soft_targets = np.log(p)
-    recipe = load_recipe(overrides={"epochs": 25, "learning_rate": 1e-2, "batch_size": 32, "seed": SEED},
+    # 8 epochs bring the mean outputs within 0.01 of the distributions; trained on the arg max they end 0.3 off
+    recipe = load_recipe(overrides={"epochs": 8, "learning_rate": 1e-2, "batch_size": 32, "seed": SEED},
                          table={"distillation": {"enabled": distill, "label_weight": 0.9}})
     report = _fit(env, model, data, recipe, "qat", _loss(), "t")
     out = model.predict(x, verbose=0)
@@ -285,7 +286,9 @@ def test_cluster_preserving_qat_kernels_hold_only_centroids(env):
 # --------------------------------------------------------------------------- one trace of the training step
 
 
-@pytest.mark.parametrize("bn", [True, False])
+# The default run takes the model with a batch norm (its moving statistics beside the trained variables); the one
+# without, the same code path with fewer variables, runs with -m slow.
+@pytest.mark.parametrize("bn", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_variables_made_before_fit_trace_the_step_once_and_train_the_same_weights(env, bn):
     """The optimizer's slots and the loss's and metrics' variables made before ``fit`` (as fine-tuning does): the
     training step is traced once instead of twice, and the weights after training are bit for bit those of a fit

@@ -16,7 +16,9 @@ from helpers import run_in_process
 from zoo import settle_batch_norm
 
 SEED = 3
-LEAF = "pcqat_palette"
+# The palette QAT leaves: the default run takes cqat_palette (its palette node has no prune stage before it);
+# pcqat_palette, the same palette QAT node after pruning, runs with -m slow.
+LEAVES = ["cqat_palette", pytest.param("pcqat_palette", marks=pytest.mark.slow)]
 N_FIT, N_EVAL = 64, 32  # a couple of batches: the check is the rewrites and the operators they convert to
 
 
@@ -38,8 +40,13 @@ def _model(keras):
     return keras.Model(inp, L.Dense(4, activation="softmax", name="out")(s))
 
 
+@pytest.fixture(scope="module", params=LEAVES)
+def leaf(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def run(leaf, tmp_path_factory) -> Path:
     from edgedeploy.keras import tfenv
 
     env = tfenv.load()
@@ -54,30 +61,30 @@ def run(tmp_path_factory) -> Path:
     settle_batch_norm(model, x[:N_FIT])  # (batch-norm statistics not the identity's)
     model.save(out / "model.h5", include_optimizer=False)
     proc = run_in_process("optimize", out / "model.h5", "--data", out / "data.npz", "-o", out / "run", "--leaves",
-                          LEAF, "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0", "--clusters", "8",
+                          leaf, "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0", "--clusters", "8",
                           "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "run"
 
 
-def test_the_palette_qat_node_records_the_rewrites_the_qat_nodes_apply(run):
+def test_the_palette_qat_node_records_the_rewrites_the_qat_nodes_apply(run, leaf):
     manifest = json.loads((run / "manifest.json").read_text())
-    node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == LEAF)
+    node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == leaf)
     rewrites = node["details"]["qat_rewrites"]
     assert rewrites["batch_norms_as_depthwise"] == ["post_bn"] and rewrites["separate_swish"] == ["reduce"]
     assert "hswish" in rewrites["hard_activations_as_layers"]
     # the ReLUs left after a kernel layer (the gate's, once its + 3 is in the bias) fused into it, so that TFMOT
     # keeps the layer's palette quantizer: the convert stage checked every planned layer kept its palette
     assert rewrites["fuse_separate_relu"] == ["gate", "post_bn"], rewrites
-    convert = next(r for r in manifest["stages"] if r["id"] == f"convert/{LEAF}")
+    convert = next(r for r in manifest["stages"] if r["id"] == f"convert/{leaf}")
     planned = {r["layer"] for r in convert["details"]["preservation"] if r.get("clusters") is not None}
     assert {"stem", "gate", "branch"} <= planned, planned
 
 
-def test_the_palette_qat_leaf_converts_with_hard_swish_and_a_kernel_for_the_batch_norm(run):
+def test_the_palette_qat_leaf_converts_with_hard_swish_and_a_kernel_for_the_batch_norm(run, leaf):
     from edgedeploy.tflite.reader import read_tflite
 
-    ops = [o.op for o in read_tflite(run / "convert" / LEAF / "model_int8.tflite").operators]
+    ops = [o.op for o in read_tflite(run / "convert" / leaf / "model_int8.tflite").operators]
     # hard-swish as one operator; the gate's + 3 in its convolution's bias (no ADD); the batch norm a depthwise
     # convolution; every operator in int8
     assert "HARD_SWISH" in ops and "ADD" not in ops and "DEPTHWISE_CONV_2D" in ops, ops

@@ -15,11 +15,12 @@ from zoo import settle_batch_norm
 
 SEED = 3
 U55 = "ethos-u55-128"
-LEAVES = ("qat", "pcqat", "pcqat_palette")  # the QAT-derived leaves, each beside ptq
-# The default run takes qat (folded into a kernel free to change) and the palette QAT leaf (folded into a kernel that
-# keeps its palette) in one tree; pcqat folds as the palette leaf does (into a kernel that keeps its clusters), then
-# takes TFMOT's cluster-preserving QAT, and runs with -m slow in a tree of its own.
-DEFAULT = ("qat", "pcqat_palette")
+LEAVES = ("qat", "pcqat", "cqat_palette", "pcqat_palette")  # the QAT-derived leaves, each beside ptq
+# The default run takes qat (folded into a kernel free to change) and a palette QAT leaf (folded into a kernel that
+# keeps its palette) in one tree: cqat_palette, whose palette node has no prune stage before it. pcqat_palette (the
+# same palette QAT node after pruning) and pcqat (folded as the palette leaf does, into a kernel that keeps its
+# clusters, then TFMOT's cluster-preserving QAT) run with -m slow, each in a tree of its own.
+DEFAULT = ("qat", "cqat_palette")
 CASES = [leaf if leaf in DEFAULT else pytest.param(leaf, marks=pytest.mark.slow) for leaf in LEAVES]
 N_FIT, N_EVAL = 64, 32  # a few batches: the check is which operators the leaves convert to, and their cycles
 
@@ -63,7 +64,7 @@ def _optimize_and_compile(out: Path, leaves: tuple[str, ...]) -> Path:
                           ",".join(leaves), "--epochs", "1", "--min-steps", "0", "--validation-fraction", "0",
                           "--clusters", "8", "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_in_process("compile", run, "-t", U55)
+    proc = run_in_process("compile", run, "-t", U55, "--jobs", "1")  # (one Vela worker to start)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run
 

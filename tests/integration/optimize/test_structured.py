@@ -1,5 +1,6 @@
 """2:4 structured sparsity on real TensorFlow, TFMOT and Vela: the groups Vela's Ethos-U85 skips, the
-gradual 2:4 pruning of a small model through pqat, and the check that names a layer that loses the pattern."""
+gradual 2:4 pruning of a small model through pruned_clustered and pcqat, and the check that names a layer that loses
+the pattern."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgedeploy.config import pattern as structured
+from helpers import input_models
 
 
 def _conv_model(keras, seed: int):
@@ -32,7 +34,6 @@ def test_vela_counts_fewer_macs_only_for_groups_along_input_channels(tmp_path):
     env = tfenv.load()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 12, 12, 16)).astype(np.float32)
-    macs = {}
     for how in ("dense", "input", "output"):
         model = _conv_model(env.keras, 0)
         for layer in model.layers:
@@ -45,10 +46,11 @@ def test_vela_counts_fewer_macs_only_for_groups_along_input_channels(tmp_path):
                     swapped = np.swapaxes(w[0], -1, -2)
                     w[0] = np.swapaxes(swapped * structured.mask_2of4(swapped, kind), -1, -2)
                 layer.set_weights(w)
-        path = tmp_path / f"{how}.tflite"
-        path.write_bytes(convert_int8(model, x[:32]))
-        outcome = compile_tflite([path], ["ethos-u85-256"], tmp_path / f"out-{how}", CompileOptions(jobs=1))
-        macs[how] = outcome.records[0].metrics["macs"].value
+        (tmp_path / f"{how}.tflite").write_bytes(convert_int8(model, x[:32]))
+    # one compile of the three models (one Vela worker to start)
+    outcome = compile_tflite([tmp_path / f"{how}.tflite" for how in ("dense", "input", "output")], ["ethos-u85-256"],
+                             tmp_path / "out", CompileOptions(jobs=1))
+    macs = {r.variant: r.metrics["macs"].value for r in outcome.records}
     print("Vela U85-256 MACs:", macs)
     assert macs["input"] < 0.7 * macs["dense"]
     assert macs["output"] == macs["dense"]
@@ -64,21 +66,23 @@ def _small_npz(src: Path, out: Path, fit: int, ev: int, seed: int = 0) -> Path:
     return out
 
 
-@pytest.mark.requires_data
-def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_data, tmp_path):
+def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(tmp_path):
+    """The committed tiny DS-CNN (a 1-channel-input convolution, one depthwise/pointwise block, a classifier): the
+    check is the int8 kernels' pattern and the layer left out, not accuracy, so a small model and its few hundred
+    samples do."""
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.tflite.reader import read_weight_tensors
 
-    # the check is the int8 kernels' pattern, not accuracy: a few batches of clips and a small calibration
-    data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_mlperf.npz", tmp_path / "kws.npz",
-                      128, 64)
+    models = input_models()
+    data = tmp_path / "tiny.npz"
+    np.savez(data, **models.tiny_arrays())
     recipe = load_recipe(overrides={"leaves": ["pruned_clustered", "pcqat"], "epochs": 1, "min_steps": 0, "seed": 3,
                                     "sparsity_pattern": "2:4", "calibration_samples": 64})
-    outcome = drive(Plan(shared_data / "kws" / "dscnn_mlperf_float.h5", data, tmp_path / "run", recipe)).tree
+    outcome = drive(Plan(models.tiny_dscnn(1, 64), data, tmp_path / "run", recipe)).tree
     pruned = outcome.nodes["pruned"].details
-    assert pruned["training"]["pruning"]["structured"]["left_out"] == {"conv2d": "1 input channels, not a multiple of 4"}
+    assert pruned["training"]["pruning"]["structured"]["left_out"] == {"conv": "1 input channels, not a multiple of 4"}
     for leaf in ("pruned_clustered", "pcqat"):
         rec = outcome.leaves[leaf]
         checked = 0
@@ -88,9 +92,9 @@ def test_2of4_survives_pruned_clustered_and_pcqat_into_the_int8_kernels(shared_d
             groups = t.values().reshape(-1, 4)  # OHWI / [out, in]: four consecutive input channels
             assert np.all((groups == 0).sum(axis=1) >= 2), (leaf, t.name)
             checked += 1
-        assert checked == 5  # four pointwise convolutions and the classifier
+        assert checked == 2  # the pointwise convolution and the classifier
         rows = {r["layer"]: r for r in rec.details["preservation"]}
-        assert rows["conv2d"]["status"] == "left out" and "not a multiple of 4" in rows["conv2d"]["note"]
+        assert rows["conv"]["status"] == "left out" and "not a multiple of 4" in rows["conv"]["note"]
         assert all(r["groups_short"] == 0 for r in rows.values() if r.get("pattern") == "2:4")
 
 
