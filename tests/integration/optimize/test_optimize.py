@@ -286,18 +286,24 @@ def test_keras3_models_are_rebuilt_in_tf_keras_with_their_weights(keras3_models,
     np.testing.assert_allclose(probs, ref, atol=1e-5)
 
 
-def test_keras3_model_through_the_tree(keras3_models, tmp_path):
+# The rebuilt model's pointwise kernels pruned and clustered (the pruned_clustered leaf), and in the slow run also
+# pruning- and cluster-preserving QAT of it (pcqat). The default run checks QAT of rebuilt Keras 3 models in
+# tests/integration/keras/test_nested_cli.py (the qat leaf of a .keras application against its flat twin), and PCQAT
+# of this model's shapes (a ReLU6 after a 1x1 convolution, a Concatenate fed by a convolution, a SeparableConv2D) on
+# the committed kws_shapes model below.
+@pytest.mark.parametrize("leaf", ["pruned_clustered", pytest.param("pcqat", marks=pytest.mark.slow)])
+def test_keras3_model_through_the_tree(keras3_models, tmp_path, leaf):
     from edgedeploy.pipeline.driver import drive
     from edgedeploy.pipeline.run_plan import Plan
 
     recipe = load_recipe(overrides={"epochs": 1, "min_steps": 0, "sparsity": SPARSITY, "clusters": CLUSTERS, "seed": 7,
-                                    "calibration_samples": CALIBRATION, "leaves": ["pcqat"]})
+                                    "calibration_samples": CALIBRATION, "leaves": [leaf]})
     outcome = drive(Plan(keras3_models / "functional.keras", KERAS3_DATA, tmp_path / "run", recipe)).tree
     ref = float(np.load(keras3_models / "functional_ref.npz")["accuracy"])
     # the rebuilt float model as the tree scored it (its baseline node; a ptq leaf's float figure is the same model's)
     assert outcome.nodes["baseline"].metric("float_accuracy") == pytest.approx(ref, abs=0.26)  # one clip is 0.25
-    assert not outcome.nodes["pcqat"].warnings
-    kernels = {name: v for name, (op, v, _) in _int8_kernels(outcome, "pcqat").items() if op == "CONV_2D"}
+    assert not outcome.nodes[leaf].warnings
+    kernels = {name: v for name, (op, v, _) in _int8_kernels(outcome, leaf).items() if op == "CONV_2D"}
     pointwise = [v for v in kernels.values() if v.shape[1:3] == (1, 1)]  # pw, branch and sep's pointwise half
     assert len(pointwise) == 3
     for v in pointwise:
