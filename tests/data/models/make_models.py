@@ -2,6 +2,7 @@
 
     cd REPO && PYTHONPATH=src python tests/data/models/make_models.py   # rewrites tests/data/models/*.h5
     cd REPO && PYTHONPATH=src python tests/data/models/make_models.py --kws   # only the kws_*.h5 models
+    cd REPO && PYTHONPATH=src python tests/data/models/make_models.py --kws kws_shapes   # only kws_shapes.h5
 
 The first two and the ``kws_`` models are trained (seeded) on the bundled Speech Commands subset
 (examples/kws_tree/speech_commands_subset.npz):
@@ -10,7 +11,7 @@ The first two and the ``kws_`` models are trained (seeded) on the bundled Speech
   an 8-unit bottleneck and back, linear output) fitted to reconstruct the standardized MFCC features of six keyword
   classes (a seeded choice), 8 epochs;
 - ``denoiser.h5``: three 3x3 convolutions mapping noisy MFCC maps to the clean ones, 4 epochs;
-- ``kws_conv1d.h5``, ``kws_mlp.h5``, ``kws_shapes.h5``, ``kws_unfused_relu.h5`` (:data:`KWS_MODELS`): small
+- ``kws_conv1d.h5``, ``kws_mlp.h5``, ``kws_shapes.h5`` (:data:`KWS_MODELS`): small
   classifiers of the subset's MFCC features holding layer shapes the deployment tree rewrites, 6 epochs;
 - ``tiny_dscnn_B_W.h5``: a DS-CNN of ``B`` depthwise/pointwise blocks after a ``W``-channel first convolution, for 10x8
   inputs of 4 classes (:func:`tiny_arrays`: seeded noise with a learnable class cue, 240 fine-tune and 120 evaluation
@@ -98,7 +99,7 @@ def _tiny_dscnn(keras, blocks: int, width: int, out: Path) -> None:
     model.save(tiny_dscnn(blocks, width, out))
 
 
-KWS_MODELS = ("kws_conv1d", "kws_mlp", "kws_shapes", "kws_unfused_relu")  # small models of the real KWS features
+KWS_MODELS = ("kws_conv1d", "kws_mlp", "kws_shapes")  # small models of the real KWS features
 
 
 def _kws_model(keras, name: str):
@@ -117,7 +118,8 @@ def _kws_model(keras, name: str):
         x = L.Flatten()(inp)
         for i in range(2):
             x = L.ReLU(name=f"relu{i}")(L.BatchNormalization(name=f"bn{i}")(L.Dense(64, name=f"fc{i}")(x)))
-    elif name == "kws_shapes":  # a Concatenate fed by convolutions, SeparableConv2D -> BatchNorm -> ReLU, a ReLU6 layer
+    else:  # kws_shapes: a Concatenate fed by convolutions, SeparableConv2D -> BatchNorm -> ReLU, a ReLU6 layer and
+        # an Activation("relu") layer after 1x1 convolutions
         inp = keras.Input((49, 10, 1))
         x = L.Conv2D(16, (5, 3), strides=2, padding="same", activation="relu", name="stem")(inp)
         a = L.Conv2D(16, 1, activation="relu", name="branch_1x1")(x)
@@ -127,23 +129,20 @@ def _kws_model(keras, name: str):
         x = L.SeparableConv2D(32, 3, padding="same", name="sep")(x)
         x = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(x))
         x = L.ReLU(6.0, name="pw_relu")(L.Conv2D(24, 1, name="pw")(x))
-        x = L.GlobalAveragePooling2D()(x)
-    else:  # kws_unfused_relu: ReLU layers after convolutions
-        inp = keras.Input((49, 10, 1))
-        x = L.Activation("relu", name="stem_relu")(L.Conv2D(16, (5, 3), strides=2, padding="same", name="stem")(inp))
-        x = L.Activation("relu", name="pw_relu")(L.Conv2D(24, 1, name="pw")(x))
+        x = L.Activation("relu", name="out_relu")(L.Conv2D(20, 1, name="out")(x))
         x = L.GlobalAveragePooling2D()(x)
     return keras.Model(inp, L.Dense(12, activation="softmax", name="head")(x))
 
 
-def kws_models(out: Path = HERE) -> None:
-    """:data:`KWS_MODELS`, each fitted (seeded) for 6 epochs on the bundled subset's 900 fine-tune clips."""
+def kws_models(out: Path = HERE, names=KWS_MODELS) -> None:
+    """:data:`KWS_MODELS` (or those of ``names``), each fitted (seeded) for 6 epochs on the bundled subset's 900
+    fine-tune clips."""
     from edgedeploy.keras import tfenv
 
     keras = tfenv.load().keras
     d = np.load(SUBSET)
     fit = d["split"] == 0
-    for name in KWS_MODELS:
+    for name in names:
         tfenv.set_seed(SEED)
         model = _kws_model(keras, name)
         x = d["x"][fit][..., 0] if name == "kws_conv1d" else d["x"][fit]
@@ -193,4 +192,4 @@ def main(out: Path = HERE) -> None:
 if __name__ == "__main__":
     import sys
 
-    kws_models() if sys.argv[1:] == ["--kws"] else main()
+    kws_models(names=sys.argv[2:] or KWS_MODELS) if sys.argv[1:2] == ["--kws"] else main()

@@ -384,10 +384,16 @@ def test_conv1d_layers_are_pruned_clustered_and_quantization_aware_trained(tmp_p
 
 @pytest.fixture(scope="module")
 def shapes_tree(small_kws, tmp_path_factory):
-    """The ptq and pcqat leaves of one model holding three shapes TFMOT's QAT mishandles (each test below reads its
-    own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, and a ReLU6 layer
-    after a 1x1 convolution (``kws_shapes``)."""
-    return _optimize(_committed("kws_shapes"), small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"])
+    """The ptq and pcqat leaves of one model holding four shapes TFMOT's QAT mishandles (each test below reads its
+    own): a Concatenate fed by convolutions, a SeparableConv2D followed by batch norm and ReLU, a ReLU6 layer after
+    a 1x1 convolution, and an ``Activation("relu")`` layer after another one, which the recipe leaves unfolded
+    (``fuse_relu = false``; ``kws_shapes``)."""
+    outcome = _optimize(_committed("kws_shapes"), small_kws, tmp_path_factory.mktemp("shapes"), ["ptq", "pcqat"],
+                        fuse_relu=False)
+    # the only layer fuse_relu would fold: every other shape is what the default recipe makes of it
+    assert outcome.nodes["baseline"].details["separate_relu"] == ["out"]
+    assert "fused_relu" not in outcome.nodes["baseline"].details
+    return outcome
 
 
 def _kept_zeros_and_clusters(kernel):
@@ -428,16 +434,17 @@ def test_separable_convs_are_pruned_clustered_and_keep_both_in_pcqat(shapes_tree
     assert read_tflite(shapes_tree.run_dir / shapes_tree.leaves["ptq"].output("int8_model").path).is_integer()
 
 
-def _relu_after_a_convolution(outcome, name: str):
-    pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values() if op == "CONV_2D" and v.shape[0] == 24]
+def _relu_after_a_convolution(outcome, channels: int, name: str):
+    pointwise = [v for op, v, _ in _int8_kernels(outcome, "pcqat").values()
+                 if op == "CONV_2D" and v.shape == (channels, 1, 1, v.shape[-1])]
     assert len(pointwise) == 1, name
     _kept_zeros_and_clusters(pointwise[0])
-    # the graph from the last (separable or 1x1) convolution's input on is the ptq leaf's: no RELU, RELU6 or
-    # requantizing QUANTIZE beside the convolution (the shapes model's Concatenate may requantize before it)
+    # the graph from the separable convolution's depthwise half on (its 1x1 half, the 1x1 convolutions followed by
+    # the ReLU6 and the ReLU) is the ptq leaf's: no RELU, RELU6 or requantizing QUANTIZE beside a convolution (the
+    # Concatenate may requantize before it)
     ops = {leaf: _ops(outcome, leaf) for leaf in ("ptq", "pcqat")}
-    tail = {leaf: o[max(i for i, op in enumerate(o) if op in ("CONCATENATION", "DEPTHWISE_CONV_2D")) + 1:]
-            if {"CONCATENATION", "DEPTHWISE_CONV_2D"} & set(o) else o for leaf, o in ops.items()}
-    assert tail["pcqat"] == tail["ptq"] and "CONV_2D" in tail["ptq"], ops
+    tail = {leaf: o[max(i for i, op in enumerate(o) if op == "DEPTHWISE_CONV_2D") + 1:] for leaf, o in ops.items()}
+    assert tail["pcqat"] == tail["ptq"] and tail["ptq"].count("CONV_2D") == 3, ops
     assert not {"RELU", "RELU6"} & set(ops["pcqat"]), ops
 
 
@@ -446,14 +453,13 @@ def test_a_relu6_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat
     ReLU6 cannot be folded into it (TFMOT's QAT has no relu6 activation), so PCQAT trained the convolution freely
     and the stage failed its preservation check (zeros gone). An identity layer between the two keeps the
     scheme's config; the int8 model is the ptq leaf's graph, the ReLU6 fused into its convolution."""
-    _relu_after_a_convolution(shapes_tree, "relu6")
+    _relu_after_a_convolution(shapes_tree, 24, "relu6")
 
 
-def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(tmp_path, small_kws):
+def test_an_unfused_relu_layer_after_a_convolution_keeps_its_zeros_and_clusters_in_pcqat(shapes_tree):
     """The same for a ReLU layer the recipe does not fold into the convolution (``fuse_relu = false``): a 1x1
-    convolution and an ``Activation("relu")`` layer after it (``kws_unfused_relu``)."""
-    outcome = _optimize(_committed("kws_unfused_relu"), small_kws, tmp_path, ["ptq", "pcqat"], fuse_relu=False)
-    _relu_after_a_convolution(outcome, "unfused relu")
+    convolution and an ``Activation("relu")`` layer after it."""
+    _relu_after_a_convolution(shapes_tree, 20, "unfused relu")
 
 
 def test_qat_of_dense_batch_norm_relu_blocks_converts_to_the_model_it_trained(tmp_path, kws_data):
