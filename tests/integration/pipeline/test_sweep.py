@@ -2,12 +2,13 @@
 real Speech Commands clips of the bundled example, real TFMOT and Vela.
 
 The project is examples/sweep/edgedeploy.toml (its data, models, recipes and requirements) cut to one epoch
-(min_steps = 0) so the test takes seconds, plus a third model whose data does not fit it: the other two still finish,
-the sweep exits with that model's code (3) and the report names it. Then `--walk` over the same folder walks each
-model, reusing what the sweep trained. Each model is the committed small classifier of the same clips
-(tests/data/models/kws_mlp.h5) in place of the example's DS-CNN: what is checked is the sweep (folders, failures,
-recipe keys, the comparison, the walks), and a model of two Dense blocks has far fewer layers to wrap, trace and
-convert. Like the DS-CNN, its ptq leaf is over the example's flash limit and its pruned leaves are within it.
+(min_steps = 0, no hold-out selection, no distillation) so the test takes seconds, plus a third model whose data
+does not fit it: the other two still finish, the sweep exits with that model's code (3) and the report names it.
+Then `--walk` over the same folder walks each model, reusing what the sweep trained. Each model is the committed
+small classifier of the same clips (tests/data/models/kws_mlp.h5) in place of the example's DS-CNN: what is checked
+is the sweep (folders, failures, recipe keys, the comparison, the walks), and a model of two Dense blocks has far
+fewer layers to wrap, trace and convert. Like the DS-CNN, its ptq leaf is over the example's flash limit and its
+pruned leaves are within it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def project(tmp: Path) -> Path:
     path.write_text(
         f'data = "{(base / doc["data"]).resolve()}"\nout = "out"\ntargets = ["{TARGET}"]\n'
         '[recipe]\nleaves = ["ptq", "pruned"]\nepochs = 1\nbatch_size = 64\nlearning_rate = 1e-4\nseed = 0\n'
-        "training.min_steps = 0\n"
+        # nothing held out to pick an epoch and no teacher's outputs to compute: the sweep is checked, not the recipe
+        'training.min_steps = 0\nselection.validation_fraction = 0.0\ndistillation.enabled = false\n'
         f"[requirements]\nmax_flash = {doc['requirements']['max_flash']}\n" + models, encoding="utf-8")
     return path
 
