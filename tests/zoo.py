@@ -66,15 +66,19 @@ def mobilenet_v3_small_minimalistic(k):
                                            classes=CLASSES, include_preprocessing=False)
 
 
-def efficientnet_like(k):
-    """EfficientNet-B0-like MBConv blocks: swish, squeeze-and-excitation as GlobalAveragePooling -> Dense ->
-    Dense -> Multiply, residual Adds."""
+# EfficientNet-B0-like MBConv blocks: (expansion, output channels, stride)
+MBCONV = ((1, 16, 1), (4, 24, 2), (4, 24, 1), (4, 40, 2))
+
+
+def efficientnet_like(k, blocks: tuple[tuple[int, int, int], ...] = MBCONV):
+    """EfficientNet-B0-like MBConv ``blocks`` (expansion, output channels, stride): swish, squeeze-and-excitation
+    as GlobalAveragePooling -> Dense -> Dense -> Multiply, residual Adds where a block keeps its input's shape."""
     L = k.layers
     inp = k.Input(IMAGE)
     x = L.Conv2D(16, 3, strides=2, padding="same", use_bias=False, name="stem_conv")(inp)
     x = L.BatchNormalization(name="stem_bn")(x)
     x = L.Activation("swish", name="stem_swish")(x)
-    for i, (expand, out, stride) in enumerate(((1, 16, 1), (4, 24, 2), (4, 24, 1), (4, 40, 2))):
+    for i, (expand, out, stride) in enumerate(blocks):
         p = f"block{i}_"
         width = int(x.shape[-1]) * expand
         y = x
@@ -200,10 +204,11 @@ ZOO: dict[str, tuple[Callable, str]] = {
 }
 
 
-def build(keras, name: str):
-    """The zoo model ``name``, its batch norms' statistics settled on seeded samples (:func:`settle_batch_norm`)."""
+def build(keras, name: str, **options):
+    """The zoo model ``name`` (its builder given ``options``), its batch norms' statistics settled on seeded
+    samples (:func:`settle_batch_norm`)."""
     keras.utils.set_random_seed(SEED)
-    model = ZOO[name][0](keras)
+    model = ZOO[name][0](keras, **options)
     shape = tuple(int(d) for d in model.inputs[0].shape[1:])
     settle_batch_norm(model, np.random.default_rng(SEED).normal(size=(32, *shape)).astype(np.float32))
     return model

@@ -91,10 +91,11 @@ def test_qat_builds_around_layers_tfmot_cannot_quantize(keras, shared_data):
         "NoOpQuantizeConfig"}
     assert wrapped.count("Conv2D") == 5 and wrapped.count("DepthwiseConv2D") == 4 and "Dense" in wrapped
     d = np.load(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz")
-    fit, ev = d["split"] == 0, d["split"] == 1
+    samples, labels, split = d["x"], d["y"], d["split"]  # (each read of an npz key reads the file again)
+    fit, ev = split == 0, split == 1
     # whole batches of 64 (a last, smaller one would trace the train step once more)
-    x_fit, y_fit = d["x"][fit][::6][:448].astype(np.float32), d["y"][fit][::6][:448]
-    x = d["x"][ev][::4].astype(np.float32)
+    x_fit, y_fit = samples[fit][::6][:448].astype(np.float32), labels[fit][::6][:448]
+    x = samples[ev][::4].astype(np.float32)
     # one epoch at a tiny learning rate sets the fake-quantization ranges and hardly moves the weights:
     # the QAT model then decides (almost) as the float model does
     qat.compile(optimizer=keras.optimizers.Adam(1e-6), loss="sparse_categorical_crossentropy")
@@ -208,7 +209,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
 
     keras.utils.set_random_seed(7)
     d = np.load(shared_data / "ic" / "cifar10_jpeg_subset.npz")
-    train = np.random.default_rng(7).choice(len(d["x_train"]), 512, replace=False)  # the file is sorted by class
+    train = np.random.default_rng(7).choice(len(d["y_train"]), 512, replace=False)  # the file is sorted by class
     x, y = d["x_train"][train].astype(np.float32), d["y_train"][train].ravel()
     inp = keras.Input((32, 32, 3))
     h = keras.layers.Rescaling(1 / 255.0, name="rescale")(inp)
@@ -238,7 +239,7 @@ def test_qat_of_a_model_that_rescales_its_input_converts_to_working_int8(keras, 
     interp = make_interpreter(int8)
     inp_d, out_d = interp.get_input_details()[0], interp.get_output_details()[0]
     scale, zero = inp_d["quantization"]
-    ev_idx = np.random.default_rng(8).choice(len(d["x_test"]), 200, replace=False)
+    ev_idx = np.random.default_rng(8).choice(len(d["y_test"]), 200, replace=False)
     ev = d["x_test"][ev_idx].astype(np.float32)
     preds = []
     for img in ev:

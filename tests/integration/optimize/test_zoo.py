@@ -59,13 +59,16 @@ def zoo_dir(tmp_path_factory) -> Path:
     return out
 
 
-def zoo_net(folder: Path, name: str) -> tuple[Path, Path]:
-    """The zoo net ``name`` saved in ``folder`` and its data, written on first ask (only the selected cases')."""
+def zoo_net(folder: Path, name: str, **options) -> tuple[Path, Path]:
+    """The zoo net ``name`` (its builder given ``options``) saved in ``folder`` and its data, written on first ask
+    (only the selected cases')."""
     model, data = folder / f"{name}.h5", folder / f"{name}.npz"
     if not model.is_file():
         from edgedeploy.keras import tfenv
 
-        zoo.write_zoo(tfenv.load().keras, folder, [name], n_fit=N_FIT, n_eval=N_EVAL)
+        net = zoo.build(tfenv.load().keras, name, **options)
+        net.save(model)
+        zoo.write_data(net, data, N_FIT, N_EVAL)
     return model, data
 
 
@@ -79,13 +82,18 @@ def test_every_zoo_model_is_covered():
 # rewrite in tests/integration/keras/test_qat_rewrites.py, its Keras 3 loading and its NPU operators in
 # tests/integration/keras/test_keras3_activations.py.
 DEFAULT = {"efficientnet_like", "conv1d_kws", "dense_autoencoder", "two_outputs"}
+# builder options of the default run's nets: the EfficientNet-like net as one MBConv block that expands its input
+# and adds back to it (every layer kind of the net's blocks: expansion, depthwise, squeeze-and-excitation, swish,
+# projection, residual Add) at a third of its layers to build, train and convert. The whole net runs with -m slow,
+# as the other large nets do (test_the_whole_support_matrix_..., bench/bench_models.py).
+OPTIONS = {"efficientnet_like": {"blocks": ((4, 16, 1),)}}
 
 
 @pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
 def test_zoo_model_through_optimize_compile_and_verify(zoo_dir, tmp_path, name):
     leaves, not_thinned = CASES[name]
     run = tmp_path / "run"
-    model, data = zoo_net(zoo_dir, name)
+    model, data = zoo_net(zoo_dir, name, **OPTIONS.get(name, {}))
     proc = run_in_process("optimize", model, "--data", data, "-o", run,
                           "--recipe", zoo_dir / "tiny.toml", "--leaves", leaves, "--json")
     if name in KNOWN:
