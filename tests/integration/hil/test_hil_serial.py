@@ -178,12 +178,12 @@ def test_a_device_that_never_answers_fails_within_its_timeout_in_one_line(kws_bu
         listener.listen(4)  # accepts (the kernel does), never answers
         port = listener.getsockname()[1]
         start = time.monotonic()
-        proc = run_hil(kws_bundle, f"serial:socket://127.0.0.1:{port}", "--edgedeploy-timeout", "0.5")
+        proc = run_hil(kws_bundle, f"serial:socket://127.0.0.1:{port}", "--edgedeploy-timeout", "0.2")
         took = time.monotonic() - start
     assert proc.returncode == 1
     lines = {ln for ln in proc.stdout.splitlines() if ln.startswith("--edgedeploy-device serial:")}
     assert lines == {f"--edgedeploy-device serial:socket://127.0.0.1:{port}: the device on socket://127.0.0.1:{port} did not "
-                     "answer HELLO within 0.5 s (no bytes arrived). check that the firmware runs the edgedeploy runner on "
+                     "answer HELLO within 0.2 s (no bytes arrived). check that the firmware runs the edgedeploy runner on "
                      "this port at this baud rate"}, proc.stdout
     assert took < 60
 
