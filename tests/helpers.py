@@ -242,3 +242,62 @@ def tiny_hil_bundle(path: Path, sha: str, reference: str) -> Path:
     }  # fmt: skip
     (path / "manifest.json").write_text(json.dumps(manifest))
     return path
+
+
+# One interpreter runs several sessions of the sample HIL tests, each a pytest session of its own with its own
+# stdout, stderr, exit code (and JUnit XML where asked), as separate `pytest` commands would have: a new interpreter
+# for each would spend most of its time starting Python and importing pytest and the plugin. The sample's own
+# modules are imported afresh for every session. pyserial's socket:// port sleeps 0.3 s after closing, for a server
+# that the same process reconnects to at once; each session closes its port at its end, and the stand-in devices
+# take one client after another without it.
+PYTEST_SESSIONS = r"""
+import json, os, sys, time, types
+import pytest
+try:
+    import serial.urlhandler.protocol_socket
+except ImportError:
+    pass
+else:
+    serial.urlhandler.protocol_socket.time = types.SimpleNamespace(sleep=lambda seconds: None)
+
+runs, examples = json.loads(sys.argv[1]), sys.argv[2]
+results = []
+for run in runs:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(run["stdout"], "wb") as out, open(run["stderr"], "wb") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        start = time.monotonic()
+        try:
+            code = int(pytest.main(run["args"]))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    results.append({"returncode": code, "seconds": time.monotonic() - start})
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(examples):
+            del sys.modules[name]
+print(json.dumps(results))
+"""
+
+
+def pytest_sessions(sessions: list[list[str]], tests: Path, work: Path) -> list[subprocess.CompletedProcess]:
+    """Each of ``sessions`` (the arguments of ``pytest``) run on the HIL tests in ``tests``, one after another in one
+    new interpreter (:data:`PYTEST_SESSIONS`) started in ``tests``: each session's exit code, stdout and stderr.
+    ``work`` is a folder for their output files."""
+    import json
+
+    runs = [{"args": pytest_argv(*args)[3:], "stdout": str(work / f"session{i}.out"),
+             "stderr": str(work / f"session{i}.err")} for i, args in enumerate(sessions)]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", PYTEST_SESSIONS, json.dumps(runs), str(tests)], capture_output=True,
+                          text=True, cwd=tests, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return [subprocess.CompletedProcess(run["args"], res["returncode"], Path(run["stdout"]).read_text(),
+                                        Path(run["stderr"]).read_text()) for run, res in zip(runs, results, strict=True)]

@@ -62,7 +62,7 @@ def test_two_concurrent_compiles_land_in_one_manifest_readable_by_others(tmp_pat
     old = os.umask(0o022)
     try:
         a = _cli("compile", EXAMPLE, "-t", "ethos-u55-128", "-o", "run", cwd=tmp_path)
-        time.sleep(0.5)
+        time.sleep(0.1)  # a starts first; both are still starting (importing) when b starts
         b = _cli("compile", EXAMPLE, "-t", "ethos-u65-256", "-o", "run", cwd=tmp_path)
         outs = [p.communicate(timeout=300) for p in (a, b)]
     finally:
@@ -161,7 +161,7 @@ def test_a_command_waits_for_the_lock_and_says_so(tmp_path):
     reader.start()
     try:
         assert said.wait(120), "".join(lines)
-        time.sleep(1)  # and it goes on waiting
+        time.sleep(0.25)  # and it goes on waiting (the lock is tried again every 0.05 s)
         assert p.poll() is None
         assert not (tmp_path / "run" / "manifest.json").exists()
     finally:

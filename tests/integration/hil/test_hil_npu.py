@@ -8,11 +8,12 @@ import hashlib
 import json
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from helpers import pytest_argv
+from helpers import pytest_argv, pytest_sessions
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
@@ -21,6 +22,7 @@ from edgedeploy.pipeline.compile import compile_tflite
 pytestmark = pytest.mark.requires_data
 
 REPO = Path(__file__).resolve().parents[3]
+HIL_TESTS = REPO / "examples" / "hil"
 U55, U85 = "ethos-u55-128", "ethos-u85-256"
 NAME = "dscnn_mlperf"
 GOLDEN = 4
@@ -50,7 +52,7 @@ def u55_bundle(kws_run, kws_data, tmp_path_factory) -> Path:
     return export(kws_run, U55, tmp_path_factory.mktemp("fw-u55") / "fw", kws_data, GOLDEN)
 
 
-def run_hil(bundle: Path, *more: str, tests: Path = REPO / "examples" / "hil") -> subprocess.CompletedProcess:
+def run_hil(bundle: Path, *more: str, tests: Path = HIL_TESTS) -> subprocess.CompletedProcess:
     args = pytest_argv("-q", str(tests), "--edgedeploy-bundle", str(bundle), "--edgedeploy-device", "npu", *more)
     return subprocess.run(args, capture_output=True, text=True, cwd=tests, timeout=600)
 
@@ -80,18 +82,11 @@ def test_the_bundle_ships_the_compiled_model_as_a_file(u55_bundle, kws_run):
     assert manifest["files"][name] == {"sha256": digest, "bytes": len(data)} and manifest["model"]["sha256"] == digest
 
 
-def test_the_sample_hil_test_passes_bit_exactly_on_the_npu_model(u55_bundle):
-    proc = run_hil(u55_bundle)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert f"{GOLDEN + 1} passed" in proc.stdout  # each golden case at tolerance 0, and the top-1 test
-
-
-def test_a_changed_weight_stream_fails_the_cases_it_changes(u55_bundle, tmp_path):
-    """The device runs the file's command stream and weights: damage them (hashes updated to match, as if Vela had
-    written them) and the cases no longer pass."""
+def changed_weight_stream(bundle: Path, dest: Path) -> Path:
+    """The bundle with its command stream's weights damaged (hashes updated to match, as if Vela had written them)."""
     from edgedeploy.npu.leaf_layout import read_leaf
 
-    fw = copy_bundle(u55_bundle, tmp_path / "fw")
+    fw = copy_bundle(bundle, dest)
     path = fw / f"{NAME}_vela.tflite"
     data = bytearray(path.read_bytes())
     start = data.find(read_leaf(path).weights[:64])
@@ -102,40 +97,86 @@ def test_a_changed_weight_stream_fails_the_cases_it_changes(u55_bundle, tmp_path
     digest = hashlib.sha256(data).hexdigest()
     manifest["files"][path.name]["sha256"] = manifest["model"]["sha256"] = digest
     (fw / "manifest.json").write_text(json.dumps(manifest))
-    proc = run_hil(fw)
-    assert proc.returncode == 1 and f"{GOLDEN + 1} failed" in proc.stdout, proc.stdout[-3000:]
-    assert proc.stdout.count("output elements differ by more than 0") >= GOLDEN, proc.stdout[-3000:]
+    return fw
 
 
-def test_an_ethos_u85_bundle_passes_bit_exactly_on_the_npu_model(kws_run, kws_data, tmp_path):
-    fw = export(kws_run, U85, tmp_path / "fw", kws_data, 2)
-    proc = run_hil(fw)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "3 passed" in proc.stdout  # each golden case at tolerance 0, and the top-1 test
-
-
-def test_an_altered_compiled_model_is_refused(u55_bundle, tmp_path):
-    fw = copy_bundle(u55_bundle, tmp_path / "fw")
+def altered_compiled_model(bundle: Path, dest: Path) -> Path:
+    """The bundle with one bit of its compiled model flipped, its manifest left as export wrote it."""
+    fw = copy_bundle(bundle, dest)
     path = fw / f"{NAME}_vela.tflite"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 1
     path.write_bytes(bytes(data))
-    line = one_device_line(run_hil(fw), errors=GOLDEN + 1)
-    assert f"{NAME}_vela.tflite was changed after `edgedeploy export` wrote it" in line
-    assert "export the bundle again" in line
+    return fw
 
 
-def test_a_bundle_exported_before_the_file_was_shipped_names_the_fix(u55_bundle, tmp_path):
-    fw = copy_bundle(u55_bundle, tmp_path / "fw")
+def unshipped_compiled_model(bundle: Path, dest: Path) -> Path:
+    """The bundle as an edgedeploy that did not ship the compiled model as a file exported it."""
+    fw = copy_bundle(bundle, dest)
     manifest = json.loads((fw / "manifest.json").read_text())
     name = manifest["model"].pop("tflite")
     del manifest["files"][name]
     (fw / name).unlink()
     (fw / "manifest.json").write_text(json.dumps(manifest))
-    line = one_device_line(run_hil(fw), errors=GOLDEN + 1)
-    assert str(fw) in line and f"holds no compiled model file ({NAME}_vela.tflite)" in line
+    return fw
+
+
+@dataclass
+class HilRun:
+    bundle: Path
+    proc: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def hil_runs(u55_bundle, kws_run, kws_data, tmp_path_factory) -> dict[str, HilRun]:
+    """The sample HIL tests on the NPU model against each bundle, one pytest session each (all in one interpreter)."""
+    work = tmp_path_factory.mktemp("npu-sessions")
+    bundles = {
+        "sample": u55_bundle,
+        "changed-weights": changed_weight_stream(u55_bundle, work / "weights"),
+        "u85": export(kws_run, U85, work / "u85", kws_data, 2),
+        "altered": altered_compiled_model(u55_bundle, work / "altered"),
+        "unshipped": unshipped_compiled_model(u55_bundle, work / "unshipped"),
+    }
+    sessions = {name: ["-q", str(HIL_TESTS), "--edgedeploy-bundle", str(fw), "--edgedeploy-device", "npu"]
+                for name, fw in bundles.items()}  # fmt: skip
+    bundles["unshipped-on-host"] = bundles["unshipped"]
+    sessions["unshipped-on-host"] = sessions["unshipped"][:-1] + ["host"]
+    procs = pytest_sessions(list(sessions.values()), HIL_TESTS, work)
+    return {name: HilRun(bundles[name], proc) for name, proc in zip(sessions, procs, strict=True)}
+
+
+def test_the_sample_hil_test_passes_bit_exactly_on_the_npu_model(hil_runs):
+    proc = hil_runs["sample"].proc
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"{GOLDEN + 1} passed" in proc.stdout  # each golden case at tolerance 0, and the top-1 test
+
+
+def test_a_changed_weight_stream_fails_the_cases_it_changes(hil_runs):
+    """The device runs the file's command stream and weights: damage them and the cases no longer pass."""
+    proc = hil_runs["changed-weights"].proc
+    assert proc.returncode == 1 and f"{GOLDEN + 1} failed" in proc.stdout, proc.stdout[-3000:]
+    assert proc.stdout.count("output elements differ by more than 0") >= GOLDEN, proc.stdout[-3000:]
+
+
+def test_an_ethos_u85_bundle_passes_bit_exactly_on_the_npu_model(hil_runs):
+    proc = hil_runs["u85"].proc
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "3 passed" in proc.stdout  # each golden case at tolerance 0, and the top-1 test
+
+
+def test_an_altered_compiled_model_is_refused(hil_runs):
+    line = one_device_line(hil_runs["altered"].proc, errors=GOLDEN + 1)
+    assert f"{NAME}_vela.tflite was changed after `edgedeploy export` wrote it" in line
+    assert "export the bundle again" in line
+
+
+def test_a_bundle_exported_before_the_file_was_shipped_names_the_fix(hil_runs):
+    run = hil_runs["unshipped"]
+    line = one_device_line(run.proc, errors=GOLDEN + 1)
+    assert str(run.bundle) in line and f"holds no compiled model file ({NAME}_vela.tflite)" in line
     assert "export the bundle again with `edgedeploy export`" in line
-    assert run_hil(fw, "--edgedeploy-device", "host").returncode == 0  # the other devices do not need the file
+    assert hil_runs["unshipped-on-host"].proc.returncode == 0  # the other devices do not need the file
 
 
 @pytest.mark.requires_data("kws/ds_cnn_s_arm_int8.tflite", "kws/speech_commands_v2_test_mfcc_arm.npz")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pytest_argv
+from helpers import pytest_argv, pytest_sessions
 from typer.testing import CliRunner
 
 from edgedeploy.cli.app import app
@@ -29,6 +29,7 @@ from edgedeploy.pipeline.compile import compile_tflite
 pytestmark = pytest.mark.requires_data
 
 REPO = Path(__file__).resolve().parents[3]
+HIL_TESTS = REPO / "examples" / "hil"
 TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
 BOARD = "corstone-300-u55-128"
 BUILD_TIMEOUT = 1500  # seconds: a cold TFLM library on two cores
@@ -108,15 +109,39 @@ def run_hil(bundle: Path, device: str, *extra: str) -> subprocess.CompletedProce
     return subprocess.run(args, capture_output=True, text=True, cwd=REPO / "examples" / "hil", timeout=600)
 
 
-def test_the_hil_sample_passes_bit_exactly_over_the_emulated_uart(kws_server, kws_bundle):
-    proc = run_hil(kws_bundle, f"serial:{kws_server.url}")
+def other_model(bundle: Path, dest: Path) -> Path:
+    """A copy of the bundle whose manifest records another model (the host expects another model)."""
+    shutil.copytree(bundle, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    manifest["model"]["sha256"] = manifest["cpu_model"]["sha256"] = "0" * 64
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def hil_runs(kws_server, kws_bundle, tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """The sample HIL tests over the emulated UART (twice: a second client after the first left) and with the bundle
+    of another model: one pytest session each, one after another in one interpreter."""
+    work = tmp_path_factory.mktemp("serial-sessions")
+    sessions = {
+        "sample": [kws_bundle],
+        "second-client": [kws_bundle, "-k", "case3"],
+        "other-model": [other_model(kws_bundle, work / "other")],
+    }
+    procs = pytest_sessions([["-q", str(HIL_TESTS), "--edgedeploy-bundle", str(fw), "--edgedeploy-device",
+                              f"serial:{kws_server.url}", *more] for fw, *more in sessions.values()], HIL_TESTS, work)
+    return dict(zip(sessions, procs, strict=True))
+
+
+def test_the_hil_sample_passes_bit_exactly_over_the_emulated_uart(hil_runs):
+    proc = hil_runs["sample"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 passed" in proc.stdout, proc.stdout  # 4 golden cases, bit-exact (tolerance 0), + the top-1 test
     times = proc.stdout.split("edgedeploy device inference times", 1)[1]
     for case in ("case0-down", "case3-no"):
         assert f"test_output_matches_golden[{case}]: " in times
     assert times.count("ms device clock") == 4 and "test_top1_matches_golden: 4 inferences" in times
-    proc = run_hil(kws_bundle, f"serial:{kws_server.url}", "-k", "case3")  # a second client, after the first left
+    proc = hil_runs["second-client"]  # a second client, after the first left
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout
 
 
@@ -158,13 +183,8 @@ def test_a_corrupted_frame_gets_an_error_frame_and_the_firmware_stays_up(kws_ser
         port.close()
 
 
-def test_a_bundle_of_another_model_is_refused_by_the_handshake(kws_server, kws_bundle, tmp_path):
-    other = tmp_path / "other"
-    shutil.copytree(kws_bundle, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["model"]["sha256"] = manifest["cpu_model"]["sha256"] = "0" * 64  # the host expects another model
-    (other / "manifest.json").write_text(json.dumps(manifest))
-    proc = run_hil(other, f"serial:{kws_server.url}")
+def test_a_bundle_of_another_model_is_refused_by_the_handshake(hil_runs):
+    proc = hil_runs["other-model"]
     assert proc.returncode == 1
     lines = {ln for ln in proc.stdout.splitlines() if ln.startswith("--edgedeploy-device serial:")}
     assert len(lines) == 1, proc.stdout
@@ -178,12 +198,12 @@ def test_a_device_that_never_answers_fails_within_its_timeout_in_one_line(kws_bu
         listener.listen(4)  # accepts (the kernel does), never answers
         port = listener.getsockname()[1]
         start = time.monotonic()
-        proc = run_hil(kws_bundle, f"serial:socket://127.0.0.1:{port}", "--edgedeploy-timeout", "0.5")
+        proc = run_hil(kws_bundle, f"serial:socket://127.0.0.1:{port}", "--edgedeploy-timeout", "0.2")
         took = time.monotonic() - start
     assert proc.returncode == 1
     lines = {ln for ln in proc.stdout.splitlines() if ln.startswith("--edgedeploy-device serial:")}
     assert lines == {f"--edgedeploy-device serial:socket://127.0.0.1:{port}: the device on socket://127.0.0.1:{port} did not "
-                     "answer HELLO within 0.5 s (no bytes arrived). check that the firmware runs the edgedeploy runner on "
+                     "answer HELLO within 0.2 s (no bytes arrived). check that the firmware runs the edgedeploy runner on "
                      "this port at this baud rate"}, proc.stdout
     assert took < 60
 

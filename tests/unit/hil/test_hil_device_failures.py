@@ -23,7 +23,7 @@ from typing import Callable
 
 import pytest
 
-from helpers import HIL_IN_BYTES, HIL_OUT_BYTES, fake_model, pytest_argv, tiny_hil_bundle
+from helpers import HIL_IN_BYTES, HIL_OUT_BYTES, PYTEST_SESSIONS, fake_model, pytest_argv, tiny_hil_bundle
 
 from edgedeploy.hil import frame as fr
 
@@ -138,9 +138,10 @@ RUNNER = "check that the firmware runs the edgedeploy runner on this port at thi
 REBUILD = "build the firmware from a bundle exported by this edgedeploy"
 SANITIZED = "FATAL AAAA"  # the start of the error text once its escapes and newlines are gone
 
-# A device that sends nothing (or not the awaited frame) is waited out: these cases get a short timeout (long
-# enough for the wrong frame to arrive first where the line names it).
-TIMEOUT = {"hello-answered-as-infer": "0.5", "infer-silent": "0.25", "infer-wrong-sequence": "0.5"}
+# A device that sends nothing (or not the awaited frame) is waited out, once per sample test: these cases get a short
+# timeout (long enough for the wrong frame, sent at once by a thread of this process, to arrive first where the line
+# names it).
+TIMEOUT = {"hello-answered-as-infer": "0.25", "infer-silent": "0.1", "infer-wrong-sequence": "0.25"}
 
 
 def within(case: str) -> str:
@@ -191,39 +192,6 @@ CASES = [
 ]
 
 
-# One interpreter runs the sample HIL tests once per device, each run a pytest session of its own with its own
-# stdout, stderr, JUnit XML and exit code, as separate `pytest` commands would have: a new interpreter for each
-# of the many devices would spend most of the file's time starting Python and importing pytest and the plugin.
-# The sample's own modules are imported afresh for every run.
-SESSIONS = r"""
-import json, os, sys, time
-import pytest
-
-runs, examples = json.loads(sys.argv[1]), sys.argv[2]
-results = []
-for run in runs:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(run["stdout"], "wb") as out, open(run["stderr"], "wb") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        start = time.monotonic()
-        try:
-            code = int(pytest.main(run["args"]))
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-    results.append({"returncode": code, "seconds": time.monotonic() - start})
-    for name, module in list(sys.modules.items()):
-        if str(getattr(module, "__file__", None) or "").startswith(examples):
-            del sys.modules[name]
-print(json.dumps(results))
-"""
 @dataclass
 class HilRun:
     url: str
@@ -249,7 +217,7 @@ def hil_runs(tmp_path_factory) -> dict[str, HilRun]:
     # the devices that are waited out in an interpreter of their own, beside the others: waiting takes no processor
     groups = [[i for i, name in enumerate(devices) if (name in TIMEOUT) == waits] for waits in (False, True)]
     try:
-        procs = [subprocess.Popen([sys.executable, "-c", SESSIONS, json.dumps([runs[i] for i in group]), str(EXAMPLES)],
+        procs = [subprocess.Popen([sys.executable, "-c", PYTEST_SESSIONS, json.dumps([runs[i] for i in group]), str(EXAMPLES)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
                  for group in groups]  # fmt: skip
         outputs = [proc.communicate(timeout=600) for proc in procs]

@@ -182,7 +182,7 @@ def compiled_alone(tree: Path, sources: Iterable[str]) -> list[str]:
     """The C files of ``sources`` that must not share a unity file with others: those defining a macro (it would
     reach the files after them) and those whose static functions or tables share a name with another file's.
 
-    The other C files compile a dozen to a file (CMake's unity build), each a few hundred milliseconds less.
+    The other C files compile in one unity file (CMake's unity build), each a few hundred milliseconds less.
     A file the tree lacks is left to the build, which names it.
     """
     statics: dict[str, set[str]] = {}
