@@ -110,7 +110,9 @@ def test_distillation_loss_on_probability_targets_matches_a_hand_computation(env
     assert got == pytest.approx(expected, rel=1e-4)
 
 
-@pytest.mark.parametrize("distill", [False, True])
+# The default run takes the plain cross-entropy on the probabilities; with distillation (the same fit, its loss the
+# one test_distillation_loss_on_probability_targets_matches_a_hand_computation checks) runs with -m slow.
+@pytest.mark.parametrize("distill", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_probability_targets_are_learnt_as_probabilities_not_as_their_arg_max(env, distill):
     """Two clusters whose targets are the distributions [0.7, 0.2, 0.1] and [0.1, 0.3, 0.6]: cross-entropy on the
     probabilities makes the model predict them; trained on the arg max it would push towards 1.0."""
@@ -162,7 +164,9 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("metric", ["loss", "accuracy"])
+# The default run takes the default metric, loss; accuracy (the same restore, the Selector's other comparison, which
+# tests/unit/optimize/test_finetune.py checks) runs with -m slow.
+@pytest.mark.parametrize("metric", ["loss", pytest.param("accuracy", marks=pytest.mark.slow)])
 def test_the_best_epoch_is_restored(env, metric):
     from edgedeploy.optimize import fine_tune as _fit
 
