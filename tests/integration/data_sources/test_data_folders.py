@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import wave
 from pathlib import Path
@@ -18,7 +17,6 @@ from typer.testing import CliRunner
 from edgedeploy.cli.app import app
 
 CIFAR = "ic/cifar10_jpeg_subset.npz"
-RESNET = "ic/resnet8_mlperf_float.h5"
 
 
 def cli(*args) -> str:
@@ -27,19 +25,18 @@ def cli(*args) -> str:
     return result.output
 
 
-def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, seed: int):
-    """A seeded slice of the CIFAR-10 subset and the ResNet-8 float model; without the real data, seeded images
-    and a small seeded model of the same input (the comparison is of two readers of the same pixels). The images
-    are flat 16 x 16 blocks of random colour: JPEG keeps such blocks (its 4:2:0 units) within a few levels, as it
-    keeps photographs, where pixel-wise noise would lose tens of levels."""
-    if (shared_data / CIFAR).is_file() and (shared_data / RESNET).is_file():
+def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, seed: int, out: Path):
+    """A seeded slice of the CIFAR-10 subset (without the real data, seeded images) and a small seeded model of its
+    input, saved in ``out``: the comparison is of two readers of the same pixels, which any model that computes on
+    them shows, not of what the model scores. The seeded images are flat 16 x 16 blocks of random colour: JPEG keeps
+    such blocks (its 4:2:0 units) within a few levels, as it keeps photographs, where pixel-wise noise would lose tens
+    of levels."""
+    from edgedeploy.keras import tfenv
+
+    if (shared_data / CIFAR).is_file():
         with np.load(shared_data / CIFAR) as d:
             arrays = {k: d[k] for k in ("x_train", "y_train", "x_test", "y_test", "classes")}
-        model = shared_data / RESNET
     else:
-        from edgedeploy.keras import tfenv
-
-        keras = tfenv.load().keras
         rng = np.random.default_rng(seed)
 
         def blocks(n: int) -> np.ndarray:
@@ -49,12 +46,13 @@ def _cifar_slice(shared_data: Path, per_class_fit: int, per_class_eval: int, see
         arrays = {"x_train": blocks(500), "y_train": np.arange(500) % 10,
                   "x_test": blocks(200), "y_test": np.arange(200) % 10,
                   "classes": np.array([f"class{i}" for i in range(10)])}
-        keras.utils.set_random_seed(seed)
-        net = keras.Sequential([keras.layers.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255.0),
-                                keras.layers.Conv2D(8, 3, strides=2, activation="relu"), keras.layers.Flatten(),
-                                keras.layers.Dense(10, activation="softmax")])
-        model = Path(os.environ["HOME"]) / "small_cifar.h5"
-        net.save(model)
+    keras = tfenv.load().keras
+    keras.utils.set_random_seed(seed)
+    net = keras.Sequential([keras.layers.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255.0),
+                            keras.layers.Conv2D(8, 3, strides=2, activation="relu"), keras.layers.Flatten(),
+                            keras.layers.Dense(10, activation="softmax")])
+    model = out / "small_cifar.h5"
+    net.save(model)
     rng = np.random.default_rng(seed)
     picked = {}
     for split, n in (("train", per_class_fit), ("test", per_class_eval)):
@@ -69,7 +67,7 @@ def test_jpeg_class_folders_give_the_same_ptq_accuracy_as_the_same_images_in_an_
 
     import edgedeploy
 
-    picked, classes, model = _cifar_slice(shared_data, 12, 8, seed=7)
+    picked, classes, model = _cifar_slice(shared_data, 12, 8, seed=7, out=tmp_path)
     assert classes == sorted(classes)  # folder names sort in class-index order, so the labels agree
     folder = tmp_path / "cifar"
     decoded: dict[str, tuple[list[np.ndarray], list[int]]] = {}
@@ -102,6 +100,9 @@ def test_jpeg_class_folders_give_the_same_ptq_accuracy_as_the_same_images_in_an_
     assert a.details["calibration"].split(" (")[0] == b.details["calibration"].split(" (")[0]
     with np.load(tmp_path / "run_folder" / "inputs" / "data.npz") as got:
         assert np.array_equal(got["x"][got["split"] == 1], np.stack(decoded["test"][0]).astype(np.float32))
+        # and the labels each image's folder gives, in both splits
+        for split, part in ((0, "train"), (1, "test")):
+            assert np.array_equal(got["y"][got["split"] == split], decoded[part][1]), part
     manifest = json.loads((tmp_path / "run_folder" / "manifest.json").read_text())
     source = manifest["info"]["optimize"]["data_source"]
     assert source["labels"] == classes and source["kind"] == "image"

@@ -110,7 +110,9 @@ def test_distillation_loss_on_probability_targets_matches_a_hand_computation(env
     assert got == pytest.approx(expected, rel=1e-4)
 
 
-@pytest.mark.parametrize("distill", [False, True])
+# The default run takes the plain cross-entropy on the probabilities; with distillation (the same fit, its loss the
+# one test_distillation_loss_on_probability_targets_matches_a_hand_computation checks) runs with -m slow.
+@pytest.mark.parametrize("distill", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_probability_targets_are_learnt_as_probabilities_not_as_their_arg_max(env, distill):
     """Two clusters whose targets are the distributions [0.7, 0.2, 0.1] and [0.1, 0.3, 0.6]: cross-entropy on the
     probabilities makes the model predict them; trained on the arg max it would push towards 1.0."""
@@ -162,7 +164,9 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("metric", ["loss", "accuracy"])
+# The default run takes the default metric, loss; accuracy (the same restore, the Selector's other comparison, which
+# tests/unit/optimize/test_finetune.py checks) runs with -m slow.
+@pytest.mark.parametrize("metric", ["loss", pytest.param("accuracy", marks=pytest.mark.slow)])
 def test_the_best_epoch_is_restored(env, metric):
     from edgedeploy.optimize import fine_tune as _fit
 
@@ -225,7 +229,7 @@ def test_distillation_follows_the_teacher(env):
     keras = env.keras
     teacher = _model(env, bn=False)
     teacher.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
-    teacher.fit(data.x_fit, data.y_fit, epochs=20, batch_size=32, verbose=0)
+    teacher.fit(data.x_fit, data.y_fit, epochs=5, batch_size=32, verbose=0)  # (the student is judged on its answers)
     teacher_answers = teacher.predict(data.x_fit, verbose=0).argmax(1)
     data.soft_targets = teacher_targets(teacher, data.x_fit, from_logits=False)
     data.y_fit = np.full_like(data.y_fit, -1)  # no labels at all

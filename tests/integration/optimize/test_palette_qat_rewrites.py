@@ -1,8 +1,9 @@
 """A small model with what the QAT nodes rewrite before TFMOT (hard-swish and a squeeze-and-excitation gate's
-hard-sigmoid as TensorFlow operations, a batch norm after a ``Concatenate``, a Dense layer's own swish) through the
-palette QAT leaf on the command line: its node applies the rewrites the other QAT nodes apply, records them, and
-its int8 model converts with HARD_SWISH and one kernel for the batch norm, every planned layer keeping its
-palette."""
+hard-sigmoid as TensorFlow operations, a batch norm after a ``Concatenate``, a Dense layer's own swish) behind a
+``Rescaling(1/255)`` input layer through the palette QAT leaf on the command line: its node folds the scaling into
+the first convolution and applies the rewrites the other QAT nodes apply, records both, and its int8 model reads
+the raw input with that convolution and converts with HARD_SWISH and one kernel for the batch norm, every planned
+layer keeping its palette."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _model(keras):
         return L.ReLU(6.0)(x + 3.0) * (1.0 / 6.0)
 
     inp = keras.Input((16, 16, 3))
-    x = L.Conv2D(8, 3, strides=2, padding="same", name="stem")(inp)
+    x = L.Rescaling(1 / 255, name="rescale")(inp)
+    x = L.Conv2D(8, 3, strides=2, padding="same", name="stem")(x)
     x = L.Multiply(name="hswish")([x, hard_sigmoid(x)])
     gate = L.Conv2D(8, 1, name="gate")(L.GlobalAveragePooling2D(keepdims=True, name="squeeze")(x))
     x = L.Multiply(name="excite")([x, hard_sigmoid(gate)])
@@ -55,7 +57,8 @@ def run(leaf, tmp_path_factory) -> Path:
     rng = np.random.default_rng(SEED)
     n = N_FIT + N_EVAL
     y = rng.integers(0, 4, n)
-    x = rng.normal(size=(n, 16, 16, 3)).astype(np.float32) + y[:, None, None, None] * 0.5
+    x = np.clip(127.5 + 40 * (rng.normal(size=(n, 16, 16, 3)) + y[:, None, None, None] * 0.5), 0, 255)
+    x = x.astype(np.float32)  # (raw pixel values, for the Rescaling)
     np.savez(out / "data.npz", x=x, y=y, split=(np.arange(n) >= N_FIT).astype(np.int64))
     model = _model(env.keras)
     settle_batch_norm(model, x[:N_FIT])  # (batch-norm statistics not the identity's)
@@ -70,6 +73,9 @@ def run(leaf, tmp_path_factory) -> Path:
 def test_the_palette_qat_node_records_the_rewrites_the_qat_nodes_apply(run, leaf):
     manifest = json.loads((run / "manifest.json").read_text())
     node = next(r for r in manifest["stages"] if r["stage"] == "optimize" and r["variant"] == leaf)
+    # the input scaling folded into the first convolution, keeping its palette (as every QAT node folds it)
+    assert node["details"]["input_preprocessing"]["folded"] == {"rescale": ["stem"]}
+    assert not any("rescal" in w for w in node["warnings"])
     rewrites = node["details"]["qat_rewrites"]
     assert rewrites["batch_norms_as_depthwise"] == ["post_bn"] and rewrites["separate_swish"] == ["reduce"]
     assert "hswish" in rewrites["hard_activations_as_layers"]
@@ -85,6 +91,8 @@ def test_the_palette_qat_leaf_converts_with_hard_swish_and_a_kernel_for_the_batc
     from edgedeploy.tflite.reader import read_tflite
 
     ops = [o.op for o in read_tflite(run / "convert" / leaf / "model_int8.tflite").operators]
+    # the raw input goes straight into the first convolution: no MUL of the scaling before it
+    assert ops[0] == "CONV_2D", ops
     # hard-swish as one operator; the gate's + 3 in its convolution's bias (no ADD); the batch norm a depthwise
     # convolution; every operator in int8
     assert "HARD_SWISH" in ops and "ADD" not in ops and "DEPTHWISE_CONV_2D" in ops, ops

@@ -119,12 +119,14 @@ def test_ptq_16x8_leaf_compiles_for_u55_and_u85_without_cpu_operators(shared_dat
     from edgedeploy.config.recipe import load_recipe
     from edgedeploy.tflite.reader import read_tflite
 
-    data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz", tmp_path / "kws.npz", 300, 300)
-    recipe = load_recipe(overrides={"leaves": ["ptq", "ptq_16x8"], "calibration_samples": 200})
+    # 160 evaluation clips for the accuracy; the fine-tune clips only calibrate (a few batches of ranges do)
+    data = _small_npz(shared_data / "kws" / "speech_commands_v2_test_mfcc_arm.npz", tmp_path / "kws.npz", 64, 160)
+    recipe = load_recipe(overrides={"leaves": ["ptq", "ptq_16x8"], "calibration_samples": 64})
     outcome = drive(Plan(shared_data / "kws" / "ds_cnn_s_arm_float.h5", data, tmp_path / "run", recipe)).tree
     rec = outcome.leaves["ptq_16x8"]
     model = read_tflite(outcome.run_dir / rec.output("int8_model").path)
     assert model.is_integer()
+    print("ptq_16x8 int8 accuracy", rec.metric("int8_accuracy"))
     assert rec.metric("int8_accuracy") > 80.0  # Arm's DS-CNN-S scores about 89% on this split
     comp = compile_run(outcome.run_dir, ["ethos-u55-128", "ethos-u85-256"], CompileOptions(jobs=1))
     for r in comp.records:
