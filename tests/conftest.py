@@ -23,6 +23,26 @@ if _WORKERS > 1:
     for _var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(_var, _share)
 
+
+def _end_worker() -> None:
+    """A pytest-xdist worker's last exit handler. By the time it runs, the worker has sent every result to the
+    controller and the exit handlers of the modules its tests loaded have run (registered after this one), so the
+    process ends here without freeing each of those modules (TensorFlow, Keras, Ray: seconds of teardown the
+    controller would wait for), as a command ends (``edgedeploy.cli``'s ``_exit``)."""
+    import contextlib
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import atexit
+
+    atexit.register(_end_worker)  # registered before the modules the tests load register theirs: it runs last
+
 # Files of ../shared/data that the repository ships real copies of: the same model files, and a seeded random
 # subset of the same Speech Commands clips (900 fine-tune, 400 evaluation; examples/kws_tree/SOURCE.md). A clone
 # without ../shared/data runs every test that needs only these. A test that needs more names the files in its
