@@ -22,6 +22,7 @@ import numpy as np
 from edgedeploy.errors import InvalidInputError
 from edgedeploy.keras.inbound import call_refs, is_ref
 from edgedeploy.keras.keras3 import FLATTEN_HINT, subclassed, unique_name
+from edgedeploy.keras.eager_outputs import model_outputs
 
 MODEL_KINDS = ("Functional", "Model", "Sequential")
 # the largest difference between the nested and the flat model's outputs, relative to the outputs' largest
@@ -179,15 +180,13 @@ def seeded_samples(model, count: int = CHECK_SAMPLES) -> np.ndarray:
 
 
 def _outputs(model, samples: np.ndarray) -> np.ndarray:
-    """``model``'s outputs on ``samples``, 32 at a time, one row of every output's values per sample: called in
-    inference mode, as ``predict`` would, without tracing a function for a model that is called only here."""
-    rows = []
-    for start in range(0, len(samples), 32):
-        out = model(samples[start:start + 32], training=False)
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        values = [np.asarray(o, dtype=np.float64) for o in outs]
-        rows.append(np.concatenate([v.reshape(len(v), -1) for v in values], axis=1))
-    return np.concatenate(rows) if rows else np.zeros((0, 0))
+    """``model``'s outputs on ``samples`` (32 at a time, :func:`~edgedeploy.keras.eager_outputs.model_outputs`), one row of
+    every output's values per sample."""
+    if not len(samples):
+        return np.zeros((0, 0))
+    out = model_outputs(model, samples, batch=32)
+    outs = out if isinstance(out, list) else [out]
+    return np.concatenate([np.asarray(o, dtype=np.float64).reshape(len(samples), -1) for o in outs], axis=1)
 
 
 def same_outputs(nested, flat, samples: np.ndarray, path: Path, where: str) -> float:

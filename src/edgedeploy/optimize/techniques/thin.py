@@ -122,24 +122,26 @@ def _check(stair: Staircase, widths, drops, values: dict[str, int], cycles: dict
             "met": all(c <= budgets[t]["npu_cycles"] for t, c in cycles.items())}
 
 
+def _width_key(widths, values: dict[str, int]) -> tuple[int, ...]:
+    """The widths a choice of value indices gives, group by group: choices of one key are one model (two candidate
+    values of a narrow group can be the same width)."""
+    return tuple(widths[g][values[g]] for g in widths)
+
+
 def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths, compile_choices, row
              ) -> tuple[list[dict[str, Any]], bool]:
     """The row of ``checks`` for each choice of ``options``, compiling (once each, added to ``checks``) the choices
-    not compiled yet; and whether any was. Two candidate values of a narrow group can be the same width: a model
-    is compiled once."""
-    def key(v):
-        return tuple(widths[g][v[g]] for g in widths)
-
+    not compiled yet; and whether any was."""
     known = {tuple(c["widths"][g] for g in widths) for c in checks}
     new = []
     for v in options:
-        if key(v) not in known:
-            known.add(key(v))
+        if _width_key(widths, v) not in known:
+            known.add(_width_key(widths, v))
             new.append(v)
     got = compile_choices(new) if new else {}
     checks += [row(v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}) for i, v in enumerate(new)]
     by_key = {tuple(c["widths"][g] for g in widths): c for c in checks}
-    return [by_key[key(v)] for v in options], bool(new)
+    return [by_key[_width_key(widths, v)] for v in options], bool(new)
 
 
 def _grid_or_new(choices, keys, grid_keys, grid, compile_new) -> dict[str, list[dict[str, Any]]]:
@@ -164,11 +166,11 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
     design = orthogonal_rows(min(recipe.thin_candidates + 1, max(colours.values()) + 1), recipe.thin_candidates)
     assignments = [{g: row[colours[g]] if g not in fixed else 0 for g in groups} for row in design]
     calibration, _ = data.calibration(GRID_CALIBRATION, recipe.seed)
-    unique = list(dict.fromkeys(tuple(widths[g][a[g]] for g in groups) for a in assignments))
+    unique = list(dict.fromkeys(_width_key(widths, a) for a in assignments))
     tflites = [_candidate(model, graph, scores, widths, {g: widths[g].index(w) for g, w in zip(groups, u)},
                           calibration, recipe) for u in unique]  # (repeated widths converted once)
     compiled = compile_models(tflites, recipe.thin_targets, out / TRACE, jobs=1)
-    measured = {t: [runs[unique.index(tuple(widths[g][a[g]] for g in groups))] for a in assignments]
+    measured = {t: [runs[unique.index(_width_key(widths, a))] for a in assignments]
                 for t, runs in compiled.items()}
     first = measured[recipe.thin_targets[0]][0]
     kinds = dict(graph.kinds)
@@ -189,7 +191,7 @@ def npu_widths(model, graph, scores, drops, widths, recipe, data, out
     checks: list[dict[str, Any]] = []  # every choice compiled, once
 
     def compile_choices(choices):
-        return _grid_or_new(choices, [tuple(widths[g][v[g]] for g in groups) for v in choices], unique, compiled,
+        return _grid_or_new(choices, [_width_key(widths, v) for v in choices], unique, compiled,
                             lambda new: compile_models([_candidate(model, graph, scores, widths, v, calibration, recipe)
                                                         for v in new], recipe.thin_targets, out / TRACE, jobs=1))
 

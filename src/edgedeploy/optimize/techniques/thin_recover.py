@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from edgedeploy.core.steptime import timed
+from edgedeploy.keras.eager_outputs import model_outputs
 from edgedeploy.keras.channel_surgery import ChannelGraph, keep_by_root, layout_index, layout_rows, thin_model
 
 RIDGE = 1e-3  # ridge of the refit, relative to the mean diagonal of the inputs' Gram matrix
@@ -29,17 +30,9 @@ def _inputs(model, names: Sequence[str], x: np.ndarray) -> dict[str, np.ndarray]
     if not names:
         return {}
     probe = keras.Model(model.inputs, [model.get_layer(n).input for n in names])
-    out = outputs(probe, x)
+    out = model_outputs(probe, x)
     out = out if isinstance(out, list) else [out]
     return dict(zip(names, out))
-
-
-def outputs(model, x: np.ndarray, batch: int = 256):
-    """The model's outputs on ``x`` in inference mode, called eagerly (no traced function per new model)."""
-    parts = [model(x[i:i + batch], training=False) for i in range(0, len(x), batch)]
-    if isinstance(parts[0], (list, tuple)):
-        return [np.concatenate([np.asarray(p[k]) for p in parts]) for k in range(len(parts[0]))]
-    return np.concatenate([np.asarray(p) for p in parts])
 
 
 @timed("channel_scores")
@@ -183,7 +176,7 @@ def sensitivity(model, graph: ChannelGraph, scores: Mapping[str, np.ndarray], wi
                 ) -> dict[str, list[float]]:
     """Per group, per candidate width: the rise of the hold-out loss (KL divergence to the unthinned model's
     outputs, or their mean square error) with that group alone thinned to it and its readers refitted."""
-    teacher = outputs(model, x_hold)
+    teacher = model_outputs(model, x_hold)
     drops: dict[str, list[float]] = {}
     for g, ws in widths.items():
         row = [0.0]
@@ -194,7 +187,7 @@ def sensitivity(model, graph: ChannelGraph, scores: Mapping[str, np.ndarray], wi
             keep = {g: top_channels(scores[g], w)}
             thinned = thin_model(model, graph, keep)
             refit(model, thinned, graph, keep, x_fit)
-            row.append(max(0.0, _loss(outputs(thinned, x_hold), teacher, classifier,
+            row.append(max(0.0, _loss(model_outputs(thinned, x_hold), teacher, classifier,
                                       from_logits)))
         drops[g] = list(np.maximum.accumulate(row))  # a narrower width never counts as cheaper
     return drops
