@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_in_process
+from helpers import TREE_LEAVES, run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 TFLM_TREE = Path(os.environ.get("EDGEDEPLOY_TFLM_DIR") or REPO.parent / "shared" / "third_party" / "tflm-cortex-m55")
@@ -101,7 +101,6 @@ def ray_home(_ray_home, monkeypatch) -> Path:
 # other default leaves (qat, pqat, cqat) on a copy of it in the slow run.
 TREE_MODEL = REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5"
 TREE_DATA = REPO / "examples" / "kws_tree" / "speech_commands_subset.npz"
-TREE_LEAVES = ("ptq", "clustered", "pruned", "pruned_clustered", "pcqat", "pcqat_palette")
 TREE_SETTINGS = {"epochs": 2, "min_steps": 0, "seed": 0, "sparsity": 0.5, "clusters": 16}
 
 

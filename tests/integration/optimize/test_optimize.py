@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import input_models, one_error_line, run_cli, run_in_process
+from helpers import TREE_LEAVES, input_models, one_error_line, run_cli, run_in_process
 
 from edgedeploy.config.recipe import Recipe, load_recipe
 from edgedeploy.tflite.reader import read_tflite, read_weight_tensors
@@ -67,7 +67,7 @@ def kws_tree(trained_tree):
 
 # the default leaves the shared tree does not hold: quantization-aware training, as its pcqat leaf's (which also
 # preserves pruning and clusters), alone or preserving one of the two; checked in the slow run
-OTHER_LEAVES = [leaf for leaf in LEAVES if leaf not in ("ptq", "clustered", "pruned", "pruned_clustered", "pcqat")]
+OTHER_LEAVES = [leaf for leaf in LEAVES if leaf not in TREE_LEAVES]
 
 
 @pytest.fixture(scope="module")
