@@ -292,17 +292,37 @@ print(json.dumps(results))
 """
 
 
-def pytest_sessions(sessions: list[list[str]], tests: Path, work: Path) -> list[subprocess.CompletedProcess]:
-    """Each of ``sessions`` (the arguments of ``pytest``) run on the HIL tests in ``tests``, one after another in one
-    new interpreter (:data:`PYTEST_SESSIONS`) started in ``tests``: each session's exit code, stdout and stderr.
-    ``work`` is a folder for their output files."""
+def start_pytest_sessions(sessions: dict[str, list[str]], tests: Path, work: Path,
+                          cwd: Path | None = None) -> tuple[subprocess.Popen, dict[str, Path]]:
+    """Start ``sessions`` (name -> the arguments of ``pytest``) on the HIL tests in ``tests``, one after another in
+    one new interpreter (:data:`PYTEST_SESSIONS`) started in ``cwd`` (else ``tests``); ``work`` is a folder for
+    their output files (``NAME.out``, ``NAME.err``). :func:`pytest_session_results` waits for them."""
     import json
 
-    runs = [{"args": pytest_argv(*args)[3:], "stdout": str(work / f"session{i}.out"),
-             "stderr": str(work / f"session{i}.err")} for i, args in enumerate(sessions)]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", PYTEST_SESSIONS, json.dumps(runs), str(tests)], capture_output=True,
-                          text=True, cwd=tests, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    return [subprocess.CompletedProcess(run["args"], res["returncode"], Path(run["stdout"]).read_text(),
-                                        Path(run["stderr"]).read_text()) for run, res in zip(runs, results, strict=True)]
+    runs = [{"args": pytest_argv(*args)[3:], "stdout": str(work / f"{name}.out"), "stderr": str(work / f"{name}.err")}
+            for name, args in sessions.items()]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", PYTEST_SESSIONS, json.dumps(runs), str(tests)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd or tests)
+    return proc, {name: work / name for name in sessions}
+
+
+def pytest_session_results(started: tuple[subprocess.Popen, dict[str, Path]]) -> dict[str, dict]:
+    """What :func:`start_pytest_sessions` started gave, once it ends: per session name its ``returncode``,
+    ``stdout``, ``stderr`` and ``seconds``."""
+    import json
+
+    proc, outputs = started
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    results = json.loads(stdout.strip().splitlines()[-1])
+    return {name: {**res, "stdout": Path(f"{base}.out").read_text(), "stderr": Path(f"{base}.err").read_text()}
+            for (name, base), res in zip(outputs.items(), results, strict=True)}
+
+
+def pytest_sessions(sessions: list[list[str]], tests: Path, work: Path) -> list[subprocess.CompletedProcess]:
+    """Each of ``sessions`` (the arguments of ``pytest``) run on the HIL tests in ``tests``, one after another in one
+    new interpreter (:func:`start_pytest_sessions`): each session's exit code, stdout and stderr."""
+    results = pytest_session_results(start_pytest_sessions({f"session{i}": args for i, args in enumerate(sessions)},
+                                                           tests, work))
+    return [subprocess.CompletedProcess(args, res["returncode"], res["stdout"], res["stderr"])
+            for args, res in zip(sessions, results.values(), strict=True)]

@@ -10,11 +10,9 @@ each its own), as a user runs them.
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -23,7 +21,8 @@ from typing import Callable
 
 import pytest
 
-from helpers import HIL_IN_BYTES, HIL_OUT_BYTES, PYTEST_SESSIONS, fake_model, pytest_argv, tiny_hil_bundle
+from helpers import (HIL_IN_BYTES, HIL_OUT_BYTES, fake_model, pytest_argv, pytest_session_results,
+                     start_pytest_sessions, tiny_hil_bundle)
 
 from edgedeploy.hil import frame as fr
 
@@ -208,30 +207,20 @@ def hil_runs(tmp_path_factory) -> dict[str, HilRun]:
     work = tmp_path_factory.mktemp("devices")
     bundle = tiny_bundle(work / "fw")
     devices = {case[0]: StubDevice(case[1]) for case in CASES}
-    runs = []
-    for name, device in devices.items():
-        args = pytest_argv(str(EXAMPLES), "-q", "--edgedeploy-bundle", str(bundle), "--edgedeploy-device",
-                           f"serial:{device.url}", "--edgedeploy-timeout", TIMEOUT.get(name, "1"),
-                           f"--junitxml={work / name}.xml")[3:]  # fmt: skip
-        runs.append({"args": args, "stdout": str(work / f"{name}.out"), "stderr": str(work / f"{name}.err")})
+    sessions = {name: [str(EXAMPLES), "-q", "--edgedeploy-bundle", str(bundle), "--edgedeploy-device",
+                       f"serial:{device.url}", "--edgedeploy-timeout", TIMEOUT.get(name, "1"),
+                       f"--junitxml={work / name}.xml"] for name, device in devices.items()}  # fmt: skip
     # the devices that are waited out in an interpreter of their own, beside the others: waiting takes no processor
-    groups = [[i for i, name in enumerate(devices) if (name in TIMEOUT) == waits] for waits in (False, True)]
+    groups = [{name: args for name, args in sessions.items() if (name in TIMEOUT) == waits} for waits in (False, True)]
     try:
-        procs = [subprocess.Popen([sys.executable, "-c", PYTEST_SESSIONS, json.dumps([runs[i] for i in group]), str(EXAMPLES)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
-                 for group in groups]  # fmt: skip
-        outputs = [proc.communicate(timeout=600) for proc in procs]
+        started = [start_pytest_sessions(group, EXAMPLES, work, cwd=work) for group in groups]
+        results = {name: res for one in started for name, res in pytest_session_results(one).items()}
     finally:
         for device in devices.values():
             device.stop()
-    results: list[dict] = [{}] * len(runs)
-    for group, proc, (stdout, stderr) in zip(groups, procs, outputs):
-        assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
-        for i, res in zip(group, json.loads(stdout.strip().splitlines()[-1]), strict=True):
-            results[i] = res
-    return {name: HilRun(device.url, res["returncode"], (work / f"{name}.out").read_text(),
-                         (work / f"{name}.err").read_text(), (work / f"{name}.xml").read_text(), res["seconds"])
-            for (name, device), res in zip(devices.items(), results, strict=True)}  # fmt: skip
+    return {name: HilRun(device.url, results[name]["returncode"], results[name]["stdout"], results[name]["stderr"],
+                         (work / f"{name}.xml").read_text(), results[name]["seconds"])
+            for name, device in devices.items()}  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "stage", "expected"), [(c[0], *c[2:]) for c in CASES], ids=[c[0] for c in CASES])
