@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -263,13 +263,17 @@ def write_zoo(keras, out: Path, names: list[str] | None = None, suffix: str = ".
     """Saves each named zoo model as ``out/NAME{suffix}`` with its data ``out/NAME.npz`` (``n_fit`` fine-tune and
     ``n_eval`` evaluation samples, :func:`write_data`); returns the model paths."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name in names or list(ZOO):
-        model = build(keras, name)
-        model.save(out / f"{name}{suffix}")
-        write_data(model, out / f"{name}.npz", n_fit, n_eval)
-        paths[name] = out / f"{name}{suffix}"
-    return paths
+    return {name: write_net(keras, out, name, suffix, n_fit, n_eval) for name in names or list(ZOO)}
+
+
+def write_net(keras, out: Path, name: str, suffix: str = ".h5", n_fit: int = 64, n_eval: int = 32,
+              **options: Any) -> Path:
+    """Saves the zoo model ``name`` (its builder given ``options``) as ``out/NAME{suffix}`` with its data
+    ``out/NAME.npz`` (:func:`write_data`); returns the model's path."""
+    model = build(keras, name, **options)
+    model.save(out / f"{name}{suffix}")
+    write_data(model, out / f"{name}.npz", n_fit, n_eval)
+    return out / f"{name}{suffix}"
 
 
 def main(argv: list[str]) -> int:

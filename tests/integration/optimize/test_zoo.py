@@ -66,9 +66,7 @@ def zoo_net(folder: Path, name: str, **options) -> tuple[Path, Path]:
     if not model.is_file():
         from edgedeploy.keras import tfenv
 
-        net = zoo.build(tfenv.load().keras, name, **options)
-        net.save(model)
-        zoo.write_data(net, data, N_FIT, N_EVAL)
+        zoo.write_net(tfenv.load().keras, folder, name, ".h5", N_FIT, N_EVAL, **options)
     return model, data
 
 
