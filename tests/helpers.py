@@ -106,6 +106,21 @@ def write_int8_tflite(model, path: Path, seed: int = 0, samples: int = 30) -> Pa
     return path
 
 
+def balanced_part(src: Path, dest: Path, counts: dict[int, int], stratified) -> Path:
+    """A seeded, class-balanced part of the data file ``src`` at ``dest``: ``counts[s]`` rows of split ``s``
+    (chosen by ``stratified``, the fixture of that name), in file order, each per-sample key cut alike and the
+    others (labels) kept whole."""
+    import numpy as np
+
+    with np.load(src) as d:
+        arrays = {k: d[k] for k in d.files}
+    split = arrays["split"]
+    rows = np.sort(np.concatenate([stratified(np.flatnonzero(split == s), arrays["y"], n, seed=0)
+                                   for s, n in counts.items()]))
+    np.savez(dest, **{k: (a[rows] if len(a) == len(split) else a) for k, a in arrays.items()})
+    return dest
+
+
 def infer(model, x):
     """A Keras model's outputs for the batch ``x`` (an array, or a list of them for several outputs): what
     ``model.predict`` gives, computed eagerly in inference mode without tracing a function for the model."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import one_error_line, run_in_process
+from helpers import balanced_part, one_error_line, run_in_process
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5"
@@ -36,13 +36,7 @@ def _ok(*args) -> None:
 def _small_data(dest: Path, stratified) -> Path:
     """A seeded, class-balanced part of the example's data (48 fine-tune and 36 evaluation clips) at ``dest``: what
     is checked is which files are read back, not what the model scores on them."""
-    with np.load(DATA) as d:
-        arrays = {k: d[k] for k in d.files}
-    split = arrays["split"]
-    rows = np.sort(np.concatenate([stratified(np.flatnonzero(split == s), arrays["y"], n, seed=0)
-                                   for s, n in ((0, 48), (1, 36))]))
-    np.savez(dest, **{k: (a[rows] if len(a) == len(split) else a) for k, a in arrays.items()})
-    return dest
+    return balanced_part(DATA, dest, {0: 48, 1: 36}, stratified)
 
 
 @pytest.fixture(scope="module")

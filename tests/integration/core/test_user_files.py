@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli as cli
-from helpers import run_in_process
+from helpers import balanced_part, run_in_process
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kws" / "dscnn_mlperf_int8.tflite"
 KWS_TREE = Path(__file__).resolve().parents[3] / "examples" / "kws_tree"
@@ -68,15 +68,9 @@ def test_a_users_folder_where_a_stage_would_go_is_refused_and_kept(tmp_path):
 def test_a_project_writing_into_its_own_folder_deletes_nothing(tmp_path, stratified):
     """``out = ""``: the project folder is the run folder (the example's model and a seeded part of its data, the
     ptq leaf, no training), written by the command in this process, which has TensorFlow loaded already."""
-    import numpy as np
-
     _plant(tmp_path, LOOKALIKES)
     shutil.copyfile(KWS_TREE / "dscnn_mlperf_float.h5", tmp_path / "dscnn_mlperf_float.h5")
-    with np.load(KWS_TREE / "speech_commands_subset.npz") as d:
-        arrays = {k: d[k] for k in d.files}
-    rows = np.sort(np.concatenate([stratified(np.flatnonzero(arrays["split"] == s), arrays["y"], 36, seed=0)
-                                   for s in (0, 1)]))
-    np.savez(tmp_path / "data.npz", **{k: (a[rows] if len(a) == len(arrays["y"]) else a) for k, a in arrays.items()})
+    balanced_part(KWS_TREE / "speech_commands_subset.npz", tmp_path / "data.npz", {0: 36, 1: 36}, stratified)
     (tmp_path / "edgedeploy.toml").write_text(
         'model = "dscnn_mlperf_float.h5"\ndata = "data.npz"\nout = ""\n'
         'targets = ["ethos-u55-128"]\n[recipe]\nleaves = ["ptq"]\nepochs = 0\n')
