@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,6 @@ def _end_worker() -> None:
     controller and the exit handlers of the modules its tests loaded have run (registered after this one), so the
     process ends here without freeing each of those modules (TensorFlow, Keras, Ray: seconds of teardown the
     controller would wait for), as a command ends (``edgedeploy.cli``'s ``_exit``)."""
-    import contextlib
     import sys
 
     for stream in (sys.stdout, sys.stderr):
@@ -42,6 +44,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import atexit
 
     atexit.register(_end_worker)  # registered before the modules the tests load register theirs: it runs last
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """In a pytest-xdist worker, move what the tests left on the heap out of the garbage collector's sight before
+    pytest's last collection (its unraisable-exception check). The worker's process ends without freeing them
+    (:func:`_end_worker`), and walking TensorFlow's object graph, whose finalizers call into its runtime, took
+    seconds the controller would wait for. Unraisable exceptions of the tests themselves are still reported: pytest
+    checks for them around each test."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import gc
+
+        gc.freeze()
 
 # Files of ../shared/data that the repository ships real copies of: the same model files, and a seeded random
 # subset of the same Speech Commands clips (900 fine-tune, 400 evaluation; examples/kws_tree/SOURCE.md). A clone
@@ -162,10 +177,24 @@ def pytest_runtest_setup(item):
             pytest.skip("no Arm Corstone FVP installed (set EDGEDEPLOY_FVP_DIR or put FVP_Corstone_SSE-* on PATH)")
 
 
+@pytest.fixture(scope="session")
+def _homes(tmp_path_factory) -> Iterator[Path]:
+    """The folder each test's HOME is made in, one per worker, numbered in the order the tests run.
+
+    ``tmp_path_factory.mktemp`` lists the whole base folder to number a new folder, so making a HOME with it for
+    each of two thousand tests would cost seconds that grow with the square of their count."""
+    yield tmp_path_factory.mktemp("homes")
+
+
+_HOME_NUMBERS = itertools.count()
+
+
 @pytest.fixture(autouse=True)
-def _isolate(tmp_path_factory, monkeypatch):
-    """Each test gets its own HOME and cache, no colour, a fixed width and a fixed seed."""
-    home = tmp_path_factory.mktemp("home")
+def _isolate(_homes, monkeypatch):
+    """Each test gets its own HOME and cache, no colour, a fixed width and a fixed seed. A HOME the test left empty
+    is removed after it (one that holds something stays, to read after a failure)."""
+    home = _homes / str(next(_HOME_NUMBERS))
+    home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.setenv("NO_COLOR", "1")
@@ -176,6 +205,8 @@ def _isolate(tmp_path_factory, monkeypatch):
     from edgedeploy.core.files import release_run_dirs
 
     release_run_dirs()  # a command holds its run folder's lock until the process ends; tests share one process
+    with contextlib.suppress(OSError):
+        home.rmdir()
 
 
 @pytest.fixture(scope="session")
