@@ -19,7 +19,8 @@ def test_the_example_notebook_runs_in_a_kernel_and_shows_the_report(tmp_path, mo
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
     monkeypatch.setenv("EDGEDEPLOY_OUT", str(tmp_path / "out"))
-    client = NotebookClient(nb, timeout=LIMIT_S, kernel_name="python3",
+    # the kernel is stopped at once when the last cell has run: a graceful shutdown idles seconds waiting for it
+    client = NotebookClient(nb, timeout=LIMIT_S, kernel_name="python3", shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}})
     t0 = time.perf_counter()
     client.execute()
