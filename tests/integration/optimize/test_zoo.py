@@ -75,11 +75,14 @@ def test_every_zoo_model_is_covered():
 
 
 # The default run takes the nets that bring the couplings the others share (squeeze-and-excitation and swish,
-# Conv1D, a dense autoencoder's inputs-only data, two outputs); the larger nets run with -m slow (and in
-# bench/bench_models.py). MobileNetV3's hard-swish is checked in the default run on small models instead: its QAT
-# rewrite in tests/integration/keras/test_qat_rewrites.py, its Keras 3 loading and its NPU operators in
-# tests/integration/keras/test_keras3_activations.py.
-DEFAULT = {"efficientnet_like", "conv1d_kws", "dense_autoencoder", "two_outputs"}
+# Conv1D); the larger nets run with -m slow (and in bench/bench_models.py). MobileNetV3's hard-swish is checked in
+# the default run on small models instead: its QAT rewrite in tests/integration/keras/test_qat_rewrites.py, its
+# Keras 3 loading and its NPU operators in tests/integration/keras/test_keras3_activations.py. The two small nets
+# whose kind the default run covers elsewhere also run with -m slow: ``two_outputs`` goes through optimize, compile,
+# report and export in tests/integration/pipeline/test_several_outputs.py, and a dense autoencoder trains on
+# inputs-only data, compiles and verifies in tests/integration/pipeline/test_tasks.py; that a model output is never
+# thinned is tests/integration/optimize/test_thin.py's.
+DEFAULT = {"efficientnet_like", "conv1d_kws"}
 # builder options of the default run's nets: the EfficientNet-like net as one MBConv block that expands its input
 # and adds back to it (every layer kind of the net's blocks: expansion, depthwise, squeeze-and-excitation, swish,
 # projection, residual Add) at a third of its layers to build, train and convert. The whole net runs with -m slow,
