@@ -18,7 +18,7 @@ CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}  # what a command started by a tes
 
 # The leaves of the run's shared trained tree (the `trained_tree` fixture of tests/integration/conftest.py, which says
 # which test reads each); here, where a test module can read it when its cases are made
-TREE_LEAVES = ("ptq", "clustered", "pruned", "pruned_clustered", "pcqat", "pcqat_palette")
+TREE_LEAVES = ("ptq", "clustered", "pruned", "pruned_clustered", "pcqat")
 
 
 # Whether this run draws each Hypothesis property's full count of examples (tests/unit/conftest.py sets it from -m)

@@ -94,11 +94,11 @@ def ray_home(_ray_home, monkeypatch) -> Path:
 # Speech Commands clips (scored on the 400 of other speakers), trained once per test run through `edgedeploy
 # optimize`. Its settings are test_accuracy's (2 epochs, seed 0, no min_steps stretching); sparsity and clusters are
 # the recipe defaults, named here because tests check them. Its leaves are those its readers read (ptq and pcqat:
-# test_accuracy; pcqat_palette: test_palette; pruned and clustered, two nodes trained from the baseline each:
-# test_taskgraph; pruned_clustered, whose node pcqat trains from anyway: test_optimize). Of the nodes trained from
-# the baseline alone, clustered is the one with no quantization-aware model to build (qat builds one, as pcqat does
-# here). Every leaf is seeded on its own, so each is the leaf of a run of the whole tree; test_optimize trains the
-# other default leaves (qat, pqat, cqat) on a copy of it in the slow run.
+# test_accuracy; pruned and clustered, two nodes trained from the baseline each: test_taskgraph; pruned_clustered,
+# whose node pcqat trains from anyway: test_optimize). Of the nodes trained from the baseline alone, clustered is the
+# one with no quantization-aware model to build (qat builds one, as pcqat does here). Every leaf is seeded on its
+# own, so each is the leaf of a run of the whole tree; in the slow run test_optimize trains the other default leaves
+# (qat, pqat, cqat) and the palette leaf on a copy of it, and test_palette trains the palette leaf on another.
 TREE_MODEL = REPO / "examples" / "kws_tree" / "dscnn_mlperf_float.h5"
 TREE_DATA = REPO / "examples" / "kws_tree" / "speech_commands_subset.npz"
 TREE_SETTINGS = {"epochs": 2, "min_steps": 0, "seed": 0, "sparsity": 0.5, "clusters": 16}

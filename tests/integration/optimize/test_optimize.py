@@ -65,9 +65,9 @@ def kws_tree(trained_tree):
     return trained_tree.outcome
 
 
-# the default leaves the shared tree does not hold: quantization-aware training, as its pcqat leaf's (which also
-# preserves pruning and clusters), alone or preserving one of the two; checked in the slow run
-OTHER_LEAVES = [leaf for leaf in LEAVES if leaf not in TREE_LEAVES]
+# the leaves the shared tree does not hold: quantization-aware training, as its pcqat leaf's (which also preserves
+# pruning and clusters), alone or preserving one of the two, and the palette leaf; checked in the slow run
+OTHER_LEAVES = [leaf for leaf in (*LEAVES, "pcqat_palette") if leaf not in TREE_LEAVES]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,16 @@
 """Palette-aware leaves on the real MLPerf DS-CNN and Speech Commands features (2 epochs, a small real subset).
 
-Through the command line: `edgedeploy optimize ... --leaves ...,pcqat,pcqat_palette` (the run's shared tree,
-``trained_tree`` in tests/integration/conftest.py), then `edgedeploy compile edgedeploy.toml` (Vela with its debug
-database) over a copy of it and `edgedeploy report`. The int8 kernels are read straight
-from each leaf's .tflite, independently of edgedeploy's own preservation table.
+Through the command line: `edgedeploy compile edgedeploy.toml` (Vela with its debug database) over a copy of the
+run's shared tree (``trained_tree`` in tests/integration/conftest.py: `edgedeploy optimize ... --leaves
+...,pcqat`), which trains the palette leaf beside the tree's and compiles them, then `edgedeploy report`. The int8
+kernels are read straight from each leaf's .tflite, independently of edgedeploy's own preservation table.
+
+With -m slow: the default run checks the palette leaf's training on a smaller model (pcqat_palette in
+test_optimize.py's Conv1D tree: at most 32 values per kernel, sparsity kept, the ptq leaf's operators; cqat_palette
+in test_palette_qat_rewrites.py), Vela's debug database read into per-layer NPU weights
+(tests/integration/vela/test_compile.py) and the report's compression entries
+(tests/integration/report/test_report_integration.py). Here, on the real DS-CNN, the figures: the palette leaf's
+Vela-encoded weights against TFMOT's pcqat.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from helpers import run_in_process
 
 from edgedeploy.tflite.reader import read_weight_tensors
 
-pytestmark = pytest.mark.requires_data
+pytestmark = [pytest.mark.requires_data, pytest.mark.slow]
 
 CLUSTERS, SPARSITY, EPOCHS, SEED = 16, 0.5, 1, 7  # (the size-budget test's own run)
 LEAVES = "ptq,pcqat,pcqat_palette"
@@ -44,8 +51,8 @@ def small_kws(shared_data, tmp_path_factory, stratified) -> Path:
 
 @pytest.fixture(scope="module")
 def palette_run(trained_tree, tmp_path_factory):
-    """The shared tree `edgedeploy optimize` trained (its palette leaf included), compiled by a project naming the
-    same model, data and recipe (only its ptq, pcqat and pcqat_palette leaves) over a copy of it."""
+    """A copy of the shared tree `edgedeploy optimize` trained, compiled by a project naming the same model, data and
+    recipe with the leaves ptq, pcqat and pcqat_palette: the palette leaf's nodes are trained, the others reused."""
     s = trained_tree.settings
     assert (s["sparsity"], s["clusters"]) == (SPARSITY, CLUSTERS)
     out = trained_tree.copy(tmp_path_factory.mktemp("palette") / "run")
@@ -65,9 +72,9 @@ def _stages(out: Path) -> dict:
 
 def test_compile_reused_the_optimized_tree(palette_run, trained_tree):
     out, opt, _ = palette_run
-    assert {"ptq", "pcqat", "pcqat_palette"} <= {leaf["leaf"] for leaf in opt["leaves"]}
+    assert {"ptq", "pcqat"} <= {leaf["leaf"] for leaf in opt["leaves"]}
     stages = _stages(out)
-    # nothing was trained or converted again: the project's stages are the ones optimize recorded
+    # nothing the tree holds was trained or converted again: those stages are the ones optimize recorded
     trained = _stages(trained_tree.run_dir)
     assert {i: stages[i]["started"] for i in trained} == {i: r["started"] for i, r in trained.items()}
     assert stages["optimize/pcqat_palette"]["parent"] == "optimize/pruned_clustered_palette"
