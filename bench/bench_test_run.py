@@ -13,8 +13,9 @@ to 1; its processor time is its process tree's user + system time (the children'
 with `--tests`, the README's test command runs in the repository and the script prints both figures and the
 ratio: the test run's wall seconds over the tree's processor seconds (the goal is at most 4).
 
-Run: python bench/bench_test_run.py [--tests] [--repeat 1] [--markdown]
-Without `--tests` only the tree is measured (a minute or three on one core).
+Run: python bench/bench_test_run.py [--tests] [--repeat 3] [--markdown]
+Without `--tests` only the tree is measured (a minute or three on one core). The gauge of docs/development.md takes
+`--repeat 3`: a single run of the tree moves by a few percent from one run to the next, their median less.
 """
 
 from __future__ import annotations
