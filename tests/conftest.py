@@ -7,7 +7,6 @@ import itertools
 import os
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +56,7 @@ def pytest_unconfigure(config):
         import gc
 
         gc.freeze()
+
 
 # Files of ../shared/data that the repository ships real copies of: the same model files, and a seeded random
 # subset of the same Speech Commands clips (900 fine-tune, 400 evaluation; examples/kws_tree/SOURCE.md). A clone
@@ -178,12 +178,12 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
-def _homes(tmp_path_factory) -> Iterator[Path]:
-    """The folder each test's HOME is made in, one per worker, numbered in the order the tests run.
+def _homes(tmp_path_factory) -> Path:
+    """The folder each test's HOME is made in (one per worker), numbered in the order the tests run.
 
     ``tmp_path_factory.mktemp`` lists the whole base folder to number a new folder, so making a HOME with it for
     each of two thousand tests would cost seconds that grow with the square of their count."""
-    yield tmp_path_factory.mktemp("homes")
+    return tmp_path_factory.mktemp("homes")
 
 
 _HOME_NUMBERS = itertools.count()
