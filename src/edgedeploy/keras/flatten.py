@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from edgedeploy.errors import InvalidInputError
+from edgedeploy.keras.eager_outputs import model_outputs
 from edgedeploy.keras.inbound import call_refs, is_ref
 from edgedeploy.keras.keras3 import FLATTEN_HINT, subclassed, unique_name
-from edgedeploy.keras.eager_outputs import model_outputs
 
 MODEL_KINDS = ("Functional", "Model", "Sequential")
 # the largest difference between the nested and the flat model's outputs, relative to the outputs' largest
@@ -180,8 +180,8 @@ def seeded_samples(model, count: int = CHECK_SAMPLES) -> np.ndarray:
 
 
 def _outputs(model, samples: np.ndarray) -> np.ndarray:
-    """``model``'s outputs on ``samples`` (32 at a time, :func:`~edgedeploy.keras.eager_outputs.model_outputs`), one row of
-    every output's values per sample."""
+    """``model``'s outputs on ``samples`` (32 at a time, :func:`~edgedeploy.keras.eager_outputs.model_outputs`),
+    one row of every output's values per sample."""
     if not len(samples):
         return np.zeros((0, 0))
     out = model_outputs(model, samples, batch=32)

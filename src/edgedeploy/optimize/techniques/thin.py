@@ -135,8 +135,9 @@ def _checked(options: list[dict[str, int]], checks: list[dict[str, Any]], widths
     known = {tuple(c["widths"][g] for g in widths) for c in checks}
     new = []
     for v in options:
-        if _width_key(widths, v) not in known:
-            known.add(_width_key(widths, v))
+        key = _width_key(widths, v)
+        if key not in known:
+            known.add(key)
             new.append(v)
     got = compile_choices(new) if new else {}
     checks += [row(v, {t: runs[i]["npu_cycles"] for t, runs in got.items()}) for i, v in enumerate(new)]
